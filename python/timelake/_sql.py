@@ -1,0 +1,296 @@
+"""SQL over a lake: DuckDB views built from the core's scan plans.
+
+Every table a query names becomes a DuckDB view over exactly the Parquet files of the table's
+latest snapshot (taken when the call starts). Chunks whose files overlap in time are deduplicated
+at read time, newest commit first, when the table's contract asks for dedup; all other files are
+scanned plainly. Results are cast back to the declared Arrow types where DuckDB widened them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import duckdb
+import pyarrow as pa
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _duckdb_type(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t):
+        return "TINYINT"
+    if pa.types.is_int16(t):
+        return "SMALLINT"
+    if pa.types.is_int32(t):
+        return "INTEGER"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "REAL"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "VARCHAR"
+    if pa.types.is_binary(t):
+        return "BLOB"
+    if pa.types.is_date32(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    return "VARCHAR"
+
+
+def _split_name(raw: str) -> List[str]:
+    """'iot.readings AS r' / '"iot"."readings"' -> ['iot', 'readings']."""
+    raw = re.split(r"\s+AS\s+", raw.strip(), maxsplit=1, flags=re.IGNORECASE)[0]
+    parts, current, quoted, i = [], "", False, 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            if quoted and i + 1 < len(raw) and raw[i + 1] == '"':
+                current += '"'
+                i += 1
+            else:
+                quoted = not quoted
+        elif c == "." and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += c
+        i += 1
+    parts.append(current)
+    return parts
+
+
+class _Catalog:
+    """Builds one DuckDB connection with views for the lake tables a query names."""
+
+    def __init__(self, lake: Any, namespace: str) -> None:
+        self.lake = lake
+        self.namespace = namespace
+        self.con = duckdb.connect(":memory:")
+        self.con.execute("SET TimeZone='UTC'")
+        self.declared: Dict[str, pa.Field] = {}
+        self.file_types: Dict[str, pa.DataType] = {}
+        self._empty = 0
+        self._schemas = set()
+
+    def _ensure_schema(self, ns: str) -> None:
+        if ns not in self._schemas:
+            self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(ns)}")
+            self._schemas.add(ns)
+
+    def add_table(self, ns: str, name: str) -> dict:
+        handle = self.lake._snapshot(f"{ns}.{name}")
+        plan = handle.scan()
+        # Schema capsules can be imported once; turn them into pyarrow schemas right away.
+        plan["declared_schema"] = pa.schema(_Capsule(plan["declared_schema"]))
+        plan["file_schema"] = pa.schema(_Capsule(plan["file_schema"]))
+        self._ensure_schema(ns)
+        self.con.execute(
+            f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {self._view_sql(plan)}"
+        )
+        for field in plan["declared_schema"]:
+            self.declared.setdefault(field.name, field)
+        return plan
+
+    def _view_sql(self, plan: dict) -> str:
+        declared = plan["declared_schema"]
+        file_schema = plan["file_schema"]
+        partition_columns = plan["partition_columns"]
+        contract = plan["contract"]
+        storage_types = {f.name: f.type for f in file_schema}
+        columns = ", ".join(_quote(f.name) for f in declared)
+        files = plan["files"]
+        if not files:
+            self._empty += 1
+            empty_name = f"__timelake_empty_{self._empty}"
+            empty = pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table()
+            self.con.register(empty_name, empty)
+            return f"SELECT {columns} FROM {_quote(empty_name)}"
+        foreign = contract["time_column"] is None and not any(f[2] for f in files)
+        union = ", union_by_name=true" if foreign else ""
+        parts = []
+        plain = [f for f in files if not f[5]]
+        # Files of other engines' partitioned tables: partition values come from the log.
+        groups: Dict[Tuple, List[str]] = {}
+        for f in plain:
+            key = tuple((c, f[6].get(c)) for c in partition_columns)
+            groups.setdefault(key, []).append(f[0])
+        for key, paths in groups.items():
+            extra = "".join(
+                f", CAST({'NULL' if value is None else _literal(value)} AS "
+                f"{_duckdb_type(_declared_type(declared, column))}) AS {_quote(column)}"
+                for column, value in key
+            )
+            file_list = "[" + ", ".join(_literal(p) for p in paths) + "]"
+            parts.append(f"SELECT *{extra} FROM read_parquet({file_list}{union})")
+        dedup = [f for f in files if f[5]]
+        if dedup:
+            order = "DESC" if contract["dedup"] == "last" else "ASC"
+            keys = ", ".join(_quote(k) for k in contract["series_key"] + [contract["time_column"]])
+            file_list = "[" + ", ".join(_literal(f[0]) for f in dedup) + "]"
+            seqs = ", ".join(f"({_literal(f[0])}, {int(f[2])}, {int(f[3])})" for f in dedup)
+            parts.append(
+                f"SELECT {columns} FROM (SELECT r.*, m.__tl_seq, m.__tl_ord FROM "
+                f"read_parquet({file_list}, filename='__tl_file', file_row_number=true) r "
+                f"JOIN (VALUES {seqs}) AS m(__tl_path, __tl_seq, __tl_ord) ON r.__tl_file = m.__tl_path) "
+                f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY __tl_seq {order}, "
+                f"__tl_ord {order}, file_row_number {order}) = 1"
+            )
+        if len(parts) == 1 and not dedup:
+            return f"SELECT {columns} FROM ({parts[0]})"
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")"
+
+
+def _declared_type(schema: pa.Schema, column: str) -> pa.DataType:
+    index = schema.get_field_index(column)
+    return schema.field(index).type if index >= 0 else pa.string()
+
+
+class _Capsule:
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __arrow_c_schema__(self) -> Any:
+        return self.capsule
+
+
+def _referenced_tables(lake: Any, query: str, namespace: str) -> List[Tuple[str, str]]:
+    try:
+        raw_names = duckdb.get_table_names(query, qualified=True)
+    except duckdb.ParserException as e:
+        raise RuntimeError(f"SQL syntax error: {e}") from None
+    existing = set(lake.tables())
+    out = []
+    for raw in raw_names:
+        parts = _split_name(raw)
+        if len(parts) == 1:
+            ns, name = namespace, parts[0]
+        else:
+            ns, name = parts[-2], parts[-1]
+        if f"{ns}.{name}" in existing and (ns, name) not in out:
+            out.append((ns, name))
+    return out
+
+
+def _restore_types(result: pa.Table, catalog: _Catalog, storage_of) -> pa.Table:
+    """Casts columns that came straight from a table column back to its declared type."""
+    columns = []
+    changed = False
+    for field, column in zip(result.schema, result.columns):
+        declared = catalog.declared.get(field.name)
+        if declared is not None and field.type != declared.type and field.type == storage_of(declared.type):
+            try:
+                column = column.cast(declared.type, safe=True)
+                field = pa.field(field.name, declared.type, field.nullable)
+                changed = True
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+        columns.append(column)
+    if not changed:
+        return result
+    return pa.Table.from_arrays(columns, names=result.column_names)
+
+
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    """Mirror of the core's storage mapping, for the result-type check."""
+    if pa.types.is_dictionary(t):
+        return _storage_type(t.value_type)
+    if pa.types.is_uint8(t):
+        return pa.int16()
+    if pa.types.is_uint16(t):
+        return pa.int32()
+    if pa.types.is_uint32(t):
+        return pa.int64()
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t):
+        return pa.binary()
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC" if t.tz else None)
+    return t
+
+
+def _check_namespace(namespace: str) -> None:
+    if not isinstance(namespace, str) or not _IDENTIFIER.match(namespace):
+        raise ValueError(f"invalid namespace {namespace!r}: use an identifier such as 'default'")
+
+
+def _execute(catalog: _Catalog, query: str) -> pa.Table:
+    try:
+        return catalog.con.sql(query).to_arrow_table()
+    except duckdb.CatalogException as e:
+        raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {catalog.namespace!r})") from None
+    except duckdb.Error as e:
+        raise RuntimeError(f"query failed: {e}") from None
+
+
+def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("sql() needs a non-empty query string")
+    _check_namespace(namespace)
+    catalog = _Catalog(lake, namespace)
+    try:
+        statements = catalog.con.extract_statements(query)
+    except duckdb.Error as e:
+        raise RuntimeError(f"SQL syntax error: {e}") from None
+    if len(statements) != 1:
+        raise ValueError(f"sql() runs exactly one statement, got {len(statements)}")
+    kind = statements[0].type.name
+    if kind not in _ALLOWED_STATEMENTS:
+        raise ValueError(
+            f"sql() only reads: {kind} statements are not allowed; use Table.append to write"
+        )
+    for ns, name in _referenced_tables(lake, query, namespace):
+        catalog.add_table(ns, name)
+    catalog._ensure_schema(namespace)
+    catalog.con.execute(f"SET schema = {_literal(namespace)}")
+    result = _execute(catalog, query)
+    return _restore_types(result, catalog, _storage_type)
+
+
+def run_latest(lake: Any, name: str) -> pa.Table:
+    qualified = lake._qualify(name)
+    ns, table = qualified.split(".", 1)
+    if not _IDENTIFIER.match(ns) or not _IDENTIFIER.match(table):
+        raise ValueError(f"invalid table name {name!r}")
+    catalog = _Catalog(lake, ns)
+    plan = catalog.add_table(ns, table)
+    contract = plan["contract"]
+    if contract["time_column"] is None:
+        raise ValueError(
+            f"latest() needs a time-series table, but {qualified!r} has no time column (a plain table)"
+        )
+    time = _quote(contract["time_column"])
+    keys = [_quote(k) for k in contract["series_key"]]
+    source = f"{_quote(ns)}.{_quote(table)}"
+    if keys:
+        query = (
+            f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} "
+            f"ORDER BY {time} DESC) = 1 ORDER BY {', '.join(keys)}"
+        )
+    else:
+        query = f"SELECT * FROM {source} ORDER BY {time} DESC LIMIT 1"
+    result = _execute(catalog, query)
+    return _restore_types(result, catalog, _storage_type)

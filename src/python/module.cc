@@ -1,0 +1,267 @@
+// The nanobind module `timelake._core`: converts between Python and the C++ core, and only that.
+//
+// Arrow data crosses as Arrow C stream/schema PyCapsules (no libarrow_python). Every call into the
+// core releases the GIL. Core statuses become the exceptions of the API contract here:
+// KeyError -> KeyError, AlreadyExists -> FileExistsError, Invalid/TypeError -> ValueError,
+// anything else -> RuntimeError.
+#include <Python.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <arrow/c/abi.h>
+#include <arrow/c/bridge.h>
+#include <arrow/record_batch.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "timelake/lake.h"
+#include "timelake/table.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace timelake {
+namespace {
+
+[[noreturn]] void Raise(const arrow::Status& status) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (status.code()) {
+    case arrow::StatusCode::KeyError: type = PyExc_KeyError; break;
+    case arrow::StatusCode::AlreadyExists: type = PyExc_FileExistsError; break;
+    case arrow::StatusCode::Invalid:
+    case arrow::StatusCode::TypeError:
+      type = PyExc_ValueError;
+      break;
+    default: break;
+  }
+  PyErr_SetString(type, status.message().c_str());
+  throw nb::python_error();
+}
+
+void Check(const arrow::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+template <typename T>
+T Unwrap(arrow::Result<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return std::move(result).ValueUnsafe();
+}
+
+void* CapsulePointer(nb::handle capsule, const char* name) {
+  if (!PyCapsule_IsValid(capsule.ptr(), name)) {
+    PyErr_Format(PyExc_TypeError, "expected a PyCapsule named '%s'", name);
+    throw nb::python_error();
+  }
+  return PyCapsule_GetPointer(capsule.ptr(), name);
+}
+
+std::shared_ptr<arrow::Schema> ImportSchemaCapsule(nb::handle capsule) {
+  auto* c_schema = static_cast<ArrowSchema*>(CapsulePointer(capsule, "arrow_schema"));
+  // ImportSchema moves out of the struct; the capsule's destructor then sees it released.
+  return Unwrap(arrow::ImportSchema(c_schema));
+}
+
+void ReleaseSchemaCapsule(PyObject* capsule) {
+  auto* schema = static_cast<ArrowSchema*>(PyCapsule_GetPointer(capsule, "arrow_schema"));
+  if (schema == nullptr) return;
+  if (schema->release != nullptr) schema->release(schema);
+  delete schema;
+}
+
+nb::object ExportSchemaCapsule(const arrow::Schema& schema) {
+  auto* c_schema = new ArrowSchema();
+  auto status = arrow::ExportSchema(schema, c_schema);
+  if (!status.ok()) {
+    delete c_schema;
+    Raise(status);
+  }
+  return nb::steal(PyCapsule_New(c_schema, "arrow_schema", ReleaseSchemaCapsule));
+}
+
+nb::dict ContractDict(const Contract& c) {
+  nb::dict d;
+  d["time_column"] = c.time_column.empty() ? nb::none() : nb::cast(c.time_column);
+  d["series_key"] = nb::cast(c.series_key);
+  d["chunk"] = c.chunk == ChunkWidth::kNone ? nb::none() : nb::cast(ChunkWidthName(c.chunk));
+  d["dedup"] = nb::cast(DedupPolicyName(c.dedup));
+  d["retention"] = c.retention.empty() ? nb::none() : nb::cast(c.retention);
+  return d;
+}
+
+std::shared_ptr<Lake> OpenLake(const std::string& location,
+                               const std::map<std::string, std::string>& options) {
+  arrow::Result<std::shared_ptr<Lake>> result;
+  {
+    nb::gil_scoped_release release;
+    result = Lake::Open(location, options);
+  }
+  return Unwrap(std::move(result));
+}
+
+}  // namespace
+}  // namespace timelake
+
+NB_MODULE(_core, m) {
+  using namespace timelake;
+  m.doc() = "timelake C++ core (use the `timelake` package, not this module)";
+  m.attr("__version__") = TIMELAKE_VERSION;
+
+  nb::class_<Table>(m, "Table")
+      .def_prop_ro("name", &Table::name)
+      .def_prop_ro("location", &Table::location)
+      .def_prop_ro("version", [](Table& t) {
+        nb::gil_scoped_release release;
+        return t.version();
+      })
+      .def("schema_capsule", [](Table& t) { return ExportSchemaCapsule(*t.schema()); })
+      .def("append",
+           [](Table& t, nb::handle stream_capsule, std::optional<std::string> batch_id,
+              std::optional<bool> maintain) {
+             auto* stream = static_cast<ArrowArrayStream*>(
+                 CapsulePointer(stream_capsule, "arrow_array_stream"));
+             auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
+             arrow::Result<AppendResult> result;
+             {
+               nb::gil_scoped_release release;
+               result = t.Append(reader.get(), AppendOptions{batch_id, maintain});
+               reader.reset();
+             }
+             AppendResult r = Unwrap(std::move(result));
+             nb::dict d;
+             d["rows"] = r.rows;
+             d["files"] = r.files;
+             d["bytes"] = r.bytes;
+             d["version"] = r.version;
+             d["commit_ms"] = r.commit_ms;
+             d["attempts"] = r.attempts;
+             d["duplicate"] = r.duplicate;
+             return d;
+           },
+           "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())
+      .def("maintain",
+           [](Table& t, bool compact, bool retention, bool expire) {
+             arrow::Result<MaintainResult> result;
+             {
+               nb::gil_scoped_release release;
+               result = t.Maintain(MaintainOptions{compact, retention, expire});
+             }
+             MaintainResult r = Unwrap(std::move(result));
+             nb::dict d;
+             d["partitions_compacted"] = r.partitions_compacted;
+             d["files_rewritten"] = r.files_rewritten;
+             d["files_written"] = r.files_written;
+             d["rows_rewritten"] = r.rows_rewritten;
+             d["duplicates_removed"] = r.duplicates_removed;
+             d["partitions_dropped"] = r.partitions_dropped;
+             d["snapshots_expired"] = r.snapshots_expired;
+             d["objects_deleted"] = r.objects_deleted;
+             d["seconds"] = r.seconds;
+             return d;
+           },
+           "compact"_a = true, "retention"_a = true, "expire"_a = true)
+      .def("info",
+           [](Table& t) {
+             arrow::Result<TableInfo> result;
+             {
+               nb::gil_scoped_release release;
+               result = t.Info();
+             }
+             TableInfo info = Unwrap(std::move(result));
+             nb::dict size, index, d;
+             size["rows"] = info.rows;
+             size["files"] = info.files;
+             size["bytes"] = info.bytes;
+             index["series"] = info.index_series;
+             index["version"] = info.index_version;
+             index["bytes"] = info.index_bytes;
+             d["contract"] = ContractDict(info.contract);
+             d["size"] = size;
+             d["snapshots"] = info.snapshots;
+             d["manifests"] = info.manifests;
+             d["last_value_index"] = index;
+             return d;
+           })
+      .def("refresh",
+           [](Table& t) {
+             arrow::Status st;
+             {
+               nb::gil_scoped_release release;
+               st = t.Refresh();
+             }
+             Check(st);
+           })
+      .def("scan", [](Table& t) {
+        arrow::Result<ScanPlan> result;
+        {
+          nb::gil_scoped_release release;
+          result = t.Scan();
+        }
+        ScanPlan plan = Unwrap(std::move(result));
+        nb::list files;
+        for (const auto& f : plan.files) {
+          nb::dict pv;
+          for (const auto& [k, v] : f.partition_values) pv[k.c_str()] = v ? nb::cast(*v) : nb::none();
+          files.append(nb::make_tuple(f.path, f.chunk, f.seq, f.order, f.rows, f.dedup, pv));
+        }
+        nb::dict d;
+        d["version"] = plan.version;
+        d["files"] = files;
+        d["declared_schema"] = ExportSchemaCapsule(*plan.declared);
+        d["file_schema"] = ExportSchemaCapsule(*plan.file_schema);
+        d["partition_columns"] = nb::cast(plan.partition_columns);
+        d["contract"] = ContractDict(plan.contract);
+        return d;
+      });
+
+  nb::class_<Lake>(m, "Lake")
+      .def_static("open", &OpenLake, "location"_a, "storage_options"_a)
+      .def_prop_ro("location", &Lake::location)
+      .def("create_table",
+           [](Lake& lake, const std::string& name, nb::handle schema_capsule,
+              std::optional<std::string> time_column, std::optional<std::vector<std::string>> series_key,
+              std::optional<std::string> chunk, std::optional<std::string> retention,
+              std::optional<std::string> dedup, std::map<std::string, std::string> properties) {
+             auto schema = ImportSchemaCapsule(schema_capsule);
+             ContractOptions options{time_column, series_key, chunk, retention, dedup, properties};
+             arrow::Result<std::shared_ptr<Table>> result;
+             {
+               nb::gil_scoped_release release;
+               result = lake.CreateTable(name, schema, options);
+             }
+             return Unwrap(std::move(result));
+           })
+      .def("table",
+           [](Lake& lake, const std::string& name) {
+             arrow::Result<std::shared_ptr<Table>> result;
+             {
+               nb::gil_scoped_release release;
+               result = lake.OpenTable(name);
+             }
+             return Unwrap(std::move(result));
+           })
+      .def("tables",
+           [](Lake& lake) {
+             arrow::Result<std::vector<std::string>> result;
+             {
+               nb::gil_scoped_release release;
+               result = lake.Tables();
+             }
+             return Unwrap(std::move(result));
+           })
+      .def("drop_table", [](Lake& lake, const std::string& name) {
+        arrow::Status st;
+        {
+          nb::gil_scoped_release release;
+          st = lake.DropTable(name);
+        }
+        Check(st);
+      });
+}

@@ -1,0 +1,40 @@
+// Arranging rows for storage: chunk assignment, sort order and in-batch deduplication.
+//
+// A time-series table stores rows sorted by (chunk, series key…, time) so that each chunk is one
+// contiguous run and each series one contiguous run inside it. The sort is stable, so rows with
+// the same series key and time keep their arrival order, which is what deduplication relies on.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <arrow/result.h>
+#include <arrow/table.h>
+
+#include "timelake/contract.h"
+
+namespace timelake {
+
+/// A run of rows of one chunk within an arranged table.
+struct ChunkRun {
+  int64_t ordinal = 0;  // ChunkOrdinal of every row in the run
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+struct Arranged {
+  std::shared_ptr<arrow::Table> table;  // sorted (and deduplicated) rows
+  std::vector<ChunkRun> runs;           // contiguous, in order, covering the whole table
+};
+
+/// Sorts `table` (storage schema) by (chunk, series key, time) and applies the contract's
+/// in-batch deduplication. A plain table is returned as one run, unsorted.
+arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract);
+
+/// Row positions (in a table sorted by series key and time) that `policy` keeps: for "last" the
+/// final row of each (series key, time) run, for "first" the first one. Exposed for tests.
+arrow::Result<std::shared_ptr<arrow::Array>> DedupMask(const arrow::Table& sorted,
+                                                       const std::vector<std::string>& key_columns,
+                                                       DedupPolicy policy);
+
+}  // namespace timelake

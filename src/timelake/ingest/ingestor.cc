@@ -1,0 +1,112 @@
+#include "timelake/ingest/ingestor.h"
+
+#include <arrow/array.h>
+#include <arrow/compute/api_aggregate.h>
+#include <arrow/scalar.h>
+#include <arrow/table.h>
+#include <arrow/util/byte_size.h>
+#include <parquet/arrow/writer.h>
+
+#include "timelake/ingest/align.h"
+#include "timelake/ingest/arrange.h"
+#include "timelake/ingest/stats.h"
+#include "timelake/util/ids.h"
+
+namespace timelake {
+
+arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
+                                        const arrow::Table& table, const IngestOptions& options) {
+  auto props = parquet::WriterProperties::Builder()
+                   .compression(parquet::Compression::ZSTD)
+                   ->compression_level(options.compression_level)
+                   ->max_row_group_length(options.row_group_rows)
+                   ->enable_statistics()
+                   ->build();
+  auto arrow_props = parquet::ArrowWriterProperties::Builder()
+                         .coerce_timestamps(arrow::TimeUnit::MICRO)
+                         ->set_use_threads(true)
+                         ->build();
+  ARROW_ASSIGN_OR_RAISE(auto sink, store->OpenOutput(path));
+  ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(*table.schema(),
+                                                                      arrow::default_memory_pool(),
+                                                                      sink, props, arrow_props));
+  ARROW_RETURN_NOT_OK(writer->WriteTable(table, options.row_group_rows));
+  ARROW_RETURN_NOT_OK(writer->Close());
+  ARROW_ASSIGN_OR_RAISE(int64_t size, sink->Tell());
+  ARROW_RETURN_NOT_OK(sink->Close());
+  return size;
+}
+
+Ingestor::Ingestor(std::shared_ptr<ObjectStore> store, std::string table_path, Contract contract,
+                   std::shared_ptr<arrow::Schema> declared, std::shared_ptr<arrow::Schema> storage,
+                   IngestOptions options)
+    : store_(std::move(store)),
+      table_path_(std::move(table_path)),
+      contract_(std::move(contract)),
+      declared_(std::move(declared)),
+      storage_(std::move(storage)),
+      options_(options) {}
+
+arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
+  ARROW_ASSIGN_OR_RAISE(auto aligner, BatchAligner::Make(declared_, storage_, *reader->schema(),
+                                                         contract_.time_column));
+  for (;;) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
+    if (!batch) break;
+    if (batch->num_rows() == 0) continue;
+    ARROW_ASSIGN_OR_RAISE(auto aligned, aligner.Align(*batch));
+    rows_in_ += aligned->num_rows();
+    buffered_bytes_ += arrow::util::TotalBufferSize(*aligned);
+    buffer_.push_back(std::move(aligned));
+    if (buffered_bytes_ >= options_.buffer_bytes) ARROW_RETURN_NOT_OK(Flush());
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Status Ingestor::Flush() {
+  if (buffer_.empty()) return arrow::Status::OK();
+  ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
+  buffer_.clear();
+  buffered_bytes_ = 0;
+  ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
+  for (const auto& run : arranged.runs) {
+    auto rows = arranged.table->Slice(run.offset, run.length);
+    ARROW_ASSIGN_OR_RAISE(auto file, WriteFile(rows, ChunkLabel(contract_.chunk, run.ordinal)));
+    written_.push_back(std::move(file));
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Table>& rows,
+                                               const std::string& chunk) {
+  WrittenFile file;
+  file.chunk = chunk;
+  file.rows = rows->num_rows();
+  file.order = static_cast<int>(written_.size());
+  file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
+              ".parquet";
+  if (contract_.is_time_series()) {
+    ARROW_ASSIGN_OR_RAISE(auto mm, arrow::compute::MinMax(rows->GetColumnByName(contract_.time_column)));
+    const auto& pair = static_cast<const arrow::StructScalar&>(*mm.scalar());
+    file.min_time = static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value;
+    file.max_time = static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value;
+  }
+  ARROW_ASSIGN_OR_RAISE(file.stats, FileStatsJson(*rows));
+  ARROW_ASSIGN_OR_RAISE(file.size, WriteParquetFile(store_.get(), table_path_ + "/" + file.path,
+                                                    *rows, options_));
+  return file;
+}
+
+arrow::Result<std::vector<WrittenFile>> Ingestor::Finish() {
+  ARROW_RETURN_NOT_OK(Flush());
+  return written_;
+}
+
+void Ingestor::Abort() {
+  buffer_.clear();
+  for (const auto& f : written_) (void)store_->Delete(table_path_ + "/" + f.path);
+  written_.clear();
+}
+
+}  // namespace timelake

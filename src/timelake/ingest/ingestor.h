@@ -1,0 +1,76 @@
+// Ingestor: streams a user's record batches into Parquet data files of one table.
+//
+// Batches are aligned to the storage schema as they arrive and buffered up to a byte budget;
+// each time the budget fills (and at the end) the buffer is arranged (chunked, sorted,
+// deduplicated) and written as one file per chunk. Memory stays bounded by the budget whatever
+// the input's size. Files are written before any commit; if the append fails or turns out to be
+// a duplicate, Abort() deletes them (a crash leaves them unreferenced, for vacuum).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/record_batch.h>
+#include <arrow/result.h>
+
+#include "timelake/contract.h"
+#include "timelake/store/object_store.h"
+
+namespace timelake {
+
+struct IngestOptions {
+  int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
+  int64_t row_group_rows = 256 * 1024;
+  int compression_level = 1;  // zstd
+};
+
+/// A data file written by the ingestor, not yet committed.
+struct WrittenFile {
+  std::string path;   // relative to the table folder
+  std::string chunk;  // chunk label ("" for plain tables)
+  int64_t size = 0;
+  int64_t rows = 0;
+  int64_t min_time = 0;  // microseconds; meaningful for time-series tables
+  int64_t max_time = 0;
+  int order = 0;  // write order within the append (breaks ties between files of one commit)
+  std::string stats;
+};
+
+class Ingestor {
+ public:
+  Ingestor(std::shared_ptr<ObjectStore> store, std::string table_path, Contract contract,
+           std::shared_ptr<arrow::Schema> declared, std::shared_ptr<arrow::Schema> storage,
+           IngestOptions options = {});
+
+  /// Reads `reader` to its end. Status::Invalid for input that does not fit the table.
+  arrow::Status Consume(arrow::RecordBatchReader* reader);
+  /// Writes what is still buffered and returns every file written.
+  arrow::Result<std::vector<WrittenFile>> Finish();
+  /// Deletes every file written so far (best effort).
+  void Abort();
+
+  int64_t rows_in() const { return rows_in_; }
+
+ private:
+  arrow::Status Flush();
+  arrow::Result<WrittenFile> WriteFile(const std::shared_ptr<arrow::Table>& rows,
+                                       const std::string& chunk);
+
+  std::shared_ptr<ObjectStore> store_;
+  std::string table_path_;
+  Contract contract_;
+  std::shared_ptr<arrow::Schema> declared_;
+  std::shared_ptr<arrow::Schema> storage_;
+  IngestOptions options_;
+  std::vector<std::shared_ptr<arrow::RecordBatch>> buffer_;
+  int64_t buffered_bytes_ = 0;
+  int64_t rows_in_ = 0;
+  std::vector<WrittenFile> written_;
+};
+
+/// Writes `table` as a Parquet file at `path` in `store` with timelake's writer settings.
+arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
+                                        const arrow::Table& table, const IngestOptions& options);
+
+}  // namespace timelake

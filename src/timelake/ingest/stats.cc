@@ -1,0 +1,207 @@
+#include "timelake/ingest/stats.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <arrow/array.h>
+#include <arrow/chunked_array.h>
+#include <arrow/compute/api_aggregate.h>
+#include <arrow/scalar.h>
+#include <arrow/table.h>
+#include <arrow/type.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "timelake/util/time.h"
+#include "timelake/util/json.h"
+
+namespace timelake {
+namespace {
+
+using Writer = JsonWriter;
+constexpr size_t kMaxStringChars = 32;
+
+// Cuts `s` after `n` UTF-8 characters; returns true if anything was cut.
+bool TruncateUtf8(std::string* s, size_t n) {
+  size_t chars = 0;
+  for (size_t i = 0; i < s->size(); ++i) {
+    if ((static_cast<unsigned char>((*s)[i]) & 0xC0) != 0x80) {
+      if (chars == n) {
+        s->resize(i);
+        return true;
+      }
+      ++chars;
+    }
+  }
+  return false;
+}
+
+std::string FormatDate(int32_t days) {
+  const CivilDate d = CivilFromDays(days);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%04lld-%02d-%02d", static_cast<long long>(d.year), d.month, d.day);
+  return buf;
+}
+
+// Writes a min or max scalar as a stats value; returns false (writing nothing) if it can't.
+bool WriteValue(Writer& w, const std::string& key, const arrow::Scalar& s, bool is_max) {
+  if (!s.is_valid) return false;
+  using arrow::Type;
+  switch (s.type->id()) {
+    case Type::INT8: w.Key(key); w.Int(static_cast<const arrow::Int8Scalar&>(s).value); return true;
+    case Type::INT16: w.Key(key); w.Int(static_cast<const arrow::Int16Scalar&>(s).value); return true;
+    case Type::INT32: w.Key(key); w.Int(static_cast<const arrow::Int32Scalar&>(s).value); return true;
+    case Type::INT64: w.Key(key); w.Int64(static_cast<const arrow::Int64Scalar&>(s).value); return true;
+    case Type::FLOAT:
+    case Type::DOUBLE: {
+      const double v = s.type->id() == Type::FLOAT ? static_cast<const arrow::FloatScalar&>(s).value
+                                                   : static_cast<const arrow::DoubleScalar&>(s).value;
+      if (!std::isfinite(v)) return false;
+      w.Key(key);
+      w.Double(v);
+      return true;
+    }
+    case Type::DATE32:
+      w.Key(key);
+      w.String(FormatDate(static_cast<const arrow::Date32Scalar&>(s).value));
+      return true;
+    case Type::TIMESTAMP: {
+      const auto& ts = static_cast<const arrow::TimestampScalar&>(s);
+      int64_t micros = ts.value;  // storage timestamps are microseconds
+      int64_t ms = is_max ? -FloorDiv(-micros, 1000) : FloorDiv(micros, 1000);
+      std::string text = FormatIsoMillis(ms * 1000);
+      if (static_cast<const arrow::TimestampType&>(*s.type).timezone().empty()) text.pop_back();
+      w.Key(key);
+      w.String(text);
+      return true;
+    }
+    case Type::STRING: {
+      std::string v(static_cast<const arrow::StringScalar&>(s).view());
+      if (TruncateUtf8(&v, kMaxStringChars) && is_max) v += "\xF4\x8F\xBF\xBF";
+      w.Key(key);
+      w.String(v);
+      return true;
+    }
+    case Type::DECIMAL128: {
+      const auto& d = static_cast<const arrow::Decimal128Scalar&>(s);
+      const auto& dt = static_cast<const arrow::Decimal128Type&>(*s.type);
+      w.Key(key);
+      w.RawValue(d.value.ToString(dt.scale()).c_str(), d.value.ToString(dt.scale()).size(),
+                 rapidjson::kNumberType);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+bool HasMinMax(const arrow::DataType& t) {
+  using arrow::Type;
+  switch (t.id()) {
+    case Type::INT8: case Type::INT16: case Type::INT32: case Type::INT64:
+    case Type::FLOAT: case Type::DOUBLE: case Type::DATE32: case Type::TIMESTAMP:
+    case Type::STRING: case Type::DECIMAL128:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct MinMax {
+  std::shared_ptr<arrow::Scalar> min, max;
+};
+
+arrow::Result<MinMax> ComputeMinMax(const std::shared_ptr<arrow::ChunkedArray>& column) {
+  arrow::compute::ScalarAggregateOptions options(/*skip_nulls=*/true);
+  ARROW_ASSIGN_OR_RAISE(auto datum, arrow::compute::MinMax(column, options));
+  const auto& pair = static_cast<const arrow::StructScalar&>(*datum.scalar());
+  return MinMax{pair.value[0], pair.value[1]};
+}
+
+// One level of the stats objects; `columns` are the columns (or struct children) at this level.
+struct Level {
+  std::vector<std::string> names;
+  std::vector<std::shared_ptr<arrow::ChunkedArray>> columns;
+};
+
+Level ChildrenOf(const arrow::ChunkedArray& column) {
+  Level level;
+  const auto& type = static_cast<const arrow::StructType&>(*column.type());
+  for (int i = 0; i < type.num_fields(); ++i) {
+    arrow::ArrayVector chunks;
+    for (const auto& chunk : column.chunks()) {
+      chunks.push_back(static_cast<const arrow::StructArray&>(*chunk).field(i));
+    }
+    level.names.push_back(type.field(i)->name());
+    level.columns.push_back(std::make_shared<arrow::ChunkedArray>(chunks, type.field(i)->type()));
+  }
+  return level;
+}
+
+// Writes min or max values of a level; `budget` counts the leaf columns still to index.
+arrow::Status WriteMinOrMax(Writer& w, const Level& level, bool is_max, int* budget,
+                            std::vector<MinMax>* cache, size_t* cursor) {
+  w.StartObject();
+  for (size_t i = 0; i < level.columns.size(); ++i) {
+    const auto& column = level.columns[i];
+    if (column->type()->id() == arrow::Type::STRUCT) {
+      w.Key(level.names[i]);
+      ARROW_RETURN_NOT_OK(WriteMinOrMax(w, ChildrenOf(*column), is_max, budget, cache, cursor));
+      continue;
+    }
+    if (*budget <= 0) continue;
+    --*budget;
+    if (!HasMinMax(*column->type()) || column->null_count() == column->length()) continue;
+    if (*cursor == cache->size()) {
+      ARROW_ASSIGN_OR_RAISE(auto mm, ComputeMinMax(column));
+      cache->push_back(std::move(mm));
+    }
+    const MinMax& mm = (*cache)[(*cursor)++];
+    WriteValue(w, level.names[i], is_max ? *mm.max : *mm.min, is_max);
+  }
+  w.EndObject();
+  return arrow::Status::OK();
+}
+
+void WriteNullCounts(Writer& w, const Level& level) {
+  w.StartObject();
+  for (size_t i = 0; i < level.columns.size(); ++i) {
+    w.Key(level.names[i]);
+    if (level.columns[i]->type()->id() == arrow::Type::STRUCT) {
+      WriteNullCounts(w, ChildrenOf(*level.columns[i]));
+    } else {
+      w.Int64(level.columns[i]->null_count());
+    }
+  }
+  w.EndObject();
+}
+
+}  // namespace
+
+arrow::Result<std::string> FileStatsJson(const arrow::Table& table, int max_indexed_columns) {
+  Level top;
+  for (int i = 0; i < table.num_columns(); ++i) {
+    top.names.push_back(table.field(i)->name());
+    top.columns.push_back(table.column(i));
+  }
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("numRecords");
+  w.Int64(table.num_rows());
+  std::vector<MinMax> cache;  // min and max come from one pass per column
+  size_t cursor = 0;
+  int budget = max_indexed_columns;
+  w.Key("minValues");
+  ARROW_RETURN_NOT_OK(WriteMinOrMax(w, top, false, &budget, &cache, &cursor));
+  cursor = 0;
+  budget = max_indexed_columns;
+  w.Key("maxValues");
+  ARROW_RETURN_NOT_OK(WriteMinOrMax(w, top, true, &budget, &cache, &cursor));
+  w.Key("nullCount");
+  WriteNullCounts(w, top);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+}  // namespace timelake

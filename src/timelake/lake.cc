@@ -1,0 +1,209 @@
+#include "timelake/lake.h"
+
+#include <filesystem>
+#include <set>
+
+#include <arrow/compute/initialize.h>
+#include <arrow/type.h>
+
+#include "timelake/log/delta_log.h"
+#include "timelake/log/schema.h"
+#include "timelake/store/local_store.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/util/ids.h"
+#include "timelake/util/time.h"
+
+namespace timelake {
+namespace {
+
+constexpr size_t kMaxIdentifierBytes = 128;
+
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || s.size() > kMaxIdentifierBytes) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// storage_options keys users know from delta-rs / object_store, per store kind.
+const std::set<std::string>& KnownStorageOptions() {
+  static const std::set<std::string> keys = {
+      "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_token",
+      "aws_region", "aws_default_region", "aws_endpoint", "aws_endpoint_url",
+      "aws_virtual_hosted_style_request", "aws_allow_http", "aws_unsigned_payload",
+      "aws_skip_signature", "aws_conditional_put", "aws_profile", "aws_web_identity_token_file",
+      "aws_role_arn", "aws_role_session_name", "aws_metadata_endpoint",
+      "azure_storage_account_name", "azure_storage_account_key", "access_key",
+      "azure_storage_sas_token", "azure_storage_sas_key", "azure_storage_token",
+      "azure_storage_client_id", "azure_storage_client_secret", "azure_storage_tenant_id",
+      "azure_storage_use_emulator", "azure_storage_endpoint", "azure_federated_token_file",
+      "azure_use_azure_cli", "google_service_account", "google_service_account_key",
+      "google_application_credentials", "google_base_url", "google_bearer_token",
+      "google_skip_signature", "allow_http", "allow_invalid_certificates", "timeout",
+      "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent"};
+  return keys;
+}
+
+}  // namespace
+
+arrow::Result<TableName> ParseTableName(const std::string& name) {
+  TableName out;
+  const auto dot = name.find('.');
+  if (dot == std::string::npos) {
+    out = {"default", name};
+  } else {
+    out = {name.substr(0, dot), name.substr(dot + 1)};
+  }
+  if (!IsIdentifier(out.ns) || !IsIdentifier(out.table)) {
+    return arrow::Status::Invalid("invalid table name '", name,
+                                  "': use 'table' or 'namespace.table', where each part starts "
+                                  "with a letter or '_', has only letters, digits and '_', and is "
+                                  "at most 128 bytes");
+  }
+  return out;
+}
+
+arrow::Result<std::shared_ptr<Lake>> Lake::Open(
+    const std::string& location, const std::map<std::string, std::string>& storage_options) {
+  for (const auto& [key, value] : storage_options) {
+    if (!KnownStorageOptions().count(key)) {
+      return arrow::Status::Invalid("unknown storage option '", key,
+                                    "'; use the key names of delta-rs/object_store, such as "
+                                    "aws_region, aws_endpoint or azure_storage_account_name");
+    }
+  }
+  if (location.empty()) return arrow::Status::Invalid("lake location must not be empty");
+  const auto scheme_end = location.find("://");
+  std::string path;
+  if (scheme_end == std::string::npos) {
+    path = std::filesystem::absolute(location).lexically_normal().string();
+  } else {
+    const std::string scheme = location.substr(0, scheme_end);
+    const std::string rest = location.substr(scheme_end + 3);
+    if (scheme == "file") {
+      if (rest.empty() || rest[0] != '/') {
+        return arrow::Status::Invalid("file URL '", location,
+                                      "' must hold an absolute path, such as file:///data/lake");
+      }
+      path = std::filesystem::path(rest).lexically_normal().string();
+    } else if (scheme == "memory") {
+      if (!storage_options.empty()) {
+        return arrow::Status::Invalid("storage option '", storage_options.begin()->first,
+                                      "' does not apply to a memory:// lake");
+      }
+      return OverStore(std::make_shared<MemoryStore>(rest));
+    } else if (scheme == "s3" || scheme == "s3a" || scheme == "gs" || scheme == "az" ||
+               scheme == "abfs" || scheme == "abfss") {
+      return arrow::Status::NotImplemented(
+          "lake '", location, "': the ", scheme,
+          ":// object store is not available in this build yet; use a local path or file:// URL");
+    } else {
+      return arrow::Status::Invalid("lake location '", location, "' has an unknown scheme '",
+                                    scheme, "://'; use a local path, file://, s3://, gs:// or az://");
+    }
+  }
+  if (!storage_options.empty()) {
+    return arrow::Status::Invalid("storage option '", storage_options.begin()->first,
+                                  "' does not apply to a local lake (", path, ")");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto store, LocalStore::Make(path));
+  return OverStore(std::move(store));
+}
+
+std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store) {
+  // Arrow's compute kernels (sort, take, cast, min/max) register on first initialisation; doing
+  // it again is a no-op, and it cannot fail for the kernels the wheel ships.
+  (void)arrow::compute::Initialize();
+  return std::shared_ptr<Lake>(new Lake(std::move(store)));
+}
+
+arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
+                                                        const std::shared_ptr<arrow::Schema>& schema,
+                                                        const ContractOptions& options) {
+  ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
+  ARROW_ASSIGN_OR_RAISE(auto contract, MakeContract(*schema, options));
+  ARROW_ASSIGN_OR_RAISE(auto storage, StorageSchemaOf(*schema));
+  DeltaLog log(store_, table_name.path());
+  ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
+  auto already = [&] {
+    return arrow::Status::AlreadyExists("table '", table_name.qualified(), "' already exists in ",
+                                        store_->RootUrl(), "; open it with lake.table('",
+                                        table_name.qualified(), "') or drop it first");
+  };
+  if (exists) return already();
+
+  Commit commit;
+  CommitInfo info;
+  info.timestamp = NowMillis();
+  info.operation = "CREATE TABLE";
+  info.operation_parameters = {{"mode", "ErrorIfExists"}};
+  info.engine_info = std::string("timelake/") + TIMELAKE_VERSION;
+  info.txn_id = NewUuid();
+  commit.commit_info = info;
+
+  Protocol protocol;
+  if (NeedsTimestampNtz(*storage)) {
+    protocol.min_reader_version = 3;
+    protocol.min_writer_version = 7;
+    protocol.reader_features = std::vector<std::string>{"timestampNtz"};
+    protocol.writer_features = std::vector<std::string>{"appendOnly", "invariants", "timestampNtz"};
+  }
+  commit.protocol = protocol;
+
+  Metadata metadata;
+  metadata.id = NewUuid();
+  metadata.name = table_name.table;
+  ARROW_ASSIGN_OR_RAISE(metadata.schema_string, DeltaSchemaString(*storage));
+  metadata.configuration = {{"delta.checkpointInterval", "10"},
+                            {"delta.setTransactionRetentionDuration", "interval 30 days"}};
+  for (const auto& [k, v] : ContractConfiguration(contract)) metadata.configuration[k] = v;
+  for (const auto& [k, v] : options.properties) metadata.configuration[k] = v;
+  ARROW_ASSIGN_OR_RAISE(metadata.configuration["timelake.arrowSchema"], EncodeArrowSchema(*schema));
+  metadata.configuration["timelake.formatVersion"] = "1";
+  metadata.created_time = info.timestamp;
+  commit.metadata = metadata;
+
+  ARROW_ASSIGN_OR_RAISE(bool won, log.TryCommit(0, SerializeCommit(commit)));
+  if (!won) return already();
+  return Table::Open(store_, table_name.path(), table_name.qualified());
+}
+
+arrow::Result<std::shared_ptr<Table>> Lake::OpenTable(const std::string& name) {
+  ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
+  return Table::Open(store_, table_name.path(), table_name.qualified());
+}
+
+arrow::Result<std::vector<std::string>> Lake::Tables() {
+  std::vector<std::string> out;
+  ARROW_ASSIGN_OR_RAISE(auto namespaces, store_->ListChildren(""));
+  for (const auto& ns : namespaces) {
+    if (!IsIdentifier(ns)) continue;
+    ARROW_ASSIGN_OR_RAISE(auto tables, store_->ListChildren(ns + "/"));
+    for (const auto& t : tables) {
+      if (!IsIdentifier(t)) continue;
+      ARROW_ASSIGN_OR_RAISE(auto children, store_->ListChildren(ns + "/" + t + "/"));
+      for (const auto& c : children) {
+        if (c == "_delta_log") {
+          out.push_back(ns + "." + t);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+arrow::Status Lake::DropTable(const std::string& name) {
+  ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
+  DeltaLog log(store_, table_name.path());
+  ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
+  if (!exists) {
+    return arrow::Status::KeyError("table '", table_name.qualified(), "' does not exist");
+  }
+  ARROW_RETURN_NOT_OK(store_->DeletePrefix(table_name.path() + "/_delta_log/"));
+  return store_->DeletePrefix(table_name.path() + "/");
+}
+
+}  // namespace timelake

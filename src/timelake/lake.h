@@ -1,0 +1,60 @@
+// Lake: a warehouse of tables under one root (a local folder or a bucket prefix).
+//
+// Tables live at `<root>/<namespace>/<table>/` and are named "namespace.table"; an unqualified
+// name means namespace "default". Each name part is an identifier ([A-Za-z_][A-Za-z0-9_]*, at most
+// 128 bytes), which also keeps paths such as "../" out of storage.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/result.h>
+#include <arrow/type_fwd.h>
+
+#include "timelake/contract.h"
+#include "timelake/store/object_store.h"
+#include "timelake/table.h"
+
+namespace timelake {
+
+struct TableName {
+  std::string ns;
+  std::string table;
+  std::string qualified() const { return ns + "." + table; }
+  std::string path() const { return ns + "/" + table; }
+};
+
+/// Parses "table" or "namespace.table"; Status::Invalid explains a bad name.
+arrow::Result<TableName> ParseTableName(const std::string& name);
+
+class Lake {
+ public:
+  /// Opens the lake at `location`: a local path, file://, or (with a store for it) a URL.
+  /// Unknown `storage_options` keys are Status::Invalid naming the key.
+  static arrow::Result<std::shared_ptr<Lake>> Open(
+      const std::string& location, const std::map<std::string, std::string>& storage_options);
+  /// A lake over an existing store (tests use a MemoryStore).
+  static std::shared_ptr<Lake> OverStore(std::shared_ptr<ObjectStore> store);
+
+  std::string location() const { return store_->RootUrl(); }
+  const std::shared_ptr<ObjectStore>& store() const { return store_; }
+
+  /// Status::AlreadyExists if the table exists; Status::Invalid for a bad name or contract.
+  arrow::Result<std::shared_ptr<Table>> CreateTable(const std::string& name,
+                                                    const std::shared_ptr<arrow::Schema>& schema,
+                                                    const ContractOptions& options);
+  /// Status::KeyError if the table does not exist.
+  arrow::Result<std::shared_ptr<Table>> OpenTable(const std::string& name);
+  /// "namespace.table" for every folder holding a Delta log, sorted.
+  arrow::Result<std::vector<std::string>> Tables();
+  /// Deletes the table's log (first, so it stops being a table) and then all its files.
+  arrow::Status DropTable(const std::string& name);
+
+ private:
+  explicit Lake(std::shared_ptr<ObjectStore> store) : store_(std::move(store)) {}
+  std::shared_ptr<ObjectStore> store_;
+};
+
+}  // namespace timelake

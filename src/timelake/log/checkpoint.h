@@ -1,0 +1,31 @@
+// Classic single-file Parquet checkpoints.
+//
+// A checkpoint holds a snapshot's reconciled state, one action per row, in the top-level struct
+// columns Spark uses (txn, add, remove, metaData, protocol). Writing produces the file body;
+// reading accepts checkpoints from any engine (extra columns such as stats_parsed are ignored).
+#pragma once
+
+#include <memory>
+
+#include <arrow/buffer.h>
+#include <arrow/result.h>
+
+#include "timelake/log/snapshot.h"
+
+namespace timelake {
+
+struct CheckpointBody {
+  std::shared_ptr<arrow::Buffer> data;
+  int64_t num_actions = 0;
+  int64_t num_add_files = 0;
+};
+
+/// Serialises `snapshot`. Tombstones deleted before `tombstone_cutoff_ms` and transactions last
+/// updated before `txn_cutoff_ms` are left out (both in milliseconds since the epoch).
+arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t tombstone_cutoff_ms,
+                                              int64_t txn_cutoff_ms);
+
+/// Loads a checkpoint file's actions into `snapshot` (which should be empty).
+arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapshot* snapshot);
+
+}  // namespace timelake

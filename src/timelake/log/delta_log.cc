@@ -1,0 +1,117 @@
+#include "timelake/log/delta_log.h"
+
+#include <algorithm>
+#include <set>
+
+#include <rapidjson/document.h>
+
+#include "timelake/log/checkpoint.h"
+#include "timelake/util/status.h"
+#include "timelake/util/time.h"
+
+namespace timelake {
+namespace {
+
+std::string FileName(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+DeltaLog::DeltaLog(std::shared_ptr<ObjectStore> store, std::string table_path)
+    : store_(std::move(store)), table_path_(std::move(table_path)) {}
+
+std::string DeltaLog::LogPath(const std::string& name) const {
+  return table_path_ + "/_delta_log/" + name;
+}
+
+arrow::Result<bool> DeltaLog::Exists() {
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(LogPath("")));
+  for (const auto& meta : listing) {
+    const std::string name = FileName(meta.path);
+    if (CommitVersionOf(name) || CheckpointVersionOf(name)) return true;
+  }
+  return false;
+}
+
+arrow::Result<Snapshot> DeltaLog::Load() {
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(LogPath("")));
+  std::set<int64_t> commits, checkpoints;
+  for (const auto& meta : listing) {
+    const std::string name = FileName(meta.path);
+    if (auto v = CommitVersionOf(name)) commits.insert(*v);
+    if (auto v = CheckpointVersionOf(name)) checkpoints.insert(*v);
+  }
+  if (commits.empty() && checkpoints.empty()) {
+    return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
+  }
+  const int64_t latest = std::max(commits.empty() ? -1 : *commits.rbegin(),
+                                  checkpoints.empty() ? -1 : *checkpoints.rbegin());
+  Snapshot snapshot;
+  int64_t start = 0;
+  if (!checkpoints.empty()) {
+    const int64_t cp = *checkpoints.rbegin();
+    ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(LogPath(CommitFileName(cp).substr(0, 20) +
+                                                          ".checkpoint.parquet")));
+    ARROW_RETURN_NOT_OK(ReadCheckpoint(data, &snapshot));
+    snapshot.version = cp;
+    snapshot.checkpoint_version = cp;
+    start = cp + 1;
+  } else if (!commits.count(0)) {
+    return arrow::Status::IOError("Delta log of '", table_path_,
+                                  "' has neither commit 0 nor a checkpoint; the table is damaged");
+  }
+  for (int64_t v = start; v <= latest; ++v) {
+    if (!commits.count(v)) {
+      return arrow::Status::IOError("Delta log of '", table_path_, "' is missing commit ", v);
+    }
+    ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v));
+    snapshot.Apply(commit, v);
+  }
+  int64_t oldest = checkpoints.empty() ? 0 : *checkpoints.begin();
+  if (commits.count(0)) oldest = 0;
+  snapshot.oldest_version = oldest;
+  return snapshot;
+}
+
+arrow::Status DeltaLog::Update(Snapshot* snapshot) {
+  for (;;) {
+    auto commit = ReadCommit(snapshot->version + 1);
+    if (!commit.ok()) {
+      if (IsNotFound(commit.status())) return arrow::Status::OK();
+      return commit.status();
+    }
+    snapshot->Apply(*commit, snapshot->version + 1);
+  }
+}
+
+arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {
+  return store_->PutIfAbsent(LogPath(CommitFileName(version)), arrow::Buffer::FromString(body));
+}
+
+arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version) {
+  const std::string path = LogPath(CommitFileName(version));
+  ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(path));
+  return ParseCommit(std::string_view(reinterpret_cast<const char*>(data->data()),
+                                      static_cast<size_t>(data->size())),
+                     path);
+}
+
+arrow::Status DeltaLog::Checkpoint(const Snapshot& snapshot) {
+  const int64_t now = NowMillis();
+  const int64_t tombstone_cutoff =
+      now - DeltaIntervalMillis(snapshot.Config("delta.deletedFileRetentionDuration"), 7 * 86'400'000LL);
+  const std::string txn_retention = snapshot.Config("delta.setTransactionRetentionDuration");
+  const int64_t txn_cutoff = txn_retention.empty() ? INT64_MIN : now - DeltaIntervalMillis(txn_retention, 0);
+  ARROW_ASSIGN_OR_RAISE(auto body, WriteCheckpoint(snapshot, tombstone_cutoff, txn_cutoff));
+  const std::string name = CommitFileName(snapshot.version).substr(0, 20) + ".checkpoint.parquet";
+  ARROW_RETURN_NOT_OK(store_->Put(LogPath(name), body.data));
+  const std::string hint = "{\"version\":" + std::to_string(snapshot.version) +
+                           ",\"size\":" + std::to_string(body.num_actions) +
+                           ",\"sizeInBytes\":" + std::to_string(body.data->size()) +
+                           ",\"numOfAddFiles\":" + std::to_string(body.num_add_files) + "}";
+  return store_->Put(LogPath("_last_checkpoint"), arrow::Buffer::FromString(hint));
+}
+
+}  // namespace timelake

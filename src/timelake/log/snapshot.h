@@ -1,0 +1,36 @@
+// Snapshot: the reconciled state of a Delta table at one version.
+//
+// A snapshot is what replaying the log up to `version` yields: the protocol, the metadata, the
+// live data files, the latest transaction id per application and the tombstones of removed files.
+// It is a value: DeltaLog builds and advances it; nothing in it touches storage.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "timelake/log/actions.h"
+
+namespace timelake {
+
+struct Snapshot {
+  int64_t version = -1;
+  Protocol protocol;
+  Metadata metadata;
+  std::map<std::string, AddFile> files;         // live files by path
+  std::map<std::string, Txn> txns;              // by appId
+  std::map<std::string, RemoveFile> tombstones;  // removed files by path
+
+  /// Version of the checkpoint the log reader would start from (-1: none).
+  int64_t checkpoint_version = -1;
+  /// The oldest version that can still be reconstructed from the log.
+  int64_t oldest_version = 0;
+
+  /// Applies the actions of the commit that produced `version`.
+  void Apply(const Commit& commit, int64_t commit_version);
+
+  /// The configuration value for `key`, or `fallback` when the table does not set it.
+  std::string Config(const std::string& key, const std::string& fallback = "") const;
+};
+
+}  // namespace timelake

@@ -1,0 +1,411 @@
+#include "timelake/table.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <arrow/type.h>
+#include <rapidjson/document.h>
+
+#include "timelake/log/schema.h"
+#include "timelake/util/ids.h"
+#include "timelake/util/status.h"
+#include "timelake/util/time.h"
+
+namespace timelake {
+namespace {
+
+constexpr const char* kArrowSchemaKey = "timelake.arrowSchema";
+constexpr const char* kSeqTag = "timelake.seq";
+constexpr const char* kOrderTag = "timelake.order";
+constexpr const char* kChunkTag = "timelake.chunk";
+constexpr const char* kMinTimeTag = "timelake.minTime";
+constexpr const char* kMaxTimeTag = "timelake.maxTime";
+constexpr int kMaxCommitAttempts = 64;
+
+std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
+
+int64_t TagInt(const AddFile& add, const char* key, int64_t fallback) {
+  auto it = add.tags.find(key);
+  if (it == add.tags.end()) return fallback;
+  try {
+    return std::stoll(it->second);
+  } catch (...) {
+    return fallback;
+  }
+}
+
+int64_t NumRecords(const AddFile& add) {
+  if (!add.stats) return -1;
+  rapidjson::Document doc;
+  doc.Parse(add.stats->c_str());
+  if (doc.HasParseError() || !doc.IsObject()) return -1;
+  auto it = doc.FindMember("numRecords");
+  if (it == doc.MemberEnd() || !it->value.IsInt64()) return -1;
+  return it->value.GetInt64();
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Delta add paths are URI-encoded.
+std::string UriDecode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 && HexValue(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::string& name) {
+  static const std::set<std::string> readable = {"timestampNtz", "vacuumProtocolCheck",
+                                                 "appendOnly", "invariants"};
+  auto it = m.configuration.find("delta.columnMapping.mode");
+  if (it != m.configuration.end() && it->second != "none") {
+    return arrow::Status::NotImplemented("table '", name, "' uses Delta column mapping (mode ",
+                                         it->second, "), which timelake cannot read yet");
+  }
+  if (p.min_reader_version > 3) {
+    return arrow::Status::NotImplemented("table '", name, "' needs Delta reader version ",
+                                         p.min_reader_version, "; timelake reads up to 3");
+  }
+  if (p.reader_features) {
+    for (const auto& f : *p.reader_features) {
+      if (!readable.count(f)) {
+        return arrow::Status::NotImplemented("table '", name, "' uses the Delta reader feature '", f,
+                                             "', which timelake does not support");
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
+    : store_(store), table_path_(table_path), name_(std::move(name)), log_(store, table_path) {}
+
+arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> store,
+                                                  std::string table_path, std::string name) {
+  std::shared_ptr<Table> table(new Table(std::move(store), std::move(table_path), std::move(name)));
+  auto snapshot = table->log_.Load();
+  if (!snapshot.ok()) {
+    if (snapshot.status().IsKeyError()) {
+      return arrow::Status::KeyError("table '", table->name_, "' does not exist");
+    }
+    return snapshot.status();
+  }
+  table->snapshot_ = std::move(*snapshot);
+  ARROW_RETURN_NOT_OK(table->LoadDerived());
+  return table;
+}
+
+std::string Table::BatchAppId(const std::string& batch_id) { return "timelake:" + batch_id; }
+
+std::string Table::location() const { return store_->RootUrl() + "/" + table_path_; }
+
+int64_t Table::version() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return snapshot_.version;
+}
+
+arrow::Status Table::LoadDerived() {
+  const Metadata& m = snapshot_.metadata;
+  ARROW_RETURN_NOT_OK(CheckReadable(snapshot_.protocol, m, name_));
+  auto it = m.configuration.find(kArrowSchemaKey);
+  if (it != m.configuration.end()) {
+    ARROW_ASSIGN_OR_RAISE(declared_, DecodeArrowSchema(it->second));
+  } else {
+    auto schema = SchemaFromDelta(m.schema_string);
+    if (!schema.ok()) {
+      return arrow::Status::NotImplemented("table '", name_, "': ", schema.status().message());
+    }
+    declared_ = *schema;
+  }
+  ARROW_ASSIGN_OR_RAISE(storage_, StorageSchemaOf(*declared_));
+  ARROW_ASSIGN_OR_RAISE(contract_, ContractFromConfiguration(m.configuration));
+  metadata_id_ = m.id;
+  return arrow::Status::OK();
+}
+
+arrow::Status Table::CheckWritable() const {
+  const Protocol& p = snapshot_.protocol;
+  static const std::set<std::string> writable = {"appendOnly", "invariants", "timestampNtz"};
+  if (p.min_writer_version > 7 || (p.min_writer_version >= 3 && p.min_writer_version <= 6)) {
+    return arrow::Status::NotImplemented(
+        "table '", name_, "' needs Delta writer version ", p.min_writer_version,
+        " (constraints, generated columns, column mapping or identity columns), which timelake "
+        "cannot honour; write to it with the engine that created it");
+  }
+  if (p.writer_features) {
+    for (const auto& f : *p.writer_features) {
+      if (!writable.count(f)) {
+        return arrow::Status::NotImplemented("table '", name_, "' uses the Delta writer feature '",
+                                             f, "', which timelake does not implement; it can read "
+                                             "this table but not write to it");
+      }
+    }
+  }
+  if (!snapshot_.metadata.partition_columns.empty()) {
+    return arrow::Status::NotImplemented("table '", name_,
+                                         "' is partitioned by another engine; timelake can read it "
+                                         "but not append to it");
+  }
+  return arrow::Status::OK();
+}
+
+bool Table::HasBatch(const std::string& batch_id) const {
+  auto it = snapshot_.txns.find(BatchAppId(batch_id));
+  if (it == snapshot_.txns.end()) return false;
+  const std::string retention = snapshot_.Config("delta.setTransactionRetentionDuration");
+  if (retention.empty() || !it->second.last_updated) return true;
+  // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
+  const int64_t window_ms = DeltaIntervalMillis(retention, INT64_MAX / 2);
+  return *it->second.last_updated >= NowMillis() - window_ms;
+}
+
+void Table::MaybeCheckpoint() {
+  int64_t interval = 10;
+  try {
+    interval = std::stoll(snapshot_.Config("delta.checkpointInterval", "10"));
+  } catch (...) {
+  }
+  if (interval <= 0 || snapshot_.version == 0 || snapshot_.version % interval != 0) return;
+  // A failed checkpoint costs only replay time; the commit itself has succeeded.
+  if (log_.Checkpoint(snapshot_).ok()) snapshot_.checkpoint_version = snapshot_.version;
+}
+
+arrow::Status Table::Refresh() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+  if (snapshot_.metadata.id != metadata_id_ || !declared_) return LoadDerived();
+  return arrow::Status::OK();
+}
+
+arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
+                                          const AppendOptions& options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+  if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
+  ARROW_RETURN_NOT_OK(CheckWritable());
+
+  AppendResult result;
+  if (options.batch_id) {
+    if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
+    if (HasBatch(*options.batch_id)) {
+      result.version = snapshot_.version;
+      result.duplicate = true;
+      return result;
+    }
+  }
+
+  Ingestor ingestor(store_, table_path_, contract_, declared_, storage_, ingest_options_);
+  std::vector<WrittenFile> files;
+  {
+    arrow::Status st = ingestor.Consume(reader);
+    if (st.ok()) {
+      auto finished = ingestor.Finish();
+      if (finished.ok()) {
+        files = std::move(*finished);
+      } else {
+        st = finished.status();
+      }
+    }
+    if (!st.ok()) {
+      ingestor.Abort();
+      return st;
+    }
+  }
+  if (files.empty() && !options.batch_id) {
+    result.version = snapshot_.version;
+    return result;
+  }
+
+  Commit commit;
+  CommitInfo info;
+  info.operation = "WRITE";
+  info.operation_parameters = {{"mode", "Append"}};
+  info.is_blind_append = true;
+  info.engine_info = EngineInfo();
+  info.txn_id = NewUuid();
+  for (const auto& f : files) {
+    result.rows += f.rows;
+    result.bytes += f.size;
+  }
+  result.files = static_cast<int64_t>(files.size());
+  info.metrics = {{"numFiles", result.files}, {"numOutputRows", result.rows},
+                  {"numOutputBytes", result.bytes}};
+  if (options.batch_id) {
+    commit.txns.push_back({BatchAppId(*options.batch_id), 0, NowMillis()});
+  }
+  const int64_t now_ms = NowMillis();
+  for (const auto& f : files) {
+    AddFile add;
+    add.path = f.path;
+    add.size = f.size;
+    add.modification_time = now_ms;
+    add.data_change = true;
+    add.stats = f.stats;
+    add.tags[kOrderTag] = std::to_string(f.order);
+    if (contract_.is_time_series()) {
+      add.tags[kChunkTag] = f.chunk;
+      add.tags[kMinTimeTag] = std::to_string(f.min_time);
+      add.tags[kMaxTimeTag] = std::to_string(f.max_time);
+    }
+    commit.adds.push_back(std::move(add));
+  }
+
+  const auto started = std::chrono::steady_clock::now();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int attempt = 1;; ++attempt) {
+    const int64_t version = snapshot_.version + 1;
+    info.read_version = snapshot_.version;
+    info.timestamp = NowMillis();
+    commit.commit_info = info;
+    for (auto& add : commit.adds) add.tags[kSeqTag] = std::to_string(version);
+    auto won = log_.TryCommit(version, SerializeCommit(commit));
+    if (!won.ok()) {
+      ingestor.Abort();
+      return arrow::Status::IOError("commit of version ", version, " to table '", name_,
+                                    "' failed: ", won.status().message());
+    }
+    if (*won) {
+      snapshot_.Apply(commit, version);
+      result.version = version;
+      result.attempts = attempt;
+      result.commit_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      MaybeCheckpoint();
+      return result;
+    }
+    // Lost the race for `version`: read the winners and rebase onto them.
+    const Protocol protocol_before = snapshot_.protocol;
+    const std::string schema_before = snapshot_.metadata.schema_string;
+    const std::string id_before = snapshot_.metadata.id;
+    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+    if (snapshot_.metadata.id != id_before || snapshot_.metadata.schema_string != schema_before ||
+        snapshot_.protocol.min_writer_version != protocol_before.min_writer_version ||
+        snapshot_.protocol.min_reader_version != protocol_before.min_reader_version) {
+      ingestor.Abort();
+      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
+                                    "' changed its schema or protocol concurrently; retry the append");
+    }
+    if (options.batch_id && HasBatch(*options.batch_id)) {
+      ingestor.Abort();
+      AppendResult dup;
+      dup.version = snapshot_.version;
+      dup.duplicate = true;
+      dup.attempts = attempt;
+      return dup;
+    }
+    if (attempt >= kMaxCommitAttempts) {
+      ingestor.Abort();
+      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
+                                    "' lost ", attempt, " commit races in a row; retry later");
+    }
+    const int64_t cap_us = std::min<int64_t>(200'000, 1'000LL << std::min(attempt, 8));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
+  }
+}
+
+arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto started = std::chrono::steady_clock::now();
+  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+  MaintainResult result;
+  // Compaction, retention and expiry arrive with the maintenance subsystem; until then
+  // maintain() only brings the handle up to date and reports that it did no work.
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+arrow::Result<TableInfo> Table::Info() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TableInfo info;
+  info.contract = contract_;
+  for (const auto& [path, add] : snapshot_.files) {
+    ++info.files;
+    info.bytes += add.size;
+    info.rows += std::max<int64_t>(0, NumRecords(add));
+  }
+  info.snapshots = snapshot_.version - snapshot_.oldest_version + 1;
+  info.manifests = snapshot_.checkpoint_version >= 0
+                       ? 1 + (snapshot_.version - snapshot_.checkpoint_version)
+                       : snapshot_.version + 1;
+  return info;
+}
+
+arrow::Result<ScanPlan> Table::Scan() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ScanPlan plan;
+  plan.version = snapshot_.version;
+  plan.declared = declared_;
+  plan.contract = contract_;
+  plan.partition_columns = snapshot_.metadata.partition_columns;
+  arrow::FieldVector file_fields;
+  for (const auto& f : storage_->fields()) {
+    if (std::find(plan.partition_columns.begin(), plan.partition_columns.end(), f->name()) ==
+        plan.partition_columns.end()) {
+      file_fields.push_back(f);
+    }
+  }
+  plan.file_schema = arrow::schema(file_fields);
+
+  struct Range {
+    int64_t min, max;
+    size_t index;
+  };
+  std::map<std::string, std::vector<Range>> by_chunk;
+  for (const auto& [path, add] : snapshot_.files) {
+    ScanFile f;
+    std::string decoded = UriDecode(add.path);
+    if (decoded.rfind("file://", 0) == 0) {
+      f.path = decoded.substr(7);
+    } else if (decoded.find("://") != std::string::npos) {
+      f.path = decoded;
+    } else {
+      f.path = store_->ExternalPath(table_path_ + "/" + decoded);
+    }
+    f.seq = TagInt(add, kSeqTag, 0);
+    f.order = TagInt(add, kOrderTag, 0);
+    f.rows = NumRecords(add);
+    f.partition_values = add.partition_values;
+    auto chunk = add.tags.find(kChunkTag);
+    if (chunk != add.tags.end()) f.chunk = chunk->second;
+    if (contract_.dedup != DedupPolicy::kNone) {
+      by_chunk[f.chunk].push_back({TagInt(add, kMinTimeTag, INT64_MIN),
+                                   TagInt(add, kMaxTimeTag, INT64_MAX), plan.files.size()});
+    }
+    plan.files.push_back(std::move(f));
+  }
+  // A chunk needs read-time deduplication only if two of its files overlap in time.
+  for (auto& [chunk, ranges] : by_chunk) {
+    std::sort(ranges.begin(), ranges.end(),
+              [](const Range& a, const Range& b) { return a.min < b.min; });
+    bool overlap = false;
+    int64_t reach = ranges[0].max;
+    for (size_t i = 1; i < ranges.size() && !overlap; ++i) {
+      overlap = ranges[i].min <= reach;
+      reach = std::max(reach, ranges[i].max);
+    }
+    if (overlap) {
+      for (const auto& r : ranges) plan.files[r.index].dedup = true;
+    }
+  }
+  return plan;
+}
+
+}  // namespace timelake

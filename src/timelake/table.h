@@ -1,0 +1,132 @@
+// Table: one time-series (or plain) table of a lake, at a snapshot.
+//
+// A Table handle holds the snapshot it last saw. Operations that commit (append, maintain)
+// advance the handle to the version they create; refresh() advances it to the latest version.
+// A handle may be used from several threads: operations on one handle are serialised, and
+// concurrent handles (in this or other processes or hosts) coordinate through put-if-absent
+// commits only.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <arrow/record_batch.h>
+#include <arrow/result.h>
+
+#include "timelake/contract.h"
+#include "timelake/ingest/ingestor.h"
+#include "timelake/log/delta_log.h"
+
+namespace timelake {
+
+struct AppendOptions {
+  std::optional<std::string> batch_id;
+  std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
+};
+
+struct AppendResult {
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t version = 0;
+  double commit_ms = 0;
+  int attempts = 0;
+  bool duplicate = false;
+};
+
+struct MaintainOptions {
+  bool compact = true;
+  bool retention = true;
+  bool expire = true;
+};
+
+struct MaintainResult {
+  int64_t partitions_compacted = 0;
+  int64_t files_rewritten = 0;
+  int64_t files_written = 0;
+  int64_t rows_rewritten = 0;
+  int64_t duplicates_removed = 0;
+  int64_t partitions_dropped = 0;
+  int64_t snapshots_expired = 0;
+  int64_t objects_deleted = 0;
+  double seconds = 0;
+};
+
+struct TableInfo {
+  Contract contract;
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t snapshots = 0;
+  int64_t manifests = 0;
+  int64_t index_series = 0;
+  int64_t index_version = -1;
+  int64_t index_bytes = 0;
+};
+
+/// A data file as a query engine should read it.
+struct ScanFile {
+  std::string path;  // what the engine opens (absolute local path or URL)
+  std::string chunk;
+  int64_t seq = 0;    // commit version the rows were written at
+  int64_t order = 0;  // tie-break between files of one commit
+  int64_t rows = -1;  // -1: unknown (no stats)
+  bool dedup = false;  // true: the file's chunk has overlapping files; dedup at read time
+  PartitionValues partition_values;
+};
+
+struct ScanPlan {
+  int64_t version = 0;
+  std::vector<ScanFile> files;
+  std::shared_ptr<arrow::Schema> declared;  // what results should look like
+  std::shared_ptr<arrow::Schema> file_schema;  // the columns the files hold
+  std::vector<std::string> partition_columns;
+  Contract contract;
+};
+
+class Table {
+ public:
+  /// Opens the table at `table_path` (relative to the store root) at its latest version.
+  static arrow::Result<std::shared_ptr<Table>> Open(std::shared_ptr<ObjectStore> store,
+                                                    std::string table_path, std::string name);
+
+  const std::string& name() const { return name_; }
+  std::string location() const;
+  int64_t version();
+  std::shared_ptr<arrow::Schema> schema() const { return declared_; }
+  const Contract& contract() const { return contract_; }
+
+  arrow::Result<AppendResult> Append(arrow::RecordBatchReader* reader, const AppendOptions& options);
+  arrow::Result<MaintainResult> Maintain(const MaintainOptions& options);
+  arrow::Result<TableInfo> Info();
+  arrow::Status Refresh();
+  /// The files of the handle's current snapshot, pruned and annotated for a query engine.
+  arrow::Result<ScanPlan> Scan();
+
+  /// The Delta txn appId that records `batch_id`.
+  static std::string BatchAppId(const std::string& batch_id);
+
+ private:
+  Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
+  arrow::Status LoadDerived();  // schema and contract from snapshot_.metadata
+  arrow::Status CheckWritable() const;
+  bool HasBatch(const std::string& batch_id) const;
+  void MaybeCheckpoint();
+
+  std::shared_ptr<ObjectStore> store_;
+  std::string table_path_;
+  std::string name_;
+  DeltaLog log_;
+  std::mutex mutex_;
+  Snapshot snapshot_;
+  std::string metadata_id_;  // the metaData.id the derived fields were computed from
+  std::shared_ptr<arrow::Schema> declared_;
+  std::shared_ptr<arrow::Schema> storage_;
+  Contract contract_;
+  IngestOptions ingest_options_;
+};
+
+}  // namespace timelake

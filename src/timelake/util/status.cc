@@ -1,0 +1,27 @@
+#include "timelake/util/status.h"
+
+#include <memory>
+
+namespace timelake {
+namespace {
+
+class NotFoundDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::NotFound";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "object not found"; }
+};
+
+}  // namespace
+
+arrow::Status NotFound(const std::string& path) {
+  return arrow::Status(arrow::StatusCode::IOError, "object not found: " + path,
+                       std::make_shared<NotFoundDetail>());
+}
+
+bool IsNotFound(const arrow::Status& status) {
+  return status.detail() != nullptr &&
+         std::string(status.detail()->type_id()) == NotFoundDetail::kTypeId;
+}
+
+}  // namespace timelake

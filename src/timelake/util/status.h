@@ -1,0 +1,22 @@
+// Status conventions shared by the core.
+//
+// The core reports failures as arrow::Status. The binding layer maps status codes to the Python
+// exceptions of the API contract: KeyError -> KeyError, AlreadyExists -> FileExistsError,
+// Invalid/TypeError -> ValueError, everything else -> RuntimeError. Stores report a missing object
+// with NotFound(), which carries a detail so callers can tell it from other I/O errors; it is never
+// meant to surface to users as-is.
+#pragma once
+
+#include <string>
+
+#include <arrow/status.h>
+
+namespace timelake {
+
+/// An I/O status saying that `path` does not exist in a store.
+arrow::Status NotFound(const std::string& path);
+
+/// True if `status` was made by NotFound().
+bool IsNotFound(const arrow::Status& status);
+
+}  // namespace timelake

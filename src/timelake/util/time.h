@@ -1,0 +1,49 @@
+// Time arithmetic in UTC: clocks, civil dates, ISO-8601 text and durations.
+//
+// All instants are microseconds since the Unix epoch (the unit timelake stores). Nothing here
+// consults the process time zone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <arrow/result.h>
+
+namespace timelake {
+
+constexpr int64_t kMicrosPerSecond = 1'000'000;
+constexpr int64_t kMicrosPerHour = 3600 * kMicrosPerSecond;
+constexpr int64_t kMicrosPerDay = 24 * kMicrosPerHour;
+
+int64_t NowMicros();
+int64_t NowMillis();
+
+/// Floor division that rounds toward negative infinity (for instants before 1970).
+inline int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+struct CivilDate {
+  int64_t year;
+  int month;  // 1..12
+  int day;    // 1..31
+};
+
+/// Days since 1970-01-01 to a proleptic Gregorian date and back (Howard Hinnant's algorithms).
+CivilDate CivilFromDays(int64_t days);
+int64_t DaysFromCivil(int64_t year, int month, int day);
+
+/// "2025-01-02T03:04:05.678Z" (milliseconds, always UTC).
+std::string FormatIsoMillis(int64_t micros);
+
+/// Parses a duration such as "90d", "36h", "15m", "30s", "2w" into microseconds. Rejects
+/// anything else, zero and negative values with Status::Invalid naming the text.
+arrow::Result<int64_t> ParseDuration(std::string_view text);
+
+/// Parses a Delta interval property ("interval 7 days", "30 days", "1 hour") into milliseconds;
+/// `fallback_ms` if the text is empty or not understood.
+int64_t DeltaIntervalMillis(const std::string& text, int64_t fallback_ms);
+
+}  // namespace timelake

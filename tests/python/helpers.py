@@ -1,0 +1,221 @@
+"""Helpers for the timelake Python tests.
+
+They build IoT-shaped Arrow data (time, device_id, temp), look at what a table left on disk, and
+read tables with independent tools (pyarrow.parquet, deltalake) so that tests do not only check
+timelake against itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa  # import pyarrow before the extension (shared Arrow libraries)
+
+UTC = dt.timezone.utc
+
+IOT_SCHEMA = pa.schema(
+    [
+        ("time", pa.timestamp("us", tz="UTC")),
+        ("device_id", pa.string()),
+        ("temp", pa.float64()),
+    ]
+)
+
+# A fixed day, far enough in the past that nothing depends on "now" unless a test wants it to.
+T0 = dt.datetime(2024, 3, 5, 0, 0, tzinfo=UTC)
+
+
+def at(*args: int) -> dt.datetime:
+    """A UTC datetime: at(2024, 3, 5, 10, 30)."""
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+def iot_table(rows, schema: pa.Schema = IOT_SCHEMA) -> pa.Table:
+    """Rows as (time, device_id, temp) tuples -> a pyarrow Table of `schema`."""
+    rows = list(rows)
+    return pa.table(
+        {
+            "time": [r[0] for r in rows],
+            "device_id": [r[1] for r in rows],
+            "temp": [r[2] for r in rows],
+        },
+        schema=schema,
+    )
+
+
+def iot_series(start: dt.datetime, n: int, devices=("a", "b", "c"), step=dt.timedelta(minutes=10), base=20.0):
+    """n timestamps from `start` every `step`, one row per device at each: list of tuples."""
+    rows = []
+    for i in range(n):
+        t = start + i * step
+        for j, d in enumerate(devices):
+            rows.append((t, d, base + i + j / 10))
+    return rows
+
+
+def sorted_rows(table: pa.Table, keys=None) -> list[dict]:
+    """Rows of a pyarrow Table as dicts, sorted by `keys` (default: every column)."""
+    keys = list(keys) if keys is not None else table.column_names
+    return table.sort_by([(k, "ascending") for k in keys]).to_pylist()
+
+
+def sql_rows(lake, query: str, **kwargs) -> list[dict]:
+    return lake.sql(query, **kwargs).to_pylist()
+
+
+def count_rows(lake, name: str) -> int:
+    return lake.sql(f"SELECT count(*) AS n FROM {name}").column("n")[0].as_py()
+
+
+def url_to_path(url: str) -> Path:
+    parsed = urlparse(url)
+    assert parsed.scheme == "file", url
+    return Path(unquote(parsed.path))
+
+
+def table_dir(table) -> Path:
+    """The local folder of a timelake Table (from its file:// location)."""
+    return url_to_path(table.location)
+
+
+def data_files(tdir: Path) -> list[Path]:
+    """Every Parquet file under <table>/data/, sorted."""
+    return sorted((tdir / "data").rglob("*.parquet"))
+
+
+def all_files(tdir: Path) -> set[str]:
+    """Every file under the table folder, as relative paths."""
+    return {str(p.relative_to(tdir)) for p in tdir.rglob("*") if p.is_file()}
+
+
+def log_path(tdir: Path, version: int) -> Path:
+    return tdir / "_delta_log" / f"{version:020d}.json"
+
+
+def log_actions(tdir: Path, version: int) -> list[dict]:
+    """The actions of one commit, in file order."""
+    text = log_path(tdir, version).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def commit_versions(tdir: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (tdir / "_delta_log").glob("*.json"))
+
+
+class StreamOnly:
+    """An object that offers nothing but the Arrow PyCapsule stream interface."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: pa.Table):
+        self._data = data
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self._data.__arrow_c_stream__(requested_schema)
+
+
+@contextlib.contextmanager
+def process_timezone(zone: str):
+    """Run the block with the process time zone set to `zone` (TZ + tzset), then restore it.
+
+    DuckDB takes a new connection's default TimeZone from the process zone, so this makes tests of
+    UTC bucketing able to fail on a machine whose zone is UTC."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+# ---------------------------------------------------------------------------------------------
+# deltalake (delta-rs) as an independent reader/writer.
+#
+# It runs in a child process: delta-rs' to_pyarrow_table leaves Arrow scanner threads behind that
+# abort the interpreter at exit now and then ("terminate called without an active exception",
+# delta-rs#2184, arrow#34314). The child ends with os._exit after writing its answer, so that
+# flake can neither fail a test nor hide an abort caused by timelake in the pytest process.
+
+_DELTA_READ = r"""
+import json, os, sys
+import pyarrow as pa
+import deltalake
+path, out = sys.argv[1], sys.argv[2]
+d = deltalake.DeltaTable(path)
+t = d.to_pyarrow_table()
+p = d.protocol()
+meta = {
+    "version": d.version(),
+    "min_reader_version": p.min_reader_version,
+    "min_writer_version": p.min_writer_version,
+    "reader_features": p.reader_features,
+    "writer_features": p.writer_features,
+    "configuration": dict(d.metadata().configuration),
+}
+with pa.OSFile(out + ".arrow", "wb") as f:
+    with pa.ipc.new_file(f, t.schema) as w:
+        w.write_table(t)
+with open(out + ".json", "w") as f:
+    json.dump(meta, f)
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
+"""
+
+_DELTA_WRITE = r"""
+import os, sys
+import pyarrow as pa
+import deltalake
+path, src = sys.argv[1], sys.argv[2]
+with pa.OSFile(src, "rb") as f:
+    t = pa.ipc.open_file(f).read_all()
+deltalake.write_deltalake(path, t, mode="append")
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def _run_child(script: str, *args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"deltalake child failed ({proc.returncode}):\n{proc.stderr}")
+
+
+_counter = [0]
+
+
+def delta_read(path: Path, scratch: Path) -> tuple[pa.Table, dict]:
+    """deltalake.DeltaTable(path).to_pyarrow_table() plus version/protocol/configuration."""
+    _counter[0] += 1
+    out = scratch / f"delta-read-{_counter[0]}"
+    _run_child(_DELTA_READ, str(path), str(out))
+    with pa.memory_map(str(out) + ".arrow") as f:
+        table = pa.ipc.open_file(f).read_all()
+    meta = json.loads(Path(str(out) + ".json").read_text())
+    return table, meta
+
+
+def delta_write(path: Path, data: pa.Table, scratch: Path) -> None:
+    """deltalake.write_deltalake(path, data, mode="append")."""
+    _counter[0] += 1
+    src = scratch / f"delta-write-{_counter[0]}.arrow"
+    with pa.OSFile(str(src), "wb") as f:
+        with pa.ipc.new_file(f, data.schema) as w:
+            w.write_table(data)
+    _run_child(_DELTA_WRITE, str(path), str(src))
