@@ -54,28 +54,6 @@ def _duckdb_type(t: pa.DataType) -> str:
     return "VARCHAR"
 
 
-def _split_name(raw: str) -> List[str]:
-    """'iot.readings AS r' / '"iot"."readings"' -> ['iot', 'readings']."""
-    raw = re.split(r"\s+AS\s+", raw.strip(), maxsplit=1, flags=re.IGNORECASE)[0]
-    parts, current, quoted, i = [], "", False, 0
-    while i < len(raw):
-        c = raw[i]
-        if c == '"':
-            if quoted and i + 1 < len(raw) and raw[i + 1] == '"':
-                current += '"'
-                i += 1
-            else:
-                quoted = not quoted
-        elif c == "." and not quoted:
-            parts.append(current)
-            current = ""
-        else:
-            current += c
-        i += 1
-    parts.append(current)
-    return parts
-
-
 class _Catalog:
     """Builds one DuckDB connection with views for the lake tables a query names."""
 
@@ -133,12 +111,11 @@ class _Catalog:
             groups.setdefault(key, []).append(f[0])
         for key, paths in groups.items():
             extra = "".join(
-                f", CAST({'NULL' if value is None else _literal(value)} AS "
-                f"{_duckdb_type(_declared_type(declared, column))}) AS {_quote(column)}"
+                f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
                 for column, value in key
             )
             file_list = "[" + ", ".join(_literal(p) for p in paths) + "]"
-            parts.append(f"SELECT *{extra} FROM read_parquet({file_list}{union})")
+            parts.append(f"SELECT *{extra} FROM read_parquet({file_list}, hive_partitioning=false{union})")
         dedup = [f for f in files if f[5]]
         if dedup:
             order = "DESC" if contract["dedup"] == "last" else "ASC"
@@ -147,7 +124,7 @@ class _Catalog:
             seqs = ", ".join(f"({_literal(f[0])}, {int(f[2])}, {int(f[3])})" for f in dedup)
             parts.append(
                 f"SELECT {columns} FROM (SELECT r.*, m.__tl_seq, m.__tl_ord FROM "
-                f"read_parquet({file_list}, filename='__tl_file', file_row_number=true) r "
+                f"read_parquet({file_list}, filename='__tl_file', file_row_number=true, hive_partitioning=false) r "
                 f"JOIN (VALUES {seqs}) AS m(__tl_path, __tl_seq, __tl_ord) ON r.__tl_file = m.__tl_path) "
                 f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY __tl_seq {order}, "
                 f"__tl_ord {order}, file_row_number {order}) = 1"
@@ -155,6 +132,16 @@ class _Catalog:
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})"
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")"
+
+
+def _partition_value(value: Optional[str], t: pa.DataType) -> str:
+    """A Delta partition value (text in the log) as a typed DuckDB expression."""
+    duck = _duckdb_type(t)
+    if value is None:
+        return f"CAST(NULL AS {duck})"
+    if duck == "BLOB":
+        return f"encode({_literal(value)})"
+    return f"CAST({_literal(value)} AS {duck})"
 
 
 def _declared_type(schema: pa.Schema, column: str) -> pa.DataType:
@@ -173,19 +160,17 @@ class _Capsule:
 
 
 def _referenced_tables(lake: Any, query: str, namespace: str) -> List[Tuple[str, str]]:
-    try:
-        raw_names = duckdb.get_table_names(query, qualified=True)
-    except duckdb.ParserException as e:
-        raise RuntimeError(f"SQL syntax error: {e}") from None
-    existing = set(lake.tables())
+    """Lake tables the query may name: every table whose name occurs in it as a word.
+
+    Matching words rather than binding the query keeps this independent of DuckDB's binder
+    (which cannot bind a query before its tables exist); a false match only costs loading a
+    snapshot that the query then does not read.
+    """
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
     out = []
-    for raw in raw_names:
-        parts = _split_name(raw)
-        if len(parts) == 1:
-            ns, name = namespace, parts[0]
-        else:
-            ns, name = parts[-2], parts[-1]
-        if f"{ns}.{name}" in existing and (ns, name) not in out:
+    for qualified in lake.tables():
+        ns, name = qualified.split(".", 1)
+        if name.lower() in words:
             out.append((ns, name))
     return out
 

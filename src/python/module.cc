@@ -2,7 +2,7 @@
 //
 // Arrow data crosses as Arrow C stream/schema PyCapsules (no libarrow_python). Every call into the
 // core releases the GIL. Core statuses become the exceptions of the API contract here:
-// KeyError -> KeyError, AlreadyExists -> FileExistsError, Invalid/TypeError -> ValueError,
+// table not found -> KeyError, AlreadyExists -> FileExistsError, Invalid/TypeError -> ValueError,
 // anything else -> RuntimeError.
 #include <Python.h>
 
@@ -23,6 +23,7 @@
 
 #include "timelake/lake.h"
 #include "timelake/table.h"
+#include "timelake/util/status.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -33,7 +34,9 @@ namespace {
 [[noreturn]] void Raise(const arrow::Status& status) {
   PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {
-    case arrow::StatusCode::KeyError: type = PyExc_KeyError; break;
+    case arrow::StatusCode::KeyError:
+      if (IsTableNotFound(status)) type = PyExc_KeyError;
+      break;
     case arrow::StatusCode::AlreadyExists: type = PyExc_FileExistsError; break;
     case arrow::StatusCode::Invalid:
     case arrow::StatusCode::TypeError:

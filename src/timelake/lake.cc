@@ -11,6 +11,7 @@
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -200,7 +201,7 @@ arrow::Status Lake::DropTable(const std::string& name) {
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
   if (!exists) {
-    return arrow::Status::KeyError("table '", table_name.qualified(), "' does not exist");
+    return TableNotFound(table_name.qualified());
   }
   ARROW_RETURN_NOT_OK(store_->DeletePrefix(table_name.path() + "/_delta_log/"));
   return store_->DeletePrefix(table_name.path() + "/");

@@ -103,7 +103,7 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
   auto snapshot = table->log_.Load();
   if (!snapshot.ok()) {
     if (snapshot.status().IsKeyError()) {
-      return arrow::Status::KeyError("table '", table->name_, "' does not exist");
+      return TableNotFound(table->name_);
     }
     return snapshot.status();
   }

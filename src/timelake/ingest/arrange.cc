@@ -20,7 +20,7 @@ arrow::Result<std::shared_ptr<arrow::Array>> DiffersFromNext(const arrow::Table&
     auto a = column->Slice(0, n - 1);
     auto b = column->Slice(1, n - 1);
     ARROW_ASSIGN_OR_RAISE(auto ne, cp::CallFunction("not_equal", {arrow::Datum(a), arrow::Datum(b)}));
-    ARROW_ASSIGN_OR_RAISE(ne, cp::CallFunction("fill_null", {ne, arrow::Datum(false)}));
+    ARROW_ASSIGN_OR_RAISE(ne, cp::CallFunction("coalesce", {ne, arrow::Datum(false)}));
     if (column->null_count() > 0) {
       ARROW_ASSIGN_OR_RAISE(auto na, cp::CallFunction("is_null", {arrow::Datum(a)}));
       ARROW_ASSIGN_OR_RAISE(auto nb, cp::CallFunction("is_null", {arrow::Datum(b)}));

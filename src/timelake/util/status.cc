@@ -12,7 +12,24 @@ class NotFoundDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "object not found"; }
 };
 
+class TableNotFoundDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::TableNotFound";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "table not found"; }
+};
+
 }  // namespace
+
+arrow::Status TableNotFound(const std::string& name) {
+  return arrow::Status(arrow::StatusCode::KeyError, "table '" + name + "' does not exist",
+                       std::make_shared<TableNotFoundDetail>());
+}
+
+bool IsTableNotFound(const arrow::Status& status) {
+  return status.IsKeyError() && status.detail() != nullptr &&
+         std::string(status.detail()->type_id()) == TableNotFoundDetail::kTypeId;
+}
 
 arrow::Status NotFound(const std::string& path) {
   return arrow::Status(arrow::StatusCode::IOError, "object not found: " + path,

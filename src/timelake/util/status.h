@@ -2,7 +2,8 @@
 //
 // The core reports failures as arrow::Status. The binding layer maps status codes to the Python
 // exceptions of the API contract: KeyError -> KeyError, AlreadyExists -> FileExistsError,
-// Invalid/TypeError -> ValueError, everything else -> RuntimeError. Stores report a missing object
+// Invalid/TypeError -> ValueError, everything else -> RuntimeError. Only KeyErrors made by
+// TableNotFound() become KeyError. Stores report a missing object
 // with NotFound(), which carries a detail so callers can tell it from other I/O errors; it is never
 // meant to surface to users as-is.
 #pragma once
@@ -18,5 +19,12 @@ arrow::Status NotFound(const std::string& path);
 
 /// True if `status` was made by NotFound().
 bool IsNotFound(const arrow::Status& status);
+
+/// A KeyError status saying that table `name` does not exist. Only statuses made here become
+/// Python KeyErrors; Arrow's own KeyErrors (unknown functions, fields) are internal failures.
+arrow::Status TableNotFound(const std::string& name);
+
+/// True if `status` was made by TableNotFound().
+bool IsTableNotFound(const arrow::Status& status);
 
 }  // namespace timelake
