@@ -210,6 +210,22 @@ def machine() -> dict:
     return info
 
 
+def load_average() -> float | None:
+    """The 1-minute load average: other work on the machine skews every figure."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def busy_note(report) -> str | None:
+    start = report["environment"]["load_average_1m"].get("start")
+    if start is not None and start > 0.5:
+        return (f"note: the machine was busy when the run started (1-minute load average {start}): "
+                "other work skews these figures")
+    return None
+
+
 def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -525,6 +541,7 @@ def text_report(report) -> str:
         f"{d['arrow_bytes'] / 1e6:.0f} MB in Arrow; best of {report['params']['ingest_runs']} "
         f"(ingest) / {report['params']['query_runs']} (queries); ratio = time / timelake time, "
         "> 1 means timelake is faster",
+        *([busy_note(report)] if busy_note(report) else []),
         "",
         "INGEST",
         text_table(INGEST_HEAD, ingest_rows(report)),
@@ -561,7 +578,9 @@ def md_report(report) -> str:
         "is faster**.",
         f"* Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gb', '?')} GB; "
         f"Python {v.get('python')}, timelake {v.get('timelake')}, pyarrow {v.get('pyarrow')}, "
-        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}; commit {m.get('git_commit')}.",
+        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}; commit {m.get('git_commit')}; "
+        f"1-minute load average {env['load_average_1m'].get('start')} at start, "
+        f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work).",
         "",
         "## Ingest",
         "",
@@ -642,7 +661,8 @@ def main(argv=None) -> int:
             "ingest_runs": args.ingest_runs, "query_runs": args.query_runs, "dedup": args.dedup,
             "seed": args.seed,
         },
-        "environment": {"versions": versions(), "machine": machine()},
+        "environment": {"versions": versions(), "machine": machine(),
+                        "load_average_1m": {"start": load_average()}},
         "data": {
             "rows": data.num_rows, "devices": args.devices, "days": args.days,
             "start": start.isoformat(), "end": end.isoformat(), "arrow_bytes": data.nbytes,
@@ -668,6 +688,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     report["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    report["environment"]["load_average_1m"]["end"] = load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     (args.out / "latest.md").write_text(md_report(report))

@@ -255,27 +255,25 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
     return _restore_types(result, catalog, _storage_type)
 
 
+class _Stream:
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self.capsule
+
+
 def run_latest(lake: Any, name: str) -> pa.Table:
-    qualified = lake._qualify(name)
-    ns, table = qualified.split(".", 1)
-    if not _IDENTIFIER.match(ns) or not _IDENTIFIER.match(table):
-        raise ValueError(f"invalid table name {name!r}")
-    catalog = _Catalog(lake, ns)
-    plan = catalog.add_table(ns, table)
-    contract = plan["contract"]
-    if contract["time_column"] is None:
-        raise ValueError(
-            f"latest() needs a time-series table, but {qualified!r} has no time column (a plain table)"
-        )
-    time = _quote(contract["time_column"])
-    keys = [_quote(k) for k in contract["series_key"]]
-    source = f"{_quote(ns)}.{_quote(table)}"
-    if keys:
-        query = (
-            f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} "
-            f"ORDER BY {time} DESC) = 1 ORDER BY {', '.join(keys)}"
-        )
-    else:
-        query = f"SELECT * FROM {source} ORDER BY {time} DESC LIMIT 1"
-    result = _execute(catalog, query)
-    return _restore_types(result, catalog, _storage_type)
+    """The newest row per series, from the core's last-value index, in the declared types."""
+    handle = lake._snapshot(name)
+    rows = pa.table(_Stream(handle.latest()))
+    declared = pa.schema(_Capsule(handle.schema_capsule()))
+    columns = []
+    for field in declared:
+        column = rows.column(field.name)
+        if column.type != field.type:
+            column = column.cast(field.type, safe=True)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=declared)

@@ -608,10 +608,12 @@ FROM {TABLE} GROUP BY 1 ORDER BY 1
     timings["latest"] = latest_s
     print(render_table(s, latest.sort_by("device_id"),
                        columns=[c for c in SCHEMA.names if c in latest.column_names], limit=5))
-    tour.say(s.dim(f"{fmt_int(latest.num_rows)} series in {fmt_ms(latest_s)} "
-                   f"(from the last-value index, not a scan)"))
     t.refresh()
     info, info_s = timed(t.info)
+    lvi = info.get("last_value_index") if isinstance(info, dict) else None
+    lvi_series = int(lvi.get("series", 0) or 0) if isinstance(lvi, dict) else 0
+    how_latest = " (from the last-value index, not a scan)" if lvi_series >= latest.num_rows > 0 else ""
+    tour.say(s.dim(f"{fmt_int(latest.num_rows)} series in {fmt_ms(latest_s)}{how_latest}"))
     print()
     tour.code("t.info()")
     for key, value in flatten(info):

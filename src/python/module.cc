@@ -14,6 +14,7 @@
 #include <arrow/c/abi.h>
 #include <arrow/c/bridge.h>
 #include <arrow/record_batch.h>
+#include <arrow/table.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -99,6 +100,38 @@ nb::dict ContractDict(const Contract& c) {
   return d;
 }
 
+nb::dict MaintainDict(const MaintainResult& r) {
+  nb::dict d;
+  d["partitions_compacted"] = r.partitions_compacted;
+  d["files_rewritten"] = r.files_rewritten;
+  d["files_written"] = r.files_written;
+  d["rows_rewritten"] = r.rows_rewritten;
+  d["duplicates_removed"] = r.duplicates_removed;
+  d["partitions_dropped"] = r.partitions_dropped;
+  d["snapshots_expired"] = r.snapshots_expired;
+  d["objects_deleted"] = r.objects_deleted;
+  d["seconds"] = r.seconds;
+  return d;
+}
+
+void ReleaseStreamCapsule(PyObject* capsule) {
+  auto* stream = static_cast<ArrowArrayStream*>(PyCapsule_GetPointer(capsule, "arrow_array_stream"));
+  if (stream == nullptr) return;
+  if (stream->release != nullptr) stream->release(stream);
+  delete stream;
+}
+
+nb::object ExportTableCapsule(const std::shared_ptr<arrow::Table>& table) {
+  auto* stream = new ArrowArrayStream();
+  auto reader = std::make_shared<arrow::TableBatchReader>(table);
+  auto status = arrow::ExportRecordBatchReader(reader, stream);
+  if (!status.ok()) {
+    delete stream;
+    Raise(status);
+  }
+  return nb::steal(PyCapsule_New(stream, "arrow_array_stream", ReleaseStreamCapsule));
+}
+
 std::shared_ptr<Lake> OpenLake(const std::string& location,
                                const std::map<std::string, std::string>& options) {
   arrow::Result<std::shared_ptr<Lake>> result;
@@ -146,6 +179,7 @@ NB_MODULE(_core, m) {
              d["commit_ms"] = r.commit_ms;
              d["attempts"] = r.attempts;
              d["duplicate"] = r.duplicate;
+             if (r.maintenance) d["maintenance"] = MaintainDict(*r.maintenance);
              return d;
            },
            "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())
@@ -156,18 +190,7 @@ NB_MODULE(_core, m) {
                nb::gil_scoped_release release;
                result = t.Maintain(MaintainOptions{compact, retention, expire});
              }
-             MaintainResult r = Unwrap(std::move(result));
-             nb::dict d;
-             d["partitions_compacted"] = r.partitions_compacted;
-             d["files_rewritten"] = r.files_rewritten;
-             d["files_written"] = r.files_written;
-             d["rows_rewritten"] = r.rows_rewritten;
-             d["duplicates_removed"] = r.duplicates_removed;
-             d["partitions_dropped"] = r.partitions_dropped;
-             d["snapshots_expired"] = r.snapshots_expired;
-             d["objects_deleted"] = r.objects_deleted;
-             d["seconds"] = r.seconds;
-             return d;
+             return MaintainDict(Unwrap(std::move(result)));
            },
            "compact"_a = true, "retention"_a = true, "expire"_a = true)
       .def("info",
@@ -191,6 +214,15 @@ NB_MODULE(_core, m) {
              d["manifests"] = info.manifests;
              d["last_value_index"] = index;
              return d;
+           })
+      .def("latest",
+           [](Table& t) {
+             arrow::Result<std::shared_ptr<arrow::Table>> result;
+             {
+               nb::gil_scoped_release release;
+               result = t.Latest();
+             }
+             return ExportTableCapsule(Unwrap(std::move(result)));
            })
       .def("refresh",
            [](Table& t) {

@@ -137,6 +137,7 @@ arrow::Status Table::LoadDerived() {
   ARROW_ASSIGN_OR_RAISE(storage_, StorageSchemaOf(*declared_));
   ARROW_ASSIGN_OR_RAISE(contract_, ContractFromConfiguration(m.configuration));
   metadata_id_ = m.id;
+  index_ = std::make_unique<LastValueIndex>(store_, table_path_, contract_, storage_);
   return arrow::Status::OK();
 }
 
@@ -288,6 +289,15 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
       result.commit_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
       MaybeCheckpoint();
+      RecordNewest(files, version);
+      if (options.maintain.value_or(AutoMaintain())) {
+        MaintainResult maintenance;
+        ARROW_RETURN_NOT_OK(MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance));
+        if (maintenance.partitions_dropped + maintenance.partitions_compacted +
+                maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
+          result.maintenance = maintenance;
+        }
+      }
       return result;
     }
     // Lost the race for `version`: read the winners and rebase onto them.
@@ -320,16 +330,118 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   }
 }
 
+void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version) {
+  if (!contract_.is_time_series() || files.empty()) return;
+  std::vector<std::shared_ptr<arrow::Table>> newest;
+  for (const auto& f : files) {
+    if (!f.newest) return;
+    auto with_seq = WithSequence(f.newest, version);
+    if (!with_seq.ok()) return;
+    newest.push_back(*with_seq);
+  }
+  // A missing record only costs latest() a read of this commit's files, so failures are ignored.
+  auto merged = MergeNewest(newest, contract_);
+  if (merged.ok()) (void)index_->Record(version, *merged);
+}
+
+bool Table::AutoMaintain() const { return snapshot_.Config("timelake.autoMaintain") == "true"; }
+
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto started = std::chrono::steady_clock::now();
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+  if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
   MaintainResult result;
-  // Compaction, retention and expiry arrive with the maintenance subsystem; until then
-  // maintain() only brings the handle up to date and reports that it did no work.
+  ARROW_RETURN_NOT_OK(MaintainLocked(options, /*inline_only=*/false, &result));
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
+}
+
+arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_only,
+                                    MaintainResult* result) {
+  if (!contract_.is_time_series()) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(CheckWritable());
+  if (options.retention) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
+  // Compaction, log expiry and vacuum arrive with the maintenance subsystem.
+  // Fold the last-value index once enough records piled up (always on a full maintain).
+  ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
+  if (!inline_only || state.records.size() >= 64) {
+    if (!state.records.empty() || state.base_version < snapshot_.version) {
+      ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state, snapshot_.version));
+      result->objects_deleted += deleted;
+    }
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
+  if (contract_.retention_us <= 0) return arrow::Status::OK();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int attempt = 1;; ++attempt) {
+    const int64_t cutoff = NowMicros() - contract_.retention_us;
+    Commit commit;
+    std::set<std::string> chunks;
+    const int64_t now_ms = NowMillis();
+    for (const auto& [path, add] : snapshot_.files) {
+      const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MAX);
+      if (min_time == INT64_MAX) continue;
+      if (ChunkEnd(contract_.chunk, ChunkOrdinal(contract_.chunk, min_time)) > cutoff) continue;
+      RemoveFile remove;
+      remove.path = add.path;
+      remove.deletion_timestamp = now_ms;
+      remove.data_change = true;
+      remove.extended_file_metadata = true;
+      remove.partition_values = add.partition_values;
+      remove.size = add.size;
+      commit.removes.push_back(std::move(remove));
+      chunks.insert(add.tags.count(kChunkTag) ? add.tags.at(kChunkTag) : path);
+    }
+    if (commit.removes.empty()) return arrow::Status::OK();
+    CommitInfo info;
+    info.timestamp = now_ms;
+    info.operation = "DELETE";
+    info.operation_parameters = {{"predicate", "timelake retention: chunks that ended before " +
+                                                   FormatIsoMillis(cutoff)}};
+    info.read_version = snapshot_.version;
+    info.engine_info = EngineInfo();
+    info.txn_id = NewUuid();
+    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(commit.removes.size())}};
+    commit.commit_info = info;
+    const int64_t version = snapshot_.version + 1;
+    ARROW_ASSIGN_OR_RAISE(bool won, log_.TryCommit(version, SerializeCommit(commit)));
+    if (won) {
+      snapshot_.Apply(commit, version);
+      result->partitions_dropped += static_cast<int64_t>(chunks.size());
+      MaybeCheckpoint();
+      return arrow::Status::OK();
+    }
+    // Another writer won the version: replan against what it committed.
+    const std::string id_before = snapshot_.metadata.id;
+    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+    if (snapshot_.metadata.id != id_before) {
+      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
+                                    "' was replaced while applying retention");
+    }
+    if (attempt >= kMaxCommitAttempts) {
+      return arrow::Status::IOError("commit conflict that could not be rebased: retention on '",
+                                    name_, "' lost ", attempt, " commit races in a row");
+    }
+    const int64_t cap_us = std::min<int64_t>(200'000, 1'000LL << std::min(attempt, 8));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
+  }
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+  if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
+  if (!contract_.is_time_series()) {
+    return arrow::Status::Invalid("latest() needs a time-series table, but '", name_,
+                                  "' has no time column (a plain table)");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
+  return state.rows->RemoveColumn(state.rows->num_columns() - 1);
 }
 
 arrow::Result<TableInfo> Table::Info() {
@@ -340,6 +452,12 @@ arrow::Result<TableInfo> Table::Info() {
     ++info.files;
     info.bytes += add.size;
     info.rows += std::max<int64_t>(0, NumRecords(add));
+  }
+  if (contract_.is_time_series()) {
+    ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
+    info.index_series = state.rows->num_rows();
+    info.index_version = state.covered_version;
+    info.index_bytes = state.bytes;
   }
   info.snapshots = snapshot_.version - snapshot_.oldest_version + 1;
   info.manifests = snapshot_.checkpoint_version >= 0

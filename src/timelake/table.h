@@ -17,6 +17,7 @@
 #include <arrow/result.h>
 
 #include "timelake/contract.h"
+#include "timelake/index/last_value_index.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 
@@ -25,16 +26,6 @@ namespace timelake {
 struct AppendOptions {
   std::optional<std::string> batch_id;
   std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
-};
-
-struct AppendResult {
-  int64_t rows = 0;
-  int64_t files = 0;
-  int64_t bytes = 0;
-  int64_t version = 0;
-  double commit_ms = 0;
-  int attempts = 0;
-  bool duplicate = false;
 };
 
 struct MaintainOptions {
@@ -53,6 +44,17 @@ struct MaintainResult {
   int64_t snapshots_expired = 0;
   int64_t objects_deleted = 0;
   double seconds = 0;
+};
+
+struct AppendResult {
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t version = 0;
+  double commit_ms = 0;
+  int attempts = 0;
+  bool duplicate = false;
+  std::optional<MaintainResult> maintenance;  // set when inline maintenance did work
 };
 
 struct TableInfo {
@@ -102,6 +104,9 @@ class Table {
   arrow::Result<AppendResult> Append(arrow::RecordBatchReader* reader, const AppendOptions& options);
   arrow::Result<MaintainResult> Maintain(const MaintainOptions& options);
   arrow::Result<TableInfo> Info();
+  /// The newest row of every series (storage types), from the last-value index, at the latest
+  /// version. Status::Invalid for a plain table.
+  arrow::Result<std::shared_ptr<arrow::Table>> Latest();
   arrow::Status Refresh();
   /// The files of the handle's current snapshot, pruned and annotated for a query engine.
   arrow::Result<ScanPlan> Scan();
@@ -115,6 +120,13 @@ class Table {
   arrow::Status CheckWritable() const;
   bool HasBatch(const std::string& batch_id) const;
   void MaybeCheckpoint();
+  /// The maintenance steps, with the handle's lock held. `inline_only` keeps the work bounded.
+  arrow::Status MaintainLocked(const MaintainOptions& options, bool inline_only, MaintainResult* result);
+  /// Commits the removal of every chunk that ended before now - retention.
+  arrow::Status DropExpiredChunks(MaintainResult* result);
+  bool AutoMaintain() const;
+  /// Writes the last-value index record of commit `version` (best effort).
+  void RecordNewest(const std::vector<WrittenFile>& files, int64_t version);
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
@@ -127,6 +139,7 @@ class Table {
   std::shared_ptr<arrow::Schema> storage_;
   Contract contract_;
   IngestOptions ingest_options_;
+  std::unique_ptr<LastValueIndex> index_;
 };
 
 }  // namespace timelake

@@ -10,6 +10,7 @@
 #include "timelake/ingest/align.h"
 #include "timelake/ingest/arrange.h"
 #include "timelake/ingest/stats.h"
+#include "timelake/index/last_value_index.h"
 #include "timelake/util/ids.h"
 
 namespace timelake {
@@ -91,6 +92,7 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
     const auto& pair = static_cast<const arrow::StructScalar&>(*mm.scalar());
     file.min_time = static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value;
     file.max_time = static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value;
+    ARROW_ASSIGN_OR_RAISE(file.newest, NewestRows(rows, contract_));
   }
   ARROW_ASSIGN_OR_RAISE(file.stats, FileStatsJson(*rows));
   ARROW_ASSIGN_OR_RAISE(file.size, WriteParquetFile(store_.get(), table_path_ + "/" + file.path,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <arrow/record_batch.h>
+#include <arrow/table.h>
 #include <arrow/result.h>
 
 #include "timelake/contract.h"
@@ -35,6 +36,7 @@ struct WrittenFile {
   int64_t max_time = 0;
   int order = 0;  // write order within the append (breaks ties between files of one commit)
   std::string stats;
+  std::shared_ptr<arrow::Table> newest;  // newest row per series (time-series tables)
 };
 
 class Ingestor {

@@ -1,0 +1,389 @@
+// DeltaLog over a MemoryStore: put-if-absent commits, replay, checkpoints and incremental update.
+#include "timelake/log/delta_log.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/log/checkpoint.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/util/time.h"
+
+namespace timelake::testing {
+namespace {
+
+AddFile Add(const std::string& path, int64_t size = 100) {
+  AddFile a;
+  a.path = path;
+  a.size = size;
+  a.modification_time = 1700000000000;
+  a.stats = R"({"numRecords":)" + std::to_string(size) + "}";
+  a.tags = {{"timelake.seq", "1"}};
+  a.partition_values = {{"p", std::nullopt}};
+  return a;
+}
+
+RemoveFile Remove(const std::string& path, int64_t deleted_ms) {
+  RemoveFile r;
+  r.path = path;
+  r.deletion_timestamp = deleted_ms;
+  r.size = 100;
+  return r;
+}
+
+class DeltaLogTest : public ::testing::Test {
+ protected:
+  Commit Create() {
+    Commit c;
+    c.commit_info = CommitInfo{};
+    c.commit_info->operation = "CREATE TABLE";
+    Protocol p;
+    p.min_reader_version = 3;
+    p.min_writer_version = 7;
+    p.reader_features = std::vector<std::string>{"timestampNtz"};
+    p.writer_features = std::vector<std::string>{"appendOnly", "timestampNtz"};
+    c.protocol = p;
+    Metadata m;
+    m.id = "table-id";
+    m.schema_string = R"({"type":"struct","fields":[]})";
+    m.configuration = {{"delta.checkpointInterval", "10"}, {"timelake.chunk", "day"}};
+    c.metadata = m;
+    return c;
+  }
+  void WriteCommit(int64_t version, const Commit& commit) {
+    ASSERT_OK_AND_ASSIGN(bool won, log_.TryCommit(version, SerializeCommit(commit)));
+    ASSERT_TRUE(won) << "version " << version << " was taken";
+  }
+  // v0 creates the table with files a and b; v1 removes a and adds c; v2 records two txns.
+  void WriteThreeCommits() {
+    Commit v0 = Create();
+    v0.adds = {Add("a"), Add("b")};
+    WriteCommit(0, v0);
+    Commit v1;
+    v1.removes = {Remove("a", NowMillis())};
+    v1.adds = {Add("c")};
+    v1.txns = {{"writer", 1, NowMillis()}};
+    WriteCommit(1, v1);
+    Commit v2;
+    v2.txns = {{"writer", 2, NowMillis()}, {"other", 7, NowMillis()}};
+    WriteCommit(2, v2);
+  }
+  static std::set<std::string> Paths(const std::map<std::string, AddFile>& files) {
+    std::set<std::string> out;
+    for (const auto& [path, add] : files) out.insert(path);
+    return out;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  DeltaLog log_{store_, "ns/t"};
+};
+
+TEST_F(DeltaLogTest, FirstCommitOfAVersionWinsAndLaterOnesLose) {
+  ASSERT_OK_AND_ASSIGN(bool first, log_.TryCommit(0, SerializeCommit(Create())));
+  Commit other = Create();
+  other.metadata->id = "someone-else";
+  ASSERT_OK_AND_ASSIGN(bool second, log_.TryCommit(0, SerializeCommit(other)));
+  EXPECT_TRUE(first);
+  EXPECT_FALSE(second);
+  ASSERT_OK_AND_ASSIGN(auto commit, log_.ReadCommit(0));
+  EXPECT_EQ(commit.metadata->id, "table-id");
+}
+
+TEST_F(DeltaLogTest, CommitsAreWrittenUnderTheTableLogFolder) {
+  WriteCommit(0, Create());
+  EXPECT_OK(store_->Head("ns/t/_delta_log/00000000000000000000.json").status());
+  EXPECT_EQ(log_.LogPath("x"), "ns/t/_delta_log/x");
+}
+
+TEST_F(DeltaLogTest, TryCommitReportsStoreFailureAsError) {
+  store_->SetFaultHook([](const std::string& op, const std::string&) {
+    return op == "put_if_absent" ? arrow::Status::IOError("disk on fire") : arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(log_.TryCommit(0, "{}\n"), arrow::StatusCode::IOError, "disk on fire"));
+}
+
+TEST_F(DeltaLogTest, ExistsOnlyOnceACommitIsWritten) {
+  ASSERT_OK_AND_ASSIGN(bool before, log_.Exists());
+  WriteCommit(0, Create());
+  ASSERT_OK_AND_ASSIGN(bool after, log_.Exists());
+  EXPECT_FALSE(before);
+  EXPECT_TRUE(after);
+}
+
+TEST_F(DeltaLogTest, LoadWithoutLogIsKeyError) {
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::KeyError, "ns/t"));
+}
+
+TEST_F(DeltaLogTest, LoadReplaysAddsThenRemoves) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  EXPECT_EQ(snapshot.version, 2);
+  EXPECT_EQ(Paths(snapshot.files), (std::set<std::string>{"b", "c"}));
+  ASSERT_EQ(snapshot.tombstones.size(), 1u);
+  EXPECT_EQ(snapshot.tombstones.begin()->first, "a");
+  EXPECT_EQ(snapshot.checkpoint_version, -1);
+  EXPECT_EQ(snapshot.oldest_version, 0);
+}
+
+TEST_F(DeltaLogTest, LoadKeepsTheLatestTxnPerApp) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_EQ(snapshot.txns.size(), 2u);
+  EXPECT_EQ(snapshot.txns.at("writer").version, 2);
+  EXPECT_EQ(snapshot.txns.at("other").version, 7);
+}
+
+TEST_F(DeltaLogTest, ReAddingARemovedFileClearsItsTombstone) {
+  WriteThreeCommits();
+  Commit v3;
+  v3.adds = {Add("a", 5)};
+  WriteCommit(3, v3);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  EXPECT_TRUE(snapshot.tombstones.empty());
+  EXPECT_EQ(snapshot.files.at("a").size, 5);
+}
+
+TEST_F(DeltaLogTest, LoadUsesTheLatestMetadataAndProtocol) {
+  WriteThreeCommits();
+  Commit v3;
+  v3.metadata = *Create().metadata;
+  v3.metadata->configuration["delta.appendOnly"] = "true";
+  v3.protocol = Protocol{};
+  WriteCommit(3, v3);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  EXPECT_EQ(snapshot.Config("delta.appendOnly"), "true");
+  EXPECT_EQ(snapshot.protocol.min_reader_version, 1);
+  EXPECT_EQ(snapshot.Config("missing.key", "fallback"), "fallback");
+}
+
+TEST_F(DeltaLogTest, LoadWithAGapInVersionsFails) {
+  WriteCommit(0, Create());
+  WriteCommit(1, Commit{});
+  WriteCommit(3, Commit{});
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "missing commit 2"));
+}
+
+TEST_F(DeltaLogTest, LoadWithoutCommitZeroOrCheckpointFails) {
+  WriteCommit(1, Commit{});
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "neither commit 0"));
+}
+
+TEST_F(DeltaLogTest, LoadOfACorruptCommitNamesIt) {
+  WriteCommit(0, Create());
+  ASSERT_OK(store_->Put("ns/t/_delta_log/00000000000000000001.json", Buf("{not json\n")));
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "00000000000000000001.json"));
+}
+
+TEST_F(DeltaLogTest, LoadPropagatesStoreFailure) {
+  WriteThreeCommits();
+  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+    return op == "get" && path.find("00000000000000000001.json") != std::string::npos
+               ? arrow::Status::IOError("flaky read")
+               : arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "flaky read"));
+}
+
+TEST_F(DeltaLogTest, ReadCommitOfMissingVersionIsNotFound) {
+  WriteCommit(0, Create());
+  EXPECT_TRUE(IsMissing(log_.ReadCommit(1)));
+}
+
+TEST_F(DeltaLogTest, CheckpointThenLoadGivesTheSameSnapshot) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto replayed, log_.Load());
+  ASSERT_OK(log_.Checkpoint(replayed));
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 2);
+  EXPECT_EQ(loaded.checkpoint_version, 2);
+  EXPECT_EQ(Paths(loaded.files), Paths(replayed.files));
+  for (const auto& [path, add] : replayed.files) {
+    const AddFile& got = loaded.files.at(path);
+    EXPECT_EQ(got.size, add.size);
+    EXPECT_EQ(got.modification_time, add.modification_time);
+    EXPECT_EQ(got.stats, add.stats);
+    EXPECT_EQ(got.tags, add.tags);
+    EXPECT_EQ(got.partition_values, add.partition_values);
+  }
+  ASSERT_EQ(loaded.txns.size(), replayed.txns.size());
+  for (const auto& [app, txn] : replayed.txns) EXPECT_EQ(loaded.txns.at(app).version, txn.version);
+  EXPECT_EQ(loaded.metadata.id, replayed.metadata.id);
+  EXPECT_EQ(loaded.metadata.configuration, replayed.metadata.configuration);
+  EXPECT_EQ(loaded.metadata.schema_string, replayed.metadata.schema_string);
+  EXPECT_EQ(loaded.protocol.min_reader_version, 3);
+  EXPECT_EQ(loaded.protocol.min_writer_version, 7);
+  EXPECT_EQ(loaded.protocol.reader_features, replayed.protocol.reader_features);
+  EXPECT_EQ(loaded.protocol.writer_features, replayed.protocol.writer_features);
+  EXPECT_EQ(loaded.tombstones.size(), 1u);
+}
+
+TEST_F(DeltaLogTest, CheckpointWritesTheLastCheckpointHint) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  ASSERT_OK_AND_ASSIGN(auto hint, store_->Get("ns/t/_delta_log/_last_checkpoint"));
+  EXPECT_NE(Str(hint).find("\"version\":2"), std::string::npos) << Str(hint);
+  EXPECT_OK(store_->Head("ns/t/_delta_log/00000000000000000002.checkpoint.parquet").status());
+}
+
+TEST_F(DeltaLogTest, LoadWorksWhenCommitsBeforeTheCheckpointAreDeleted) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  for (int v = 0; v <= 2; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 2);
+  EXPECT_EQ(loaded.oldest_version, 2);
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c"}));
+}
+
+TEST_F(DeltaLogTest, LoadReplaysCommitsAfterTheCheckpoint) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  Commit v3;
+  v3.removes = {Remove("b", NowMillis())};
+  v3.adds = {Add("d")};
+  WriteCommit(3, v3);
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 3);
+  EXPECT_EQ(loaded.checkpoint_version, 2);
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"c", "d"}));
+}
+
+TEST_F(DeltaLogTest, UpdateReadsOnlyNewCommits) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  Commit v3;
+  v3.adds = {Add("d")};
+  WriteCommit(3, v3);
+  WriteCommit(4, Commit{});
+  std::vector<std::string> reads;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "get" || op == "list") reads.push_back(op + " " + path);
+    return arrow::Status::OK();
+  });
+  ASSERT_OK(log_.Update(&snapshot));
+  EXPECT_EQ(snapshot.version, 4);
+  EXPECT_EQ(Paths(snapshot.files), (std::set<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(reads, (std::vector<std::string>{"get ns/t/_delta_log/00000000000000000003.json",
+                                             "get ns/t/_delta_log/00000000000000000004.json",
+                                             "get ns/t/_delta_log/00000000000000000005.json"}));
+}
+
+TEST_F(DeltaLogTest, UpdateWithoutNewCommitsChangesNothing) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Update(&snapshot));
+  EXPECT_EQ(snapshot.version, 2);
+  EXPECT_EQ(snapshot.files.size(), 2u);
+}
+
+TEST_F(DeltaLogTest, UpdatePropagatesReadFailures) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  WriteCommit(3, Commit{});
+  store_->SetFaultHook([](const std::string& op, const std::string&) {
+    return op == "get" ? arrow::Status::IOError("timeout") : arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(log_.Update(&snapshot), arrow::StatusCode::IOError, "timeout"));
+  EXPECT_EQ(snapshot.version, 2);
+}
+
+TEST_F(DeltaLogTest, CheckpointDropsTombstonesOlderThanTheRetention) {
+  Commit v0 = Create();
+  v0.adds = {Add("old"), Add("new")};
+  WriteCommit(0, v0);
+  Commit v1;
+  v1.removes = {Remove("old", NowMillis() - 8 * 86'400'000LL), Remove("new", NowMillis())};
+  WriteCommit(1, v1);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  ASSERT_EQ(loaded.tombstones.size(), 1u);
+  EXPECT_EQ(loaded.tombstones.begin()->first, "new");
+}
+
+// --- checkpoint files, without the log ------------------------------------------------------
+
+Snapshot RichSnapshot() {
+  Snapshot s;
+  s.version = 12;
+  s.protocol.min_reader_version = 3;
+  s.protocol.min_writer_version = 7;
+  s.protocol.reader_features = std::vector<std::string>{"timestampNtz"};
+  s.protocol.writer_features = std::vector<std::string>{"timestampNtz", "appendOnly"};
+  s.metadata.id = "id-1";
+  s.metadata.name = "readings";
+  s.metadata.schema_string = R"({"type":"struct","fields":[]})";
+  s.metadata.format_options = {{"k", "v"}};
+  s.metadata.configuration = {{"timelake.timeColumn", "ts"}, {"delta.checkpointInterval", "10"}};
+  s.metadata.created_time = 1700000000000;
+  s.files["f1"] = Add("f1", 10);
+  s.files["f2"] = Add("f2", 20);
+  s.files["f2"].stats.reset();
+  s.files["f2"].tags.clear();
+  s.txns["app"] = {"app", 9, 1700000000500};
+  s.tombstones["gone"] = Remove("gone", 1700000000000);
+  return s;
+}
+
+TEST(CheckpointTest, WriteThenReadRoundTrips) {
+  const Snapshot s = RichSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, /*tombstone_cutoff_ms=*/0, INT64_MIN));
+  EXPECT_EQ(body.num_add_files, 2);
+  EXPECT_EQ(body.num_actions, 6);  // protocol, metaData, txn, 2 adds, remove
+  Snapshot back;
+  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  EXPECT_EQ(back.protocol.reader_features, s.protocol.reader_features);
+  EXPECT_EQ(back.protocol.writer_features, s.protocol.writer_features);
+  EXPECT_EQ(back.metadata.id, "id-1");
+  EXPECT_EQ(back.metadata.name, s.metadata.name);
+  EXPECT_FALSE(back.metadata.description);
+  EXPECT_EQ(back.metadata.format_options, s.metadata.format_options);
+  EXPECT_EQ(back.metadata.configuration, s.metadata.configuration);
+  EXPECT_EQ(back.metadata.created_time, s.metadata.created_time);
+  ASSERT_EQ(back.files.size(), 2u);
+  EXPECT_EQ(back.files.at("f1").stats, s.files.at("f1").stats);
+  EXPECT_EQ(back.files.at("f1").partition_values, s.files.at("f1").partition_values);
+  EXPECT_EQ(back.files.at("f1").tags, s.files.at("f1").tags);
+  EXPECT_FALSE(back.files.at("f2").stats);
+  EXPECT_EQ(back.files.at("f2").size, 20);
+  EXPECT_EQ(back.txns.at("app").version, 9);
+  EXPECT_EQ(back.txns.at("app").last_updated, 1700000000500);
+  ASSERT_EQ(back.tombstones.size(), 1u);
+  EXPECT_EQ(back.tombstones.at("gone").deletion_timestamp, 1700000000000);
+  EXPECT_EQ(back.tombstones.at("gone").size, 100);
+}
+
+TEST(CheckpointTest, TombstonesOlderThanTheCutoffAreDropped) {
+  Snapshot s = RichSnapshot();
+  s.tombstones["recent"] = Remove("recent", 1700000009000);
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, /*tombstone_cutoff_ms=*/1700000005000,
+                                                  INT64_MIN));
+  Snapshot back;
+  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  ASSERT_EQ(back.tombstones.size(), 1u);
+  EXPECT_EQ(back.tombstones.begin()->first, "recent");
+}
+
+TEST(CheckpointTest, TxnsOlderThanTheCutoffAreDropped) {
+  Snapshot s = RichSnapshot();
+  s.txns["fresh"] = {"fresh", 1, 1700000009000};
+  s.txns["undated"] = {"undated", 2, std::nullopt};
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, /*txn_cutoff_ms=*/1700000005000));
+  Snapshot back;
+  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  EXPECT_EQ(back.txns.count("app"), 0u);
+  EXPECT_EQ(back.txns.count("fresh"), 1u);
+  EXPECT_EQ(back.txns.count("undated"), 1u);
+}
+
+TEST(CheckpointTest, ReadingGarbageFails) {
+  Snapshot back;
+  EXPECT_FALSE(ReadCheckpoint(Buf("definitely not parquet"), &back).ok());
+}
+
+}  // namespace
+}  // namespace timelake::testing
