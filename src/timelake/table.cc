@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <arrow/type.h>
+#include <arrow/type_traits.h>
 #include <rapidjson/document.h>
 
 #include "timelake/log/schema.h"
@@ -23,7 +24,10 @@ constexpr const char* kOrderTag = "timelake.order";
 constexpr const char* kChunkTag = "timelake.chunk";
 constexpr const char* kMinTimeTag = "timelake.minTime";
 constexpr const char* kMaxTimeTag = "timelake.maxTime";
+constexpr const char* kMinKeyTag = "timelake.minKey";
+constexpr const char* kMaxKeyTag = "timelake.maxKey";
 constexpr int kMaxCommitAttempts = 64;
+constexpr int64_t kIndexFoldInterval = 32;
 
 std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
 
@@ -264,6 +268,10 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
       add.tags[kChunkTag] = f.chunk;
       add.tags[kMinTimeTag] = std::to_string(f.min_time);
       add.tags[kMaxTimeTag] = std::to_string(f.max_time);
+      if (!f.min_key.empty() || !f.max_key.empty()) {
+        add.tags[kMinKeyTag] = f.min_key;
+        add.tags[kMaxKeyTag] = f.max_key;
+      }
     }
     commit.adds.push_back(std::move(add));
   }
@@ -341,7 +349,13 @@ void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version)
   }
   // A missing record only costs latest() a read of this commit's files, so failures are ignored.
   auto merged = MergeNewest(newest, contract_);
-  if (merged.ok()) (void)index_->Record(version, *merged);
+  if (!merged.ok() || !index_->Record(version, *merged).ok()) return;
+  // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
+  // one base, so latest() never reads more than that many records.
+  if (version % kIndexFoldInterval == 0) {
+    auto state = index_->Read(snapshot_);
+    if (state.ok()) (void)index_->Fold(*state, snapshot_.version);
+  }
 }
 
 bool Table::AutoMaintain() const { return snapshot_.Config("timelake.autoMaintain") == "true"; }
@@ -482,9 +496,23 @@ arrow::Result<ScanPlan> Table::Scan() {
   }
   plan.file_schema = arrow::schema(file_fields);
 
+  // What a file may hold, for deciding which files can share a (series, time) row.
   struct Range {
-    int64_t min, max;
+    int64_t min, max;  // time
+    bool has_key;
+    std::string min_key, max_key;
     size_t index;
+  };
+  const bool int_key = contract_.series_key.size() == 1 &&
+                       arrow::is_integer(storage_->GetFieldByName(contract_.series_key[0])->type()->id());
+  auto key_less = [int_key](const std::string& a, const std::string& b) {
+    if (int_key) {
+      try {
+        return std::stoll(a) < std::stoll(b);
+      } catch (...) {
+      }
+    }
+    return a < b;
   };
   std::map<std::string, std::vector<Range>> by_chunk;
   for (const auto& [path, add] : snapshot_.files) {
@@ -504,23 +532,31 @@ arrow::Result<ScanPlan> Table::Scan() {
     auto chunk = add.tags.find(kChunkTag);
     if (chunk != add.tags.end()) f.chunk = chunk->second;
     if (contract_.dedup != DedupPolicy::kNone) {
+      auto min_key = add.tags.find(kMinKeyTag);
+      auto max_key = add.tags.find(kMaxKeyTag);
+      const bool has_key = min_key != add.tags.end() && max_key != add.tags.end();
       by_chunk[f.chunk].push_back({TagInt(add, kMinTimeTag, INT64_MIN),
-                                   TagInt(add, kMaxTimeTag, INT64_MAX), plan.files.size()});
+                                   TagInt(add, kMaxTimeTag, INT64_MAX), has_key,
+                                   has_key ? min_key->second : "", has_key ? max_key->second : "",
+                                   plan.files.size()});
     }
     plan.files.push_back(std::move(f));
   }
-  // A chunk needs read-time deduplication only if two of its files overlap in time.
+  // A file needs read-time deduplication only if another file may hold a row with the same
+  // series key and time: their time ranges overlap and (when known) so do their key ranges.
   for (auto& [chunk, ranges] : by_chunk) {
     std::sort(ranges.begin(), ranges.end(),
               [](const Range& a, const Range& b) { return a.min < b.min; });
-    bool overlap = false;
-    int64_t reach = ranges[0].max;
-    for (size_t i = 1; i < ranges.size() && !overlap; ++i) {
-      overlap = ranges[i].min <= reach;
-      reach = std::max(reach, ranges[i].max);
-    }
-    if (overlap) {
-      for (const auto& r : ranges) plan.files[r.index].dedup = true;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      for (size_t j = i + 1; j < ranges.size() && ranges[j].min <= ranges[i].max; ++j) {
+        const Range& a = ranges[i];
+        const Range& b = ranges[j];
+        const bool keys_apart = a.has_key && b.has_key &&
+                                (key_less(a.max_key, b.min_key) || key_less(b.max_key, a.min_key));
+        if (keys_apart) continue;
+        plan.files[a.index].dedup = true;
+        plan.files[b.index].dedup = true;
+      }
     }
   }
   return plan;

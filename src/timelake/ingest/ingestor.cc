@@ -93,6 +93,23 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
     file.min_time = static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value;
     file.max_time = static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value;
     ARROW_ASSIGN_OR_RAISE(file.newest, NewestRows(rows, contract_));
+    if (contract_.series_key.size() == 1) {
+      auto key = rows->GetColumnByName(contract_.series_key[0]);
+      const auto id = key->type()->id();
+      const bool is_string = id == arrow::Type::STRING;
+      const bool is_int = arrow::is_integer(id);
+      if ((is_string || is_int) && key->null_count() == 0) {
+        ARROW_ASSIGN_OR_RAISE(auto kmm, arrow::compute::MinMax(key));
+        const auto& kp = static_cast<const arrow::StructScalar&>(*kmm.scalar());
+        if (is_string) {
+          file.min_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[0]).view());
+          file.max_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[1]).view());
+        } else {
+          file.min_key = kp.value[0]->ToString();
+          file.max_key = kp.value[1]->ToString();
+        }
+      }
+    }
   }
   ARROW_ASSIGN_OR_RAISE(file.stats, FileStatsJson(*rows));
   ARROW_ASSIGN_OR_RAISE(file.size, WriteParquetFile(store_.get(), table_path_ + "/" + file.path,

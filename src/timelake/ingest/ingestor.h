@@ -34,6 +34,10 @@ struct WrittenFile {
   int64_t rows = 0;
   int64_t min_time = 0;  // microseconds; meaningful for time-series tables
   int64_t max_time = 0;
+  // Range of the series key when it is one string or integer column (empty otherwise); integers
+  // are written in decimal. Lets a reader see that two files cannot hold the same series.
+  std::string min_key;
+  std::string max_key;
   int order = 0;  // write order within the append (breaks ties between files of one commit)
   std::string stats;
   std::shared_ptr<arrow::Table> newest;  // newest row per series (time-series tables)
