@@ -226,7 +226,9 @@ def _execute(catalog: _Catalog, query: str) -> pa.Table:
     try:
         return catalog.con.sql(query).to_arrow_table()
     except duckdb.CatalogException as e:
-        raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {catalog.namespace!r})") from None
+        if "Table with name" in str(e):
+            raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {catalog.namespace!r})") from None
+        raise RuntimeError(f"query failed: {e}") from None
     except duckdb.Error as e:
         raise RuntimeError(f"query failed: {e}") from None
 

@@ -1,0 +1,284 @@
+// Ingest, before anything is written: aligning user batches to the storage schema, and arranging
+// rows into sorted, deduplicated chunk runs.
+#include <arrow/api.h>
+#include <arrow/compute/api.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/contract.h"
+#include "timelake/ingest/align.h"
+#include "timelake/ingest/arrange.h"
+#include "timelake/log/schema.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+const auto kUtcMicros = arrow::timestamp(arrow::TimeUnit::MICRO, "UTC");
+const auto kUtcNanos = arrow::timestamp(arrow::TimeUnit::NANO, "UTC");
+
+// --- BatchAligner ---------------------------------------------------------------------------
+
+class AlignTest : public ::testing::Test {
+ protected:
+  void Declare(arrow::FieldVector fields) {
+    declared_ = arrow::schema(std::move(fields));
+    storage_ = StorageSchemaOf(*declared_).ValueOrDie();
+  }
+  arrow::Result<std::shared_ptr<arrow::RecordBatch>> Align(const std::shared_ptr<arrow::RecordBatch>& in) {
+    ARROW_ASSIGN_OR_RAISE(auto aligner, BatchAligner::Make(declared_, storage_, *in->schema(), "ts"));
+    return aligner.Align(*in);
+  }
+
+  std::shared_ptr<arrow::Schema> declared_ =
+      arrow::schema({field("ts", kUtcMicros, false), field("sensor", arrow::utf8()),
+                     field("value", arrow::float64()), field("count", arrow::int64())});
+  std::shared_ptr<arrow::Schema> storage_ = StorageSchemaOf(*declared_).ValueOrDie();
+};
+
+TEST_F(AlignTest, ReorderedColumnsAreMatchedByName) {
+  auto in = Batch(arrow::schema({field("value", arrow::float64()), field("count", arrow::int64()),
+                                 field("sensor", arrow::utf8()), field("ts", kUtcMicros)}),
+                  {"[1.5, 2.5]", "[7, 8]", R"(["a", "b"])", "[10, 20]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->schema()->Equals(*storage_));
+  auto expected = Batch(storage_, {"[10, 20]", R"(["a", "b"])", "[1.5, 2.5]", "[7, 8]"});
+  EXPECT_TRUE(out->Equals(*expected)) << out->ToString();
+}
+
+TEST_F(AlignTest, Int32IsWidenedIntoAnInt64Column) {
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("count", arrow::int32())}),
+                  {"[1, 2]", "[3, -4]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->GetColumnByName("count")->Equals(*Json(arrow::int64(), "[3, -4]")));
+}
+
+TEST_F(AlignTest, MissingNullableColumnsBecomeNulls) {
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros)}), {"[1, 2, 3]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_EQ(out->GetColumnByName("sensor")->null_count(), 3);
+  EXPECT_EQ(out->GetColumnByName("value")->null_count(), 3);
+  EXPECT_TRUE(out->schema()->Equals(*storage_));
+}
+
+TEST_F(AlignTest, MissingNonNullableColumnIsInvalidNamingIt) {
+  auto input = arrow::schema({field("sensor", arrow::utf8())});
+  EXPECT_TRUE(IsInvalid(BatchAligner::Make(declared_, storage_, *input, "ts"), "'ts'"));
+}
+
+TEST_F(AlignTest, UnknownColumnIsInvalidNamingIt) {
+  auto input = arrow::schema({field("ts", kUtcMicros), field("humidity", arrow::float64())});
+  EXPECT_TRUE(IsInvalid(BatchAligner::Make(declared_, storage_, *input, "ts"), "humidity"));
+}
+
+TEST_F(AlignTest, ImpossibleConversionIsInvalidNamingTheColumn) {
+  auto input = arrow::schema({field("ts", kUtcMicros), field("value", arrow::list(arrow::int32()))});
+  EXPECT_TRUE(IsInvalid(BatchAligner::Make(declared_, storage_, *input, "ts"), "value"));
+}
+
+TEST_F(AlignTest, LossyFloatToIntegerIsInvalidNamingTheColumn) {
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("count", arrow::float64())}),
+                  {"[1, 2]", "[1.0, 1.5]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "count"));
+}
+
+TEST_F(AlignTest, WholeFloatsConvertToIntegers) {
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("count", arrow::float64())}),
+                  {"[1, 2]", "[1.0, 2.0]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->GetColumnByName("count")->Equals(*Json(arrow::int64(), "[1, 2]")));
+}
+
+TEST_F(AlignTest, IntegerOverflowIsInvalid) {
+  Declare({field("ts", kUtcMicros, false), field("small", arrow::int8())});
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("small", arrow::int64())}),
+                  {"[1]", "[300]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "small"));
+}
+
+TEST_F(AlignTest, NullTimeIsInvalid) {
+  Declare({field("ts", kUtcMicros), field("v", arrow::int64())});  // nullable, yet still refused
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("v", arrow::int64())}),
+                  {"[1, null]", "[1, 2]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "time column 'ts'"));
+}
+
+TEST_F(AlignTest, NullInNonNullableColumnIsInvalid) {
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros)}), {"[1, null]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "ts"));
+}
+
+TEST_F(AlignTest, NanosecondTimeThatIsNotAWholeMicrosecondIsInvalid) {
+  Declare({field("ts", kUtcNanos, false)});
+  auto in = Batch(arrow::schema({field("ts", kUtcNanos)}), {"[1000000000, 1000000001]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "ts"));
+}
+
+TEST_F(AlignTest, NanosecondTimeOnWholeMicrosecondsIsStoredInMicroseconds) {
+  Declare({field("ts", kUtcNanos, false)});
+  auto in = Batch(arrow::schema({field("ts", kUtcNanos)}), {"[1000000000, 2000]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->column(0)->Equals(*Json(kUtcMicros, "[1000000, 2]"))) << out->ToString();
+}
+
+TEST_F(AlignTest, NanosecondInputIntoMicrosecondColumnMustBeWholeMicroseconds) {
+  auto in = Batch(arrow::schema({field("ts", kUtcNanos)}), {"[1000000001]"});
+  EXPECT_TRUE(IsInvalid(Align(in), "ts"));
+}
+
+TEST_F(AlignTest, DictionaryColumnAcceptsPlainStrings) {
+  Declare({field("ts", kUtcMicros, false), field("sensor", arrow::dictionary(arrow::int32(), arrow::utf8()))});
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("sensor", arrow::utf8())}),
+                  {"[1, 2]", R"(["a", "b"])"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->column(1)->Equals(*Json(arrow::utf8(), R"(["a", "b"])")));
+}
+
+TEST_F(AlignTest, UnsignedColumnIsStoredWidened) {
+  Declare({field("ts", kUtcMicros, false), field("level", arrow::uint8())});
+  auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("level", arrow::uint8())}),
+                  {"[1, 2]", "[0, 255]"});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->column(1)->Equals(*Json(arrow::int16(), "[0, 255]")));
+}
+
+// --- Arrange --------------------------------------------------------------------------------
+
+const auto kRows = arrow::schema(
+    {field("ts", kUtcMicros), field("sensor", arrow::utf8()), field("value", arrow::int64())});
+
+Contract DayContract(DedupPolicy dedup = DedupPolicy::kNone) {
+  Contract c;
+  c.time_column = "ts";
+  c.series_key = {"sensor"};
+  c.chunk = ChunkWidth::kDay;
+  c.dedup = dedup;
+  return c;
+}
+
+std::string Day(int d, int hour = 0) { return std::to_string(Micros(2025, 1, d, hour)); }
+
+std::vector<int64_t> Ints(const std::shared_ptr<arrow::Table>& t, const std::string& name) {
+  auto column = t->GetColumnByName(name);
+  std::vector<int64_t> out;
+  for (const auto& chunk : column->chunks()) {
+    const auto& a = static_cast<const arrow::Int64Array&>(*chunk);
+    for (int64_t i = 0; i < a.length(); ++i) out.push_back(a.Value(i));
+  }
+  return out;
+}
+
+TEST(ArrangeTest, RowsSpanningThreeDaysFormThreeRunsInChunkOrder) {
+  auto t = TableOf(kRows, {"[" + Day(3) + "," + Day(1) + "," + Day(2) + "," + Day(1, 5) + "," +
+                               Day(3, 1) + "]",
+                           R"(["a","a","a","a","a"])", "[1, 2, 3, 4, 5]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  ASSERT_EQ(arranged.runs.size(), 3u);
+  const int64_t first_day = ChunkOrdinal(ChunkWidth::kDay, Micros(2025, 1, 1));
+  int64_t expected_offset = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(arranged.runs[i].ordinal, first_day + static_cast<int64_t>(i));
+    EXPECT_EQ(arranged.runs[i].offset, expected_offset);
+    expected_offset += arranged.runs[i].length;
+  }
+  EXPECT_EQ(expected_offset, 5);
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{2, 4, 3, 1, 5}));
+}
+
+TEST(ArrangeTest, RowsAreSortedBySeriesKeyThenTimeWithinARun) {
+  auto t = TableOf(kRows, {"[" + Day(1, 3) + "," + Day(1, 1) + "," + Day(1, 2) + "," + Day(1, 0) + "]",
+                           R"(["b","b","a","a"])", "[1, 2, 3, 4]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  ASSERT_EQ(arranged.runs.size(), 1u);
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{4, 3, 2, 1}));
+  EXPECT_TRUE(arranged.table->schema()->Equals(*kRows));
+}
+
+TEST(ArrangeTest, EqualKeyAndTimeKeepArrivalOrderWithoutDedup) {
+  auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1) + "]", R"(["a","a","a"])",
+                           "[1, 2, 3]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(ArrangeTest, DedupLastKeepsTheLastArrival) {
+  auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(2) + "," + Day(1) + "," + Day(1) + "]",
+                           R"(["a","a","a","a"])", "[1, 2, 3, 4]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{4, 2}));
+  ASSERT_EQ(arranged.runs.size(), 2u);
+  EXPECT_EQ(arranged.runs[1].offset, 1);
+}
+
+TEST(ArrangeTest, DedupFirstKeepsTheFirstArrival) {
+  auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(2) + "," + Day(1) + "," + Day(1) + "]",
+                           R"(["a","a","a","a"])", "[1, 2, 3, 4]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kFirst)));
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(ArrangeTest, DedupKeepsRowsThatDifferInKeyOrTime) {
+  auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1, 1) + "]", R"(["a","b","a"])",
+                           "[1, 2, 3]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
+  EXPECT_EQ(arranged.table->num_rows(), 3);
+}
+
+TEST(ArrangeTest, NullSeriesKeysAreEqualToEachOther) {
+  auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1) + "]", R"([null, "a", null])",
+                           "[1, 2, 3]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
+  ASSERT_EQ(arranged.table->num_rows(), 2);
+  auto values = Ints(arranged.table, "value");
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(values, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(ArrangeTest, PlainTableIsOneRunInInputOrder) {
+  Contract plain;
+  auto t = TableOf(kRows, {"[3, 1, 2]", R"(["c","a","b"])", "[1, 2, 3]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, plain));
+  ASSERT_EQ(arranged.runs.size(), 1u);
+  EXPECT_EQ(arranged.runs[0].length, 3);
+  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(ArrangeTest, EmptyTableHasNoRuns) {
+  auto t = TableOf(kRows, {"[]", "[]", "[]"});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  EXPECT_TRUE(arranged.runs.empty());
+}
+
+// --- DedupMask ------------------------------------------------------------------------------
+
+std::string Mask(const std::shared_ptr<arrow::Table>& sorted, DedupPolicy policy) {
+  auto mask = DedupMask(*sorted, {"sensor", "ts"}, policy).ValueOrDie();
+  std::string out;
+  const auto& b = static_cast<const arrow::BooleanArray&>(*mask);
+  for (int64_t i = 0; i < b.length(); ++i) out += b.Value(i) ? '1' : '0';
+  return out;
+}
+
+TEST(DedupMaskTest, LastKeepsTheFinalRowOfEachRun) {
+  auto sorted = TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
+  EXPECT_EQ(Mask(sorted, DedupPolicy::kLast), "011001");
+}
+
+TEST(DedupMaskTest, FirstKeepsTheFirstRowOfEachRun) {
+  auto sorted = TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
+  EXPECT_EQ(Mask(sorted, DedupPolicy::kFirst), "101100");
+}
+
+TEST(DedupMaskTest, NullKeysFormOneRun) {
+  auto sorted = TableOf(kRows, {"[1, 1, 1]", R"(["a", null, null])", "[0,0,0]"});
+  EXPECT_EQ(Mask(sorted, DedupPolicy::kLast), "101");
+}
+
+TEST(DedupMaskTest, TinyTablesKeepEverything) {
+  EXPECT_EQ(Mask(TableOf(kRows, {"[1]", R"(["a"])", "[0]"}), DedupPolicy::kLast), "1");
+  EXPECT_EQ(Mask(TableOf(kRows, {"[]", "[]", "[]"}), DedupPolicy::kFirst), "");
+}
+
+}  // namespace
+}  // namespace timelake::testing
