@@ -1,0 +1,190 @@
+// Ingestor: user batches in, one Parquet file per chunk out, in the store, before any commit.
+#include "timelake/ingest/ingestor.h"
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/reader.h>
+#include <rapidjson/document.h>
+
+#include "test_util.h"
+#include "timelake/log/schema.h"
+#include "timelake/store/memory_store.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+const auto kUtcMicros = arrow::timestamp(arrow::TimeUnit::MICRO, "UTC");
+
+class IngestorTest : public ::testing::Test {
+ protected:
+  IngestorTest() {
+    contract_.time_column = "ts";
+    contract_.series_key = {"sensor"};
+    contract_.chunk = ChunkWidth::kDay;
+  }
+
+  Ingestor Make(IngestOptions options = {}) {
+    return Ingestor(store_, "ns/t", contract_, declared_, storage_, options);
+  }
+
+  std::string Ts(int day, int hour) { return std::to_string(Micros(2025, 1, day, hour)); }
+
+  // Rows over two days, out of order; the arranged order is by (chunk, sensor, ts).
+  std::shared_ptr<arrow::RecordBatch> TwoDays() {
+    return Batch(declared_, {"[" + Ts(2, 5) + "," + Ts(1, 3) + "," + Ts(1, 1) + "," + Ts(2, 1) + "]",
+                             R"(["b", "a", "b", "a"])", "[1.0, 2.0, 3.0, 4.0]"});
+  }
+
+  std::shared_ptr<arrow::Table> ReadBack(const std::string& path) {
+    auto input = store_->OpenInput(path).ValueOrDie();
+    auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
+    std::shared_ptr<arrow::Table> table;
+    EXPECT_OK(reader->ReadTable(&table));
+    return table;
+  }
+
+  std::vector<std::string> DataObjects() {
+    std::vector<std::string> out;
+    for (const auto& meta : store_->List("ns/t/data/").ValueOrDie()) out.push_back(meta.path);
+    return out;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  Contract contract_;
+  std::shared_ptr<arrow::Schema> declared_ = arrow::schema(
+      {field("ts", kUtcMicros, false), field("sensor", arrow::utf8()), field("value", arrow::float64())});
+  std::shared_ptr<arrow::Schema> storage_ = StorageSchemaOf(*declared_).ValueOrDie();
+};
+
+TEST_F(IngestorTest, WritesOneFilePerChunkUnderItsFolder) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].chunk, "2025-01-01");
+  EXPECT_EQ(files[1].chunk, "2025-01-02");
+  for (const auto& f : files) {
+    EXPECT_EQ(f.path.rfind("data/" + f.chunk + "/part-", 0), 0u) << f.path;
+    EXPECT_EQ(f.path.substr(f.path.size() - 8), ".parquet");
+  }
+  EXPECT_EQ(DataObjects().size(), 2u);
+  EXPECT_EQ(ingestor.rows_in(), 4);
+}
+
+TEST_F(IngestorTest, FilesReadBackAsTheArrangedInputRows) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 2u);
+  auto day1 = ReadBack("ns/t/" + files[0].path);
+  auto day2 = ReadBack("ns/t/" + files[1].path);
+  auto expected1 = TableOf(storage_, {"[" + Ts(1, 3) + "," + Ts(1, 1) + "]", R"(["a", "b"])", "[2.0, 3.0]"});
+  auto expected2 = TableOf(storage_, {"[" + Ts(2, 1) + "," + Ts(2, 5) + "]", R"(["a", "b"])", "[4.0, 1.0]"});
+  EXPECT_TRUE(day1->Equals(*expected1)) << day1->ToString();
+  EXPECT_TRUE(day2->Equals(*expected2)) << day2->ToString();
+}
+
+TEST_F(IngestorTest, WrittenFilesDescribeThemselves) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 2u);
+  const WrittenFile& f = files[0];
+  EXPECT_EQ(f.rows, 2);
+  EXPECT_EQ(f.min_time, Micros(2025, 1, 1, 1));
+  EXPECT_EQ(f.max_time, Micros(2025, 1, 1, 3));
+  EXPECT_EQ(f.order, 0);
+  EXPECT_EQ(files[1].order, 1);
+  ASSERT_OK_AND_ASSIGN(auto meta, store_->Head("ns/t/" + f.path));
+  EXPECT_EQ(f.size, meta.size);
+  rapidjson::Document stats;
+  stats.Parse(f.stats.c_str());
+  ASSERT_FALSE(stats.HasParseError()) << f.stats;
+  EXPECT_EQ(stats["numRecords"].GetInt64(), 2);
+  EXPECT_EQ(std::string(stats["minValues"]["sensor"].GetString()), "a");
+}
+
+TEST_F(IngestorTest, AbortDeletesEveryWrittenFile) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(DataObjects().size(), 2u);
+  ingestor.Abort();
+  EXPECT_TRUE(DataObjects().empty());
+}
+
+TEST_F(IngestorTest, SmallBufferFlushesAsBatchesArrive) {
+  IngestOptions options;
+  options.buffer_bytes = 1;
+  Ingestor ingestor = Make(options);
+  auto one_day = [&](const std::string& v) {
+    return Batch(declared_, {"[" + Ts(1, 1) + "]", R"(["a"])", "[" + v + "]"});
+  };
+  auto reader = Reader(declared_, {one_day("1.0"), one_day("2.0"), one_day("3.0")});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  EXPECT_EQ(DataObjects().size(), 3u);  // written before Finish
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  EXPECT_EQ(files.size(), 3u);
+}
+
+TEST_F(IngestorTest, InputThatDoesNotFitIsInvalidAndWritesNothing) {
+  Ingestor ingestor = Make();
+  auto bad = arrow::schema({field("ts", kUtcMicros), field("colour", arrow::utf8())});
+  auto reader = Reader(bad, {Batch(bad, {"[1]", R"(["red"])"})});
+  EXPECT_TRUE(IsInvalid(ingestor.Consume(reader.get()), "colour"));
+  EXPECT_TRUE(DataObjects().empty());
+}
+
+TEST_F(IngestorTest, EmptyInputWritesNoFiles) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  EXPECT_TRUE(files.empty());
+}
+
+TEST_F(IngestorTest, PlainTableFilesGoDirectlyUnderData) {
+  contract_ = Contract{};
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].chunk, "");
+  EXPECT_EQ(files[0].path.find('/', 5), std::string::npos) << files[0].path;
+  EXPECT_EQ(files[0].rows, 4);
+}
+
+TEST_F(IngestorTest, FailedWriteFailsFinishAndAbortCleansUp) {
+  int data_puts = 0;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put" && path.find("/data/") != std::string::npos && ++data_puts == 2) {
+      return arrow::Status::IOError("injected write failure");
+    }
+    return arrow::Status::OK();
+  });
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  EXPECT_TRUE(FailsWith(ingestor.Finish(), arrow::StatusCode::IOError, "injected"));
+  ingestor.Abort();
+  store_->SetFaultHook(nullptr);
+  EXPECT_TRUE(DataObjects().empty());
+}
+
+TEST_F(IngestorTest, WriteParquetFileReturnsTheObjectSize) {
+  auto table = TableOf(storage_, {"[1, 2]", R"(["a", "b"])", "[1.0, 2.0]"});
+  ASSERT_OK_AND_ASSIGN(int64_t size, WriteParquetFile(store_.get(), "x.parquet", *table, {}));
+  ASSERT_OK_AND_ASSIGN(auto meta, store_->Head("x.parquet"));
+  EXPECT_EQ(size, meta.size);
+  EXPECT_TRUE(ReadBack("x.parquet")->Equals(*table));
+}
+
+}  // namespace
+}  // namespace timelake::testing

@@ -1,0 +1,177 @@
+// FileStatsJson: the Delta `stats` of a data file, as other readers will use them for skipping.
+#include "timelake/ingest/stats.h"
+
+#include <cmath>
+#include <limits>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include "test_util.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+const auto kUtcMicros = arrow::timestamp(arrow::TimeUnit::MICRO, "UTC");
+
+// Stats of a one-column table.
+rapidjson::Document StatsOf(const std::shared_ptr<arrow::DataType>& type, const std::string& json,
+                            std::string* text_out = nullptr) {
+  auto table = TableOf(arrow::schema({field("c", type)}), {json});
+  std::string text = FileStatsJson(*table).ValueOrDie();
+  if (text_out) *text_out = text;
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  EXPECT_FALSE(doc.HasParseError()) << text;
+  return doc;
+}
+
+std::string MinText(const rapidjson::Document& d) { return d["minValues"]["c"].GetString(); }
+std::string MaxText(const rapidjson::Document& d) { return d["maxValues"]["c"].GetString(); }
+
+TEST(FileStatsTest, NumRecordsCountsRows) {
+  auto doc = StatsOf(arrow::int64(), "[1, 2, null]");
+  EXPECT_EQ(doc["numRecords"].GetInt64(), 3);
+}
+
+TEST(FileStatsTest, IntegersHaveMinAndMax) {
+  auto doc = StatsOf(arrow::int32(), "[5, -3, null, 12]");
+  EXPECT_EQ(doc["minValues"]["c"].GetInt(), -3);
+  EXPECT_EQ(doc["maxValues"]["c"].GetInt(), 12);
+}
+
+TEST(FileStatsTest, NullCountIsPerColumn) {
+  auto table = TableOf(arrow::schema({field("a", arrow::int64()), field("b", arrow::utf8())}),
+                       {"[1, null, null]", R"(["x", "y", null])"});
+  ASSERT_OK_AND_ASSIGN(auto text, FileStatsJson(*table));
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  EXPECT_EQ(doc["nullCount"]["a"].GetInt64(), 2);
+  EXPECT_EQ(doc["nullCount"]["b"].GetInt64(), 1);
+}
+
+TEST(FileStatsTest, AllNullColumnHasNullCountButNoMinOrMax) {
+  auto doc = StatsOf(arrow::int64(), "[null, null]");
+  EXPECT_FALSE(doc["minValues"].HasMember("c"));
+  EXPECT_FALSE(doc["maxValues"].HasMember("c"));
+  EXPECT_EQ(doc["nullCount"]["c"].GetInt64(), 2);
+}
+
+TEST(FileStatsTest, TimestampMinIsFlooredToTheMillisecond) {
+  const int64_t t = 1735787045678999;  // 2025-01-02T03:04:05.678999
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(t) + "]");
+  EXPECT_EQ(MinText(doc), "2025-01-02T03:04:05.678Z");
+}
+
+TEST(FileStatsTest, TimestampMaxIsCeiledToTheMillisecond) {
+  const int64_t t = 1735787045678001;  // 2025-01-02T03:04:05.678001
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(t) + "]");
+  EXPECT_EQ(MaxText(doc), "2025-01-02T03:04:05.679Z");
+}
+
+TEST(FileStatsTest, WholeMillisecondTimestampsAreExact) {
+  auto doc = StatsOf(kUtcMicros, "[1735787045678000, 1735787045679000]");
+  EXPECT_EQ(MinText(doc), "2025-01-02T03:04:05.678Z");
+  EXPECT_EQ(MaxText(doc), "2025-01-02T03:04:05.679Z");
+}
+
+TEST(FileStatsTest, TimestampsBefore1970RoundOutward) {
+  auto doc = StatsOf(kUtcMicros, "[-1500, -500]");
+  EXPECT_EQ(MinText(doc), "1969-12-31T23:59:59.998Z");
+  EXPECT_EQ(MaxText(doc), "1970-01-01T00:00:00.000Z");
+}
+
+TEST(FileStatsTest, NaiveTimestampsHaveNoZone) {
+  auto doc = StatsOf(arrow::timestamp(arrow::TimeUnit::MICRO), "[1735787045678000]");
+  EXPECT_EQ(MinText(doc), "2025-01-02T03:04:05.678");
+}
+
+TEST(FileStatsTest, DatesAreIsoDays) {
+  auto doc = StatsOf(arrow::date32(), "[20090, -1]");
+  EXPECT_EQ(MinText(doc), "1969-12-31");
+  EXPECT_EQ(MaxText(doc), "2025-01-02");
+}
+
+TEST(FileStatsTest, ShortStringsAreKeptWhole) {
+  auto doc = StatsOf(arrow::utf8(), R"(["pear", "apple", "zucchini"])");
+  EXPECT_EQ(MinText(doc), "apple");
+  EXPECT_EQ(MaxText(doc), "zucchini");
+}
+
+TEST(FileStatsTest, LongStringsAreCutTo32CharactersAndTheMaxStillBoundsThem) {
+  const std::string low(40, 'a'), high(40, 'z');
+  auto doc = StatsOf(arrow::utf8(), "[\"" + low + "\", \"" + high + "\"]");
+  EXPECT_EQ(MinText(doc), std::string(32, 'a'));
+  EXPECT_EQ(MaxText(doc), std::string(32, 'z') + "\xF4\x8F\xBF\xBF");  // U+10FFFF
+}
+
+TEST(FileStatsTest, StringsAreCutAtCharactersNotBytes) {
+  std::string s;
+  for (int i = 0; i < 40; ++i) s += "\xC3\xA9";  // é, two bytes each
+  auto doc = StatsOf(arrow::utf8(), "[\"" + s + "\"]");
+  EXPECT_EQ(MinText(doc), s.substr(0, 64));
+}
+
+TEST(FileStatsTest, NaNIsNeverWritten) {
+  std::string text;
+  auto doc = StatsOf(arrow::float64(), "[NaN, NaN]", &text);
+  EXPECT_FALSE(doc["minValues"].HasMember("c"));
+  EXPECT_FALSE(doc["maxValues"].HasMember("c"));
+  EXPECT_EQ(text.find("NaN"), std::string::npos) << text;
+}
+
+TEST(FileStatsTest, NaNBesideNumbersDoesNotHideTheirRange) {
+  std::string text;
+  auto doc = StatsOf(arrow::float64(), "[1.5, NaN, -2.25]", &text);
+  EXPECT_EQ(text.find("NaN"), std::string::npos) << text;
+  EXPECT_DOUBLE_EQ(doc["minValues"]["c"].GetDouble(), -2.25);
+  EXPECT_DOUBLE_EQ(doc["maxValues"]["c"].GetDouble(), 1.5);
+}
+
+TEST(FileStatsTest, InfinitiesAreNotWritten) {
+  std::string text;
+  auto doc = StatsOf(arrow::float64(), "[Inf, 1.0]", &text);
+  EXPECT_FALSE(doc["maxValues"].HasMember("c")) << text;
+  EXPECT_DOUBLE_EQ(doc["minValues"]["c"].GetDouble(), 1.0);
+}
+
+TEST(FileStatsTest, DecimalsAreNumbersAtTheirScale) {
+  std::string text;
+  auto doc = StatsOf(arrow::decimal128(10, 2), R"(["12.50", "-3.07"])", &text);
+  EXPECT_NE(text.find(R"("minValues":{"c":-3.07})"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("maxValues":{"c":12.50})"), std::string::npos) << text;
+}
+
+TEST(FileStatsTest, StructChildrenAreNested) {
+  auto type = arrow::struct_({field("x", arrow::int64()), field("y", arrow::utf8())});
+  std::string text;
+  auto doc = StatsOf(type, R"([{"x": 3, "y": "b"}, {"x": 1, "y": null}])", &text);
+  EXPECT_EQ(doc["minValues"]["c"]["x"].GetInt64(), 1) << text;
+  EXPECT_EQ(doc["maxValues"]["c"]["y"].GetString(), std::string("b"));
+  EXPECT_EQ(doc["nullCount"]["c"]["y"].GetInt64(), 1);
+}
+
+TEST(FileStatsTest, OnlyTheFirstIndexedColumnsGetMinAndMax) {
+  auto table = TableOf(arrow::schema({field("a", arrow::int64()), field("b", arrow::int64()),
+                                      field("c", arrow::int64())}),
+                       {"[1]", "[2]", "[3]"});
+  ASSERT_OK_AND_ASSIGN(auto text, FileStatsJson(*table, /*max_indexed_columns=*/2));
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  EXPECT_TRUE(doc["minValues"].HasMember("b"));
+  EXPECT_FALSE(doc["minValues"].HasMember("c"));
+  EXPECT_FALSE(doc["maxValues"].HasMember("c"));
+  EXPECT_TRUE(doc["nullCount"].HasMember("c"));
+}
+
+TEST(FileStatsTest, UnindexableTypesOnlyGetNullCounts) {
+  auto doc = StatsOf(arrow::list(arrow::int32()), "[[1, 2], null]");
+  EXPECT_FALSE(doc["minValues"].HasMember("c"));
+  EXPECT_EQ(doc["nullCount"]["c"].GetInt64(), 1);
+}
+
+}  // namespace
+}  // namespace timelake::testing
