@@ -220,7 +220,8 @@ TEST(ActionsTest, UnknownActionsAreIgnored) {
       "\n"
       R"({"cdc":{"path":"_change_data/x.parquet","size":1,"dataChange":false}})"
       "\n"
-      R"({"add":{"path":"a.parquet","partitionValues":{},"size":5,"modificationTime":1,"dataChange":true}})"
+      R"({"add":{"path":"a.parquet","partitionValues":{},"size":5,"modificationTime":1,)"
+      R"("dataChange":true}})"
       "\n";
   ASSERT_OK_AND_ASSIGN(auto commit, ParseCommit(text, "00000000000000000003.json"));
   ASSERT_EQ(commit.adds.size(), 1u);
@@ -231,7 +232,8 @@ TEST(ActionsTest, UnknownActionsAreIgnored) {
 TEST(ActionsTest, UnknownFieldsAreIgnored) {
   const std::string text =
       R"({"add":{"path":"a.parquet","partitionValues":{},"size":5,"modificationTime":1,)"
-      R"("dataChange":true,"deletionVector":{"storageType":"u"},"baseRowId":4,"clusteringProvider":"x"}})"
+      R"("dataChange":true,"deletionVector":{"storageType":"u"},"baseRowId":4,)"
+      R"("clusteringProvider":"x"}})"
       "\n";
   ASSERT_OK_AND_ASSIGN(auto commit, ParseCommit(text, "x.json"));
   ASSERT_EQ(commit.adds.size(), 1u);
@@ -286,7 +288,8 @@ TEST(ActionsTest, CommitVersionOfRejectsSignedNames) {
 TEST(ActionsTest, CheckpointVersionOfReadsClassicCheckpoints) {
   EXPECT_EQ(CheckpointVersionOf("00000000000000000010.checkpoint.parquet"), 10);
   EXPECT_FALSE(CheckpointVersionOf("00000000000000000010.json"));
-  EXPECT_FALSE(CheckpointVersionOf("00000000000000000010.checkpoint.0000000001.0000000002.parquet"));
+  EXPECT_FALSE(
+      CheckpointVersionOf("00000000000000000010.checkpoint.0000000001.0000000002.parquet"));
 }
 
 }  // namespace

@@ -26,8 +26,10 @@ class AlignTest : public ::testing::Test {
     declared_ = arrow::schema(std::move(fields));
     storage_ = StorageSchemaOf(*declared_).ValueOrDie();
   }
-  arrow::Result<std::shared_ptr<arrow::RecordBatch>> Align(const std::shared_ptr<arrow::RecordBatch>& in) {
-    ARROW_ASSIGN_OR_RAISE(auto aligner, BatchAligner::Make(declared_, storage_, *in->schema(), "ts"));
+  arrow::Result<std::shared_ptr<arrow::RecordBatch>> Align(
+      const std::shared_ptr<arrow::RecordBatch>& in) {
+    ARROW_ASSIGN_OR_RAISE(auto aligner,
+                          BatchAligner::Make(declared_, storage_, *in->schema(), "ts"));
     return aligner.Align(*in);
   }
 
@@ -73,7 +75,8 @@ TEST_F(AlignTest, UnknownColumnIsInvalidNamingIt) {
 }
 
 TEST_F(AlignTest, ImpossibleConversionIsInvalidNamingTheColumn) {
-  auto input = arrow::schema({field("ts", kUtcMicros), field("value", arrow::list(arrow::int32()))});
+  auto input =
+      arrow::schema({field("ts", kUtcMicros), field("value", arrow::list(arrow::int32()))});
   EXPECT_TRUE(IsInvalid(BatchAligner::Make(declared_, storage_, *input, "ts"), "value"));
 }
 
@@ -128,7 +131,8 @@ TEST_F(AlignTest, NanosecondInputIntoMicrosecondColumnMustBeWholeMicroseconds) {
 }
 
 TEST_F(AlignTest, DictionaryColumnAcceptsPlainStrings) {
-  Declare({field("ts", kUtcMicros, false), field("sensor", arrow::dictionary(arrow::int32(), arrow::utf8()))});
+  Declare({field("ts", kUtcMicros, false),
+           field("sensor", arrow::dictionary(arrow::int32(), arrow::utf8()))});
   auto in = Batch(arrow::schema({field("ts", kUtcMicros), field("sensor", arrow::utf8())}),
                   {"[1, 2]", R"(["a", "b"])"});
   ASSERT_OK_AND_ASSIGN(auto out, Align(in));
@@ -187,12 +191,14 @@ TEST(ArrangeTest, RowsSpanningThreeDaysFormThreeRunsInChunkOrder) {
 }
 
 TEST(ArrangeTest, RowsAreSortedBySeriesKeyThenTimeWithinARun) {
-  auto t = TableOf(kRows, {"[" + Day(1, 3) + "," + Day(1, 1) + "," + Day(1, 2) + "," + Day(1, 0) + "]",
-                           R"(["b","b","a","a"])", "[1, 2, 3, 4]"});
+  auto t = TableOf(kRows,
+                   {"[" + Day(1, 3) + "," + Day(1, 1) + "," + Day(1, 2) + "," + Day(1, 0) + "]",
+                    R"(["b","b","a","a"])", "[1, 2, 3, 4]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
   ASSERT_EQ(arranged.runs.size(), 1u);
   EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{4, 3, 2, 1}));
-  EXPECT_TRUE(arranged.table->schema()->Equals(*kRows));
+  EXPECT_TRUE(arranged.table->schema()->Equals(*kRows))
+      << "arranged rows must keep the storage schema, got " << arranged.table->schema()->ToString();
 }
 
 TEST(ArrangeTest, EqualKeyAndTimeKeepArrivalOrderWithoutDedup) {
@@ -261,12 +267,14 @@ std::string Mask(const std::shared_ptr<arrow::Table>& sorted, DedupPolicy policy
 }
 
 TEST(DedupMaskTest, LastKeepsTheFinalRowOfEachRun) {
-  auto sorted = TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
+  auto sorted =
+      TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
   EXPECT_EQ(Mask(sorted, DedupPolicy::kLast), "011001");
 }
 
 TEST(DedupMaskTest, FirstKeepsTheFirstRowOfEachRun) {
-  auto sorted = TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
+  auto sorted =
+      TableOf(kRows, {"[1, 1, 2, 1, 1, 1]", R"(["a","a","a","b","b","b"])", "[0,0,0,0,0,0]"});
   EXPECT_EQ(Mask(sorted, DedupPolicy::kFirst), "101100");
 }
 

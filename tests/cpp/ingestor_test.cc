@@ -33,16 +33,15 @@ class IngestorTest : public ::testing::Test {
 
   // Rows over two days, out of order; the arranged order is by (chunk, sensor, ts).
   std::shared_ptr<arrow::RecordBatch> TwoDays() {
-    return Batch(declared_, {"[" + Ts(2, 5) + "," + Ts(1, 3) + "," + Ts(1, 1) + "," + Ts(2, 1) + "]",
-                             R"(["b", "a", "b", "a"])", "[1.0, 2.0, 3.0, 4.0]"});
+    return Batch(declared_,
+                 {"[" + Ts(2, 5) + "," + Ts(1, 3) + "," + Ts(1, 1) + "," + Ts(2, 1) + "]",
+                  R"(["b", "a", "b", "a"])", "[1.0, 2.0, 3.0, 4.0]"});
   }
 
   std::shared_ptr<arrow::Table> ReadBack(const std::string& path) {
     auto input = store_->OpenInput(path).ValueOrDie();
     auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
-    std::shared_ptr<arrow::Table> table;
-    EXPECT_OK(reader->ReadTable(&table));
-    return table;
+    return reader->ReadTable().ValueOrDie();
   }
 
   std::vector<std::string> DataObjects() {
@@ -54,7 +53,8 @@ class IngestorTest : public ::testing::Test {
   std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
   Contract contract_;
   std::shared_ptr<arrow::Schema> declared_ = arrow::schema(
-      {field("ts", kUtcMicros, false), field("sensor", arrow::utf8()), field("value", arrow::float64())});
+      {field("ts", kUtcMicros, false), field("sensor", arrow::utf8()),
+       field("value", arrow::float64())});
   std::shared_ptr<arrow::Schema> storage_ = StorageSchemaOf(*declared_).ValueOrDie();
 };
 
@@ -82,8 +82,10 @@ TEST_F(IngestorTest, FilesReadBackAsTheArrangedInputRows) {
   ASSERT_EQ(files.size(), 2u);
   auto day1 = ReadBack("ns/t/" + files[0].path);
   auto day2 = ReadBack("ns/t/" + files[1].path);
-  auto expected1 = TableOf(storage_, {"[" + Ts(1, 3) + "," + Ts(1, 1) + "]", R"(["a", "b"])", "[2.0, 3.0]"});
-  auto expected2 = TableOf(storage_, {"[" + Ts(2, 1) + "," + Ts(2, 5) + "]", R"(["a", "b"])", "[4.0, 1.0]"});
+  auto expected1 =
+      TableOf(storage_, {"[" + Ts(1, 3) + "," + Ts(1, 1) + "]", R"(["a", "b"])", "[2.0, 3.0]"});
+  auto expected2 =
+      TableOf(storage_, {"[" + Ts(2, 1) + "," + Ts(2, 5) + "]", R"(["a", "b"])", "[4.0, 1.0]"});
   EXPECT_TRUE(day1->Equals(*expected1)) << day1->ToString();
   EXPECT_TRUE(day2->Equals(*expected2)) << day2->ToString();
 }

@@ -56,7 +56,8 @@ TEST(StorageSchemaTest, LargeStringBecomesString) {
 }
 
 TEST(StorageSchemaTest, DictionaryOfStringsBecomesString) {
-  EXPECT_TRUE(StorageTypeOf(arrow::dictionary(arrow::int32(), arrow::utf8()))->Equals(arrow::utf8()));
+  auto t = StorageTypeOf(arrow::dictionary(arrow::int32(), arrow::utf8()));
+  EXPECT_TRUE(t->Equals(arrow::utf8())) << t->ToString();
 }
 
 TEST(StorageSchemaTest, ZonedNanosecondTimestampBecomesMicrosecondUtc) {
@@ -189,7 +190,8 @@ TEST(DeltaSchemaTest, SchemaFromDeltaRejectsMalformedText) {
 }
 
 TEST(NeedsTimestampNtzTest, NaiveTimestampNeedsIt) {
-  EXPECT_TRUE(NeedsTimestampNtz(*arrow::schema({field("t", arrow::timestamp(arrow::TimeUnit::MICRO))})));
+  auto schema = arrow::schema({field("t", arrow::timestamp(arrow::TimeUnit::MICRO))});
+  EXPECT_TRUE(NeedsTimestampNtz(*schema));
 }
 
 TEST(NeedsTimestampNtzTest, ZonedTimestampDoesNot) {
@@ -224,8 +226,9 @@ TEST(ArrowSchemaCodecTest, RoundTripHoldsForEveryBase64PaddingLength) {
   // Growing a column name grows the IPC message; over 24 sizes every padding case occurs.
   std::set<size_t> paddings;
   for (int n = 1; n <= 24; ++n) {
-    auto schema = arrow::schema({field(std::string(static_cast<size_t>(n), 'c'), arrow::int64())},
-                                arrow::key_value_metadata({"k"}, {std::string(static_cast<size_t>(n), 'v')}));
+    const std::string name(static_cast<size_t>(n), 'c');
+    auto schema = arrow::schema({field(name, arrow::int64())},
+                                arrow::key_value_metadata({"k"}, {name}));
     ASSERT_OK_AND_ASSIGN(auto text, EncodeArrowSchema(*schema));
     paddings.insert(text.size() - text.find_last_not_of('=') - 1);
     ASSERT_OK_AND_ASSIGN(auto back, DecodeArrowSchema(text));

@@ -15,21 +15,22 @@
 #define TL_CONCAT_INNER(a, b) a##b
 #define TL_CONCAT(a, b) TL_CONCAT_INNER(a, b)
 
-#define ASSERT_OK(expr)                                        \
-  do {                                                         \
-    const ::arrow::Status _st = ::arrow::ToStatus(expr); \
-    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString();  \
+// ASSERT_OK / EXPECT_OK take a Status or a Result; ASSERT_OK_AND_ASSIGN unwraps a Result.
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    const ::arrow::Status _st = ::arrow::ToStatus(expr);      \
+    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
   } while (false)
 
-#define EXPECT_OK(expr)                                        \
-  do {                                                         \
-    const ::arrow::Status _st = ::arrow::ToStatus(expr); \
-    EXPECT_TRUE(_st.ok()) << #expr << ": " << _st.ToString();  \
+#define EXPECT_OK(expr)                                       \
+  do {                                                        \
+    const ::arrow::Status _st = ::arrow::ToStatus(expr);      \
+    EXPECT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
   } while (false)
 
-#define ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, rexpr)                           \
-  auto result = (rexpr);                                                        \
-  ASSERT_TRUE(result.ok()) << #rexpr << ": " << result.status().ToString();     \
+#define ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, rexpr)                       \
+  auto result = (rexpr);                                                    \
+  ASSERT_TRUE(result.ok()) << #rexpr << ": " << result.status().ToString(); \
   lhs = std::move(result).ValueUnsafe()
 
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
@@ -64,7 +65,8 @@ template <typename T>
   return FailsWith(result.status(), code, needle);
 }
 
-inline ::testing::AssertionResult IsInvalid(const arrow::Status& s, const std::string& needle = "") {
+inline ::testing::AssertionResult IsInvalid(const arrow::Status& s,
+                                            const std::string& needle = "") {
   return FailsWith(s, arrow::StatusCode::Invalid, needle);
 }
 template <typename T>

@@ -20,15 +20,25 @@ struct ChunkRun {
   int64_t ordinal = 0;  // ChunkOrdinal of every row in the run
   int64_t offset = 0;
   int64_t length = 0;
+  /// Positions (in Arranged::table) of the newest row of each series in the run; empty when the
+  /// arrangement did not compute them (then NewestRows over the run gives them).
+  std::vector<int64_t> newest;
 };
 
 struct Arranged {
-  std::shared_ptr<arrow::Table> table;  // sorted (and deduplicated) rows
-  std::vector<ChunkRun> runs;           // contiguous, in order, covering the whole table
+  /// Sorted (and deduplicated) rows. A single series-key column may come back
+  /// dictionary-encoded (its values unchanged): Parquet writes such a column faster.
+  std::shared_ptr<arrow::Table> table;
+  std::vector<ChunkRun> runs;  // contiguous, in order, covering the whole table
 };
 
 /// Sorts `table` (storage schema) by (chunk, series key, time) and applies the contract's
 /// in-batch deduplication. A plain table is returned as one run, unsorted.
+///
+/// With at most one series-key column the sort is a counting sort on (chunk, rank of the key)
+/// followed by a check that each series is already in time order (it nearly always is: data
+/// arrives in time order), so arranging costs a hash of the key plus linear passes. Other keys
+/// use Arrow's multi-key sort.
 arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract);
 
 /// Row positions (in a table sorted by series key and time) that `policy` keeps: for "last" the

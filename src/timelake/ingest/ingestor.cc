@@ -1,9 +1,11 @@
 #include "timelake/ingest/ingestor.h"
 
 #include <arrow/array.h>
-#include <arrow/compute/api_aggregate.h>
+#include <arrow/builder.h>
+#include <arrow/compute/api.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
+#include <arrow/type_traits.h>
 #include <arrow/util/byte_size.h>
 #include <parquet/arrow/writer.h>
 
@@ -17,12 +19,16 @@ namespace timelake {
 
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
                                         const arrow::Table& table, const IngestOptions& options) {
-  auto props = parquet::WriterProperties::Builder()
-                   .compression(parquet::Compression::ZSTD)
-                   ->compression_level(options.compression_level)
-                   ->max_row_group_length(options.row_group_rows)
-                   ->enable_statistics()
-                   ->build();
+  parquet::WriterProperties::Builder builder;
+  builder.compression(parquet::Compression::SNAPPY)
+      ->max_row_group_length(options.row_group_rows)
+      ->enable_statistics();
+  // Measured values (floats) rarely repeat: trying a dictionary for them costs a hash per value
+  // and is then abandoned. Keys, labels and integers keep dictionary encoding.
+  for (const auto& field : table.schema()->fields()) {
+    if (arrow::is_floating(field->type()->id())) builder.disable_dictionary(field->name());
+  }
+  auto props = builder.build();
   auto arrow_props = parquet::ArrowWriterProperties::Builder()
                          .coerce_timestamps(arrow::TimeUnit::MICRO)
                          ->set_use_threads(true)
@@ -73,14 +79,39 @@ arrow::Status Ingestor::Flush() {
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   for (const auto& run : arranged.runs) {
     auto rows = arranged.table->Slice(run.offset, run.length);
-    ARROW_ASSIGN_OR_RAISE(auto file, WriteFile(rows, ChunkLabel(contract_.chunk, run.ordinal)));
+    std::shared_ptr<arrow::Table> newest;
+    if (!run.newest.empty()) {
+      arrow::Int64Builder positions;
+      ARROW_RETURN_NOT_OK(positions.AppendValues(run.newest));
+      std::shared_ptr<arrow::Array> indices;
+      ARROW_RETURN_NOT_OK(positions.Finish(&indices));
+      ARROW_ASSIGN_OR_RAISE(auto taken, arrow::compute::Take(arranged.table, indices));
+      ARROW_ASSIGN_OR_RAISE(newest, Decoded(taken.table()));
+    }
+    ARROW_ASSIGN_OR_RAISE(auto file, WriteFile(rows, ChunkLabel(contract_.chunk, run.ordinal), newest));
     written_.push_back(std::move(file));
   }
   return arrow::Status::OK();
 }
 
+arrow::Result<std::shared_ptr<arrow::Table>> Ingestor::Decoded(
+    const std::shared_ptr<arrow::Table>& table) const {
+  arrow::ChunkedArrayVector columns;
+  for (int c = 0; c < table->num_columns(); ++c) {
+    auto column = table->column(c);
+    const auto& want = storage_->field(c)->type();
+    if (!column->type()->Equals(*want)) {
+      ARROW_ASSIGN_OR_RAISE(auto cast, arrow::compute::Cast(column, want));
+      column = cast.chunked_array();
+    }
+    columns.push_back(std::move(column));
+  }
+  return arrow::Table::Make(storage_, columns, table->num_rows());
+}
+
 arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Table>& rows,
-                                               const std::string& chunk) {
+                                               const std::string& chunk,
+                                               std::shared_ptr<arrow::Table> newest) {
   WrittenFile file;
   file.chunk = chunk;
   file.rows = rows->num_rows();
@@ -92,13 +123,18 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
     const auto& pair = static_cast<const arrow::StructScalar&>(*mm.scalar());
     file.min_time = static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value;
     file.max_time = static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value;
-    ARROW_ASSIGN_OR_RAISE(file.newest, NewestRows(rows, contract_));
+    if (!newest) {
+      ARROW_ASSIGN_OR_RAISE(auto decoded, Decoded(rows));
+      ARROW_ASSIGN_OR_RAISE(newest, NewestRows(decoded, contract_));
+    }
+    file.newest = newest;
+    // The newest rows hold every series of the file once: the key range comes from them.
     if (contract_.series_key.size() == 1) {
-      auto key = rows->GetColumnByName(contract_.series_key[0]);
+      auto key = newest->GetColumnByName(contract_.series_key[0]);
       const auto id = key->type()->id();
       const bool is_string = id == arrow::Type::STRING;
       const bool is_int = arrow::is_integer(id);
-      if ((is_string || is_int) && key->null_count() == 0) {
+      if ((is_string || is_int) && key->null_count() == 0 && key->length() > 0) {
         ARROW_ASSIGN_OR_RAISE(auto kmm, arrow::compute::MinMax(key));
         const auto& kp = static_cast<const arrow::StructScalar&>(*kmm.scalar());
         if (is_string) {

@@ -23,7 +23,6 @@ namespace timelake {
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;
-  int compression_level = 1;  // zstd
 };
 
 /// A data file written by the ingestor, not yet committed.
@@ -60,8 +59,12 @@ class Ingestor {
 
  private:
   arrow::Status Flush();
+  /// Writes one file of `rows`; `newest` are the rows newest per series (null: compute them).
   arrow::Result<WrittenFile> WriteFile(const std::shared_ptr<arrow::Table>& rows,
-                                       const std::string& chunk);
+                                       const std::string& chunk,
+                                       std::shared_ptr<arrow::Table> newest);
+  /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
+  arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;

@@ -5,7 +5,7 @@
 
 #include <arrow/array.h>
 #include <arrow/chunked_array.h>
-#include <arrow/compute/api_aggregate.h>
+#include <arrow/compute/api.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
 #include <arrow/type.h>
@@ -97,6 +97,9 @@ bool WriteValue(Writer& w, const std::string& key, const arrow::Scalar& s, bool 
 
 bool HasMinMax(const arrow::DataType& t) {
   using arrow::Type;
+  if (t.id() == Type::DICTIONARY) {
+    return HasMinMax(*static_cast<const arrow::DictionaryType&>(t).value_type());
+  }
   switch (t.id()) {
     case Type::INT8: case Type::INT16: case Type::INT32: case Type::INT64:
     case Type::FLOAT: case Type::DOUBLE: case Type::DATE32: case Type::TIMESTAMP:
@@ -111,7 +114,19 @@ struct MinMax {
   std::shared_ptr<arrow::Scalar> min, max;
 };
 
-arrow::Result<MinMax> ComputeMinMax(const std::shared_ptr<arrow::ChunkedArray>& column) {
+arrow::Result<MinMax> ComputeMinMax(std::shared_ptr<arrow::ChunkedArray> column) {
+  if (column->type()->id() == arrow::Type::DICTIONARY) {
+    // Min/max over the dictionary values the column actually uses.
+    arrow::ArrayVector used;
+    for (const auto& chunk : column->chunks()) {
+      const auto& dict = static_cast<const arrow::DictionaryArray&>(*chunk);
+      ARROW_ASSIGN_OR_RAISE(auto unique, arrow::compute::Unique(*dict.indices()));
+      ARROW_ASSIGN_OR_RAISE(auto values, arrow::compute::Take(*dict.dictionary(), *unique));
+      used.push_back(std::move(values));
+    }
+    column = std::make_shared<arrow::ChunkedArray>(
+        used, static_cast<const arrow::DictionaryType&>(*column->type()).value_type());
+  }
   arrow::compute::ScalarAggregateOptions options(/*skip_nulls=*/true);
   ARROW_ASSIGN_OR_RAISE(auto datum, arrow::compute::MinMax(column, options));
   const auto& pair = static_cast<const arrow::StructScalar&>(*datum.scalar());

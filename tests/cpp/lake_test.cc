@@ -1,0 +1,191 @@
+// Lake: table names, creating, opening, listing and dropping tables over a MemoryStore.
+#include "timelake/lake.h"
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/store/memory_store.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+std::shared_ptr<arrow::Schema> Readings() {
+  return arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                        field("sensor", arrow::utf8()), field("value", arrow::float64())});
+}
+
+class LakeTest : public ::testing::Test {
+ protected:
+  std::vector<std::string> Objects(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
+    return out;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
+  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
+};
+
+TEST(ParseTableNameTest, BareNameIsInTheDefaultNamespace) {
+  ASSERT_OK_AND_ASSIGN(auto name, ParseTableName("t"));
+  EXPECT_EQ(name.ns, "default");
+  EXPECT_EQ(name.table, "t");
+  EXPECT_EQ(name.qualified(), "default.t");
+  EXPECT_EQ(name.path(), "default/t");
+}
+
+TEST(ParseTableNameTest, QualifiedNameNamesTheNamespace) {
+  ASSERT_OK_AND_ASSIGN(auto name, ParseTableName("iot.readings_2"));
+  EXPECT_EQ(name.ns, "iot");
+  EXPECT_EQ(name.table, "readings_2");
+}
+
+TEST(ParseTableNameTest, BadNamesAreInvalidQuotingTheName) {
+  for (const std::string bad : {"a.b.c", "../x", "1abc", "", "x.", ".x", "a-b", "ns/t", "t n"}) {
+    EXPECT_TRUE(IsInvalid(ParseTableName(bad), "'" + bad + "'")) << "'" << bad << "'";
+  }
+}
+
+TEST(ParseTableNameTest, PartsMayHaveUpTo128Bytes) {
+  EXPECT_OK(ParseTableName(std::string(128, 'a')).status());
+  EXPECT_TRUE(IsInvalid(ParseTableName(std::string(129, 'a'))));
+  EXPECT_TRUE(IsInvalid(ParseTableName("ns." + std::string(129, 'a'))));
+}
+
+TEST_F(LakeTest, CreateTableWritesCommitZero) {
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("iot.readings", Readings(), {}));
+  EXPECT_EQ(table->name(), "iot.readings");
+  EXPECT_EQ(table->version(), 0);
+  EXPECT_EQ(table->location(), "memory://lake/iot/readings");
+  EXPECT_EQ(Objects("iot/readings/_delta_log/"),
+            (std::vector<std::string>{"iot/readings/_delta_log/00000000000000000000.json"}));
+}
+
+TEST_F(LakeTest, CreatedTableKeepsTheDeclaredSchemaAndContract) {
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  options.dedup = "last";
+  ASSERT_OK(lake_->CreateTable("t", Readings(), options).status());
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->OpenTable("t"));
+  EXPECT_TRUE(table->schema()->Equals(*Readings()));
+  EXPECT_EQ(table->contract().time_column, "ts");
+  EXPECT_EQ(table->contract().series_key, (std::vector<std::string>{"sensor"}));
+  EXPECT_EQ(table->contract().dedup, DedupPolicy::kLast);
+}
+
+TEST_F(LakeTest, SecondCreateTableIsAlreadyExists) {
+  ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
+  EXPECT_TRUE(FailsWith(lake_->CreateTable("t", Readings(), {}), arrow::StatusCode::AlreadyExists,
+                        "default.t"));
+}
+
+TEST_F(LakeTest, CreateTableLosingTheCommitRaceIsAlreadyExists) {
+  // Another process creates the table between our existence check and our commit.
+  bool raced = false;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put_if_absent" && !raced) {
+      raced = true;
+      auto other = Lake::OverStore(store_);
+      EXPECT_OK(other->CreateTable("t", Readings(), {}).status());
+    }
+    return arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(lake_->CreateTable("t", Readings(), {}), arrow::StatusCode::AlreadyExists));
+}
+
+TEST_F(LakeTest, CreateTableWithBadContractWritesNothing) {
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"value"};
+  EXPECT_TRUE(IsInvalid(lake_->CreateTable("t", Readings(), options), "value"));
+  EXPECT_TRUE(Objects("").empty());
+}
+
+TEST_F(LakeTest, CreateTableWithBadNameIsInvalid) {
+  EXPECT_TRUE(IsInvalid(lake_->CreateTable("../escape", Readings(), {})));
+  EXPECT_TRUE(Objects("").empty());
+}
+
+TEST_F(LakeTest, CreateTableStoresUserProperties) {
+  ContractOptions options;
+  options.properties = {{"delta.checkpointInterval", "5"}};
+  ASSERT_OK(lake_->CreateTable("t", Readings(), options).status());
+  ASSERT_OK_AND_ASSIGN(auto data, store_->Get("default/t/_delta_log/00000000000000000000.json"));
+  EXPECT_NE(Str(data).find(R"("delta.checkpointInterval":"5")"), std::string::npos);
+}
+
+TEST_F(LakeTest, NaiveTimestampTableNeedsTheTimestampNtzFeature) {
+  auto schema = arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO))});
+  ASSERT_OK(lake_->CreateTable("t", schema, {}).status());
+  ASSERT_OK_AND_ASSIGN(auto data, store_->Get("default/t/_delta_log/00000000000000000000.json"));
+  EXPECT_NE(Str(data).find(R"("readerFeatures":["timestampNtz"])"), std::string::npos) << Str(data);
+}
+
+TEST_F(LakeTest, OpenTableOfMissingTableIsKeyError) {
+  auto opened = lake_->OpenTable("iot.nothing");
+  EXPECT_TRUE(FailsWith(opened, arrow::StatusCode::KeyError, "iot.nothing"));
+  EXPECT_TRUE(IsTableNotFound(opened.status()));
+}
+
+TEST_F(LakeTest, TablesListsQualifiedNamesSorted) {
+  for (const char* name : {"b.t2", "t", "a.t1"}) {
+    ASSERT_OK(lake_->CreateTable(name, Readings(), {}).status());
+  }
+  ASSERT_OK(store_->Put("a/not_a_table/data/x.parquet", Buf("x")));
+  ASSERT_OK(store_->Put("stray.txt", Buf("x")));
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_EQ(tables, (std::vector<std::string>{"a.t1", "b.t2", "default.t"}));
+}
+
+TEST_F(LakeTest, DropTableRemovesEverything) {
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("iot.t", Readings(), {}));
+  ASSERT_OK(store_->Put("iot/t/data/2025-01-01/part-x.parquet", Buf("x")));
+  ASSERT_OK(lake_->CreateTable("iot.kept", Readings(), {}).status());
+  ASSERT_OK(lake_->DropTable("iot.t"));
+  EXPECT_TRUE(Objects("iot/t/").empty());
+  EXPECT_FALSE(Objects("iot/kept/").empty());
+  EXPECT_TRUE(FailsWith(lake_->OpenTable("iot.t"), arrow::StatusCode::KeyError));
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_EQ(tables, (std::vector<std::string>{"iot.kept"}));
+}
+
+TEST_F(LakeTest, DropTableDeletesTheLogFirst) {
+  ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
+  std::vector<std::string> deletes;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "delete") deletes.push_back(path);
+    return arrow::Status::OK();
+  });
+  ASSERT_OK(lake_->DropTable("t"));
+  ASSERT_FALSE(deletes.empty());
+  EXPECT_EQ(deletes.front(), "default/t/_delta_log/");
+}
+
+TEST_F(LakeTest, DropOfMissingTableIsKeyError) {
+  EXPECT_TRUE(FailsWith(lake_->DropTable("ghost"), arrow::StatusCode::KeyError, "default.ghost"));
+}
+
+TEST_F(LakeTest, CreateAfterDropStartsAFreshTable) {
+  ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
+  ASSERT_OK(lake_->DropTable("t"));
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("t", Readings(), {}));
+  EXPECT_EQ(table->version(), 0);
+}
+
+TEST(LakeOpenTest, MemoryUrlOpensAMemoryLake) {
+  ASSERT_OK_AND_ASSIGN(auto lake, Lake::Open("memory://scratch", {}));
+  EXPECT_EQ(lake->location(), "memory://scratch");
+}
+
+TEST(LakeOpenTest, UnknownStorageOptionIsInvalidNamingIt) {
+  EXPECT_TRUE(IsInvalid(Lake::Open("memory://x", {{"aws_regoin", "eu"}}), "aws_regoin"));
+}
+
+TEST(LakeOpenTest, UnknownSchemeIsInvalid) {
+  EXPECT_TRUE(IsInvalid(Lake::Open("ftp://host/lake", {}), "ftp"));
+}
+
+}  // namespace
+}  // namespace timelake::testing

@@ -1,0 +1,406 @@
+// Table: appends (idempotent batch ids, optimistic commits that rebase), checkpoints, info and
+// the scan plan, over a MemoryStore whose fault hook stages the races.
+#include "timelake/table.h"
+
+#include <set>
+#include <thread>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/lake.h"
+#include "timelake/store/memory_store.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+class TableTest : public ::testing::Test {
+ protected:
+  void SetUp() override { table_ = Create({}); }
+
+  std::shared_ptr<Table> Create(ContractOptions options) {
+    options.series_key = std::vector<std::string>{"sensor"};
+    return lake_->CreateTable("t", schema_, options).ValueOrDie();
+  }
+  std::shared_ptr<Table> OpenHandle() { return lake_->OpenTable("t").ValueOrDie(); }
+
+  // Appends one row per (day, hour) pair of January 2025, all for sensor "a".
+  arrow::Result<AppendResult> AppendAt(Table* table, std::vector<std::pair<int, int>> times,
+                                       std::optional<std::string> batch_id = std::nullopt) {
+    std::string ts = "[", sensors = "[", values = "[";
+    for (size_t i = 0; i < times.size(); ++i) {
+      const char* sep = i ? "," : "";
+      ts += sep + std::to_string(Micros(2025, 1, times[i].first, times[i].second));
+      sensors += std::string(sep) + "\"a\"";
+      values += sep + std::to_string(i);
+    }
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", sensors + "]", values + "]"})});
+    AppendOptions options;
+    options.batch_id = std::move(batch_id);
+    return table->Append(reader.get(), options);
+  }
+
+  std::vector<std::string> Objects(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
+    return out;
+  }
+  std::vector<std::string> DataFiles() { return Objects("default/t/data/"); }
+  std::vector<std::string> Commits() { return Objects("default/t/_delta_log/0"); }
+
+  // The data files the latest snapshot references, as store paths, sorted.
+  std::vector<std::string> LiveFiles() {
+    auto plan = OpenHandle()->Scan().ValueOrDie();
+    std::vector<std::string> out;
+    const size_t root = std::string("memory://lake/").size();
+    for (const auto& f : plan.files) out.push_back(f.path.substr(root));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Runs `during` once, just before the first commit attempt of `version`.
+  void BeforeCommitOf(int64_t version, std::function<void()> during) {
+    auto fired = std::make_shared<bool>(false);
+    const std::string name = CommitFileName(version);
+    store_->SetFaultHook([=](const std::string& op, const std::string& path) {
+      if (op == "put_if_absent" && !*fired && path.size() >= name.size() &&
+          path.compare(path.size() - name.size(), name.size(), name) == 0) {
+        *fired = true;
+        during();
+      }
+      return arrow::Status::OK();
+    });
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
+  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
+  std::shared_ptr<arrow::Schema> schema_ =
+      arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                     field("sensor", arrow::utf8()), field("value", arrow::float64())});
+  std::shared_ptr<Table> table_;
+};
+
+TEST_F(TableTest, AppendReportsRowsFilesAndVersion) {
+  ASSERT_OK_AND_ASSIGN(auto result, AppendAt(table_.get(), {{1, 0}, {1, 5}, {2, 3}}));
+  EXPECT_EQ(result.rows, 3);
+  EXPECT_EQ(result.files, 2);  // two days
+  EXPECT_EQ(result.version, 1);
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_FALSE(result.duplicate);
+  EXPECT_GT(result.bytes, 0);
+  EXPECT_EQ(table_->version(), 1);
+  EXPECT_EQ(DataFiles().size(), 2u);
+}
+
+TEST_F(TableTest, AppendWithSameBatchIdIsDuplicate) {
+  ASSERT_OK(AppendAt(table_.get(), {{1, 0}}, "batch-7").status());
+  const auto commits = Commits();
+  const auto files = DataFiles();
+  ASSERT_OK_AND_ASSIGN(auto again, AppendAt(table_.get(), {{1, 1}}, "batch-7"));
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(again.version, 1);
+  EXPECT_EQ(again.rows, 0);
+  EXPECT_EQ(Commits(), commits);
+  EXPECT_EQ(DataFiles(), files);
+}
+
+TEST_F(TableTest, BatchIdIsRememberedByOtherHandles) {
+  ASSERT_OK(AppendAt(table_.get(), {{1, 0}}, "batch-7").status());
+  ASSERT_OK_AND_ASSIGN(auto again, AppendAt(OpenHandle().get(), {{1, 0}}, "batch-7"));
+  EXPECT_TRUE(again.duplicate);
+}
+
+TEST_F(TableTest, DifferentBatchIdsBothCommit) {
+  ASSERT_OK(AppendAt(table_.get(), {{1, 0}}, "batch-1").status());
+  ASSERT_OK_AND_ASSIGN(auto second, AppendAt(table_.get(), {{1, 0}}, "batch-2"));
+  EXPECT_FALSE(second.duplicate);
+  EXPECT_EQ(second.version, 2);
+}
+
+TEST_F(TableTest, EmptyBatchIdIsInvalid) {
+  EXPECT_TRUE(IsInvalid(AppendAt(table_.get(), {{1, 0}}, ""), "batch_id"));
+}
+
+TEST_F(TableTest, AppendOfNothingCommitsNothing) {
+  auto reader = Reader(schema_, {});
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(reader.get(), {}));
+  EXPECT_EQ(result.version, 0);
+  EXPECT_EQ(Commits().size(), 1u);
+}
+
+TEST_F(TableTest, InvalidInputCommitsAndLeavesNothing) {
+  auto bad = arrow::schema({field("ts", arrow::int64()), field("colour", arrow::utf8())});
+  auto reader = Reader(bad, {Batch(bad, {"[1]", R"(["red"])"})});
+  EXPECT_TRUE(IsInvalid(table_->Append(reader.get(), {}), "colour"));
+  EXPECT_EQ(Commits().size(), 1u);
+  EXPECT_TRUE(DataFiles().empty());
+}
+
+TEST_F(TableTest, StaleHandleCatchesUpAndBothAppendsSurvive) {
+  auto other = OpenHandle();
+  ASSERT_OK_AND_ASSIGN(auto first, AppendAt(table_.get(), {{1, 0}}));
+  ASSERT_OK_AND_ASSIGN(auto second, AppendAt(other.get(), {{1, 1}, {1, 2}}));
+  EXPECT_EQ(first.version, 1);
+  EXPECT_EQ(second.version, 2);
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 3);
+  EXPECT_EQ(info.files, 2);
+}
+
+TEST_F(TableTest, ConcurrentAppendsFromTwoHandlesAllSurvive) {
+  constexpr int kPerHandle = 12;
+  std::vector<std::shared_ptr<Table>> handles = {table_, OpenHandle()};
+  std::vector<std::vector<int64_t>> versions(2);
+  std::vector<std::thread> threads;
+  for (int h = 0; h < 2; ++h) {
+    threads.emplace_back([&, h] {
+      for (int i = 0; i < kPerHandle; ++i) {
+        auto result = AppendAt(handles[h].get(), {{1 + h, i}});
+        EXPECT_TRUE(result.ok()) << result.status().ToString();
+        if (result.ok()) versions[h].push_back(result->version);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int64_t> all;
+  for (const auto& v : versions) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), 2u * kPerHandle) << "two appends reported the same version";
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 2 * kPerHandle);
+  EXPECT_EQ(DataFiles(), LiveFiles());
+}
+
+TEST_F(TableTest, CommitRaceLostToAnotherHandleIsRetried) {
+  auto other = OpenHandle();
+  BeforeCommitOf(1, [&] { EXPECT_OK(AppendAt(other.get(), {{2, 0}}).status()); });
+  ASSERT_OK_AND_ASSIGN(auto result, AppendAt(table_.get(), {{1, 0}}));
+  store_->SetFaultHook(nullptr);
+  EXPECT_EQ(result.version, 2);
+  EXPECT_EQ(result.attempts, 2);
+  EXPECT_EQ(LiveFiles(), DataFiles());
+  EXPECT_EQ(DataFiles().size(), 2u);
+}
+
+TEST_F(TableTest, BatchCommittedByARacingHandleMakesTheAppendDuplicate) {
+  auto other = OpenHandle();
+  BeforeCommitOf(1, [&] { EXPECT_OK(AppendAt(other.get(), {{2, 0}}, "shared").status()); });
+  ASSERT_OK_AND_ASSIGN(auto result, AppendAt(table_.get(), {{1, 0}}, "shared"));
+  store_->SetFaultHook(nullptr);
+  EXPECT_TRUE(result.duplicate);
+  EXPECT_EQ(result.version, 1);
+  EXPECT_EQ(Commits().size(), 2u);
+  EXPECT_EQ(DataFiles(), LiveFiles()) << "the loser's data files must be deleted";
+  EXPECT_EQ(DataFiles().size(), 1u);
+}
+
+TEST_F(TableTest, FailedCommitDeletesItsDataFiles) {
+  store_->SetFaultHook([](const std::string& op, const std::string&) {
+    return op == "put_if_absent" ? arrow::Status::IOError("store unavailable")
+                                 : arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(AppendAt(table_.get(), {{1, 0}, {2, 0}}), arrow::StatusCode::IOError,
+                        "store unavailable"));
+  store_->SetFaultHook(nullptr);
+  EXPECT_TRUE(DataFiles().empty());
+  EXPECT_EQ(Commits().size(), 1u);
+}
+
+TEST_F(TableTest, FailedRebaseDeletesItsDataFiles) {
+  // Another handle wins version 1; then reading the winner's commit fails, so the append can
+  // neither rebase nor commit. Its data files must not be left behind.
+  auto other = OpenHandle();
+  bool started = false, raced = false;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    const bool commit_1 = path.find(CommitFileName(1)) != std::string::npos;
+    if (op == "put_if_absent" && commit_1 && !started) {
+      started = true;
+      EXPECT_OK(AppendAt(other.get(), {{2, 0}}).status());
+      raced = true;
+    } else if (op == "get" && commit_1 && raced) {
+      return arrow::Status::IOError("injected read failure");
+    }
+    return arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(AppendAt(table_.get(), {{1, 0}}), arrow::StatusCode::IOError, "injected"));
+  store_->SetFaultHook(nullptr);
+  EXPECT_EQ(DataFiles(), LiveFiles()) << "files of the failed append are left behind";
+}
+
+// A store whose commit writes succeed but report a failure, as when a connection drops after
+// the server applied a conditional put, or the directory fsync fails after link(2).
+class OutcomeUnknownStore : public ObjectStore {
+ public:
+  explicit OutcomeUnknownStore(std::shared_ptr<ObjectStore> inner) : inner_(std::move(inner)) {}
+  bool lose_commit_replies = false;
+
+  arrow::Result<bool> PutIfAbsent(const std::string& path,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    ARROW_ASSIGN_OR_RAISE(bool created, inner_->PutIfAbsent(path, data));
+    if (lose_commit_replies && path.find("/_delta_log/") != std::string::npos) {
+      return arrow::Status::IOError("connection reset after the request was sent");
+    }
+    return created;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& p) override {
+    return inner_->Get(p);
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& p, int64_t o,
+                                                         int64_t n) override {
+    return inner_->GetRange(p, o, n);
+  }
+  arrow::Result<ObjectMeta> Head(const std::string& p) override { return inner_->Head(p); }
+  arrow::Status Put(const std::string& p, const std::shared_ptr<arrow::Buffer>& d) override {
+    return inner_->Put(p, d);
+  }
+  arrow::Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutput(
+      const std::string& p) override {
+    return inner_->OpenOutput(p);
+  }
+  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
+      const std::string& p) override {
+    return inner_->OpenInput(p);
+  }
+  arrow::Result<std::vector<ObjectMeta>> List(const std::string& p) override {
+    return inner_->List(p);
+  }
+  arrow::Result<std::vector<std::string>> ListChildren(const std::string& p) override {
+    return inner_->ListChildren(p);
+  }
+  arrow::Status Delete(const std::string& p) override { return inner_->Delete(p); }
+  arrow::Status DeletePrefix(const std::string& p) override { return inner_->DeletePrefix(p); }
+  std::string RootUrl() const override { return inner_->RootUrl(); }
+  std::string ExternalPath(const std::string& p) const override { return inner_->ExternalPath(p); }
+
+ private:
+  std::shared_ptr<ObjectStore> inner_;
+};
+
+TEST_F(TableTest, CommitWithUnknownOutcomeKeepsItsDataFiles) {
+  auto flaky = std::make_shared<OutcomeUnknownStore>(store_);
+  ASSERT_OK_AND_ASSIGN(auto handle, Lake::OverStore(flaky)->OpenTable("t"));
+  flaky->lose_commit_replies = true;
+  EXPECT_FALSE(AppendAt(handle.get(), {{1, 0}}).ok());
+  flaky->lose_commit_replies = false;
+  // Whatever the append reported, every file the table now references must exist.
+  const auto live = LiveFiles();
+  ASSERT_EQ(Commits().size(), 2u) << "the commit did land";
+  EXPECT_EQ(DataFiles(), live) << "a committed data file was deleted";
+}
+
+TEST_F(TableTest, RefreshSeesCommitsOfOtherHandles) {
+  auto other = OpenHandle();
+  ASSERT_OK(AppendAt(table_.get(), {{1, 0}}).status());
+  EXPECT_EQ(other->version(), 0);
+  ASSERT_OK(other->Refresh());
+  EXPECT_EQ(other->version(), 1);
+}
+
+TEST_F(TableTest, CheckpointAppearsAfterCommitTen) {
+  for (int i = 0; i < 9; ++i) ASSERT_OK(AppendAt(table_.get(), {{1, i}}).status());
+  EXPECT_TRUE(Objects("default/t/_delta_log/00000000000000000009.checkpoint").empty());
+  ASSERT_OK(AppendAt(table_.get(), {{1, 9}}).status());
+  EXPECT_EQ(table_->version(), 10);
+  EXPECT_EQ(Objects("default/t/_delta_log/00000000000000000010.checkpoint").size(), 1u);
+  EXPECT_EQ(Objects("default/t/_delta_log/_last_checkpoint").size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto info, table_->Info());
+  EXPECT_EQ(info.manifests, 1);
+}
+
+TEST_F(TableTest, TableReopensFromItsCheckpoint) {
+  for (int i = 0; i < 11; ++i) ASSERT_OK(AppendAt(table_.get(), {{1, i}}).status());
+  for (int v = 0; v <= 10; ++v) {
+    ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(v)));
+  }
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 11);
+  EXPECT_EQ(info.files, 11);
+}
+
+TEST_F(TableTest, InfoCountsRowsFilesSnapshotsAndManifests) {
+  ASSERT_OK(AppendAt(table_.get(), {{1, 0}, {1, 1}, {2, 0}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{3, 0}}).status());
+  ASSERT_OK_AND_ASSIGN(auto info, table_->Info());
+  EXPECT_EQ(info.rows, 4);
+  EXPECT_EQ(info.files, 3);
+  EXPECT_GT(info.bytes, 0);
+  EXPECT_EQ(info.snapshots, 3);  // versions 0, 1, 2
+  EXPECT_EQ(info.manifests, 3);  // three commit files, no checkpoint
+  EXPECT_EQ(info.contract.time_column, "ts");
+}
+
+// --- scan ------------------------------------------------------------------------------------
+
+std::map<std::string, std::vector<bool>> DedupByChunk(const ScanPlan& plan) {
+  std::map<std::string, std::vector<bool>> out;
+  for (const auto& f : plan.files) out[f.chunk].push_back(f.dedup);
+  return out;
+}
+
+class ScanTest : public TableTest {
+ protected:
+  void SetUp() override {}
+  void CreateWithDedup(const char* dedup) {
+    ContractOptions options;
+    options.dedup = dedup;
+    table_ = Create(options);
+  }
+};
+
+TEST_F(ScanTest, OverlappingFilesOfAChunkAreMarkedForDedup) {
+  CreateWithDedup("last");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 3}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{1, 2}}).status());  // inside [1h, 3h]
+  ASSERT_OK(AppendAt(table_.get(), {{2, 0}}).status());  // alone in its chunk
+  ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
+  auto marks = DedupByChunk(plan);
+  EXPECT_EQ(marks["2025-01-01"], (std::vector<bool>{true, true}));
+  EXPECT_EQ(marks["2025-01-02"], (std::vector<bool>{false}));
+}
+
+TEST_F(ScanTest, FilesSharingOnlyAnEndpointOverlap) {
+  CreateWithDedup("first");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 2}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{1, 2}, {1, 4}}).status());
+  ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
+  EXPECT_EQ(DedupByChunk(plan)["2025-01-01"], (std::vector<bool>{true, true}));
+}
+
+TEST_F(ScanTest, DisjointFilesOfAChunkNeedNoDedup) {
+  CreateWithDedup("last");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 2}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{1, 3}, {1, 4}}).status());
+  ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
+  EXPECT_EQ(DedupByChunk(plan)["2025-01-01"], (std::vector<bool>{false, false}));
+}
+
+TEST_F(ScanTest, TableWithoutDedupNeverMarksFiles) {
+  CreateWithDedup("none");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 3}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{1, 2}}).status());
+  ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
+  EXPECT_EQ(DedupByChunk(plan)["2025-01-01"], (std::vector<bool>{false, false}));
+}
+
+TEST_F(ScanTest, PlanDescribesEachFile) {
+  CreateWithDedup("none");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 3}}).status());
+  ASSERT_OK(AppendAt(table_.get(), {{2, 0}}).status());
+  ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
+  EXPECT_EQ(plan.version, 2);
+  EXPECT_TRUE(plan.declared->Equals(*schema_));
+  ASSERT_EQ(plan.files.size(), 2u);
+  std::map<std::string, ScanFile> by_chunk;
+  for (const auto& f : plan.files) by_chunk[f.chunk] = f;
+  EXPECT_EQ(by_chunk["2025-01-01"].seq, 1);
+  EXPECT_EQ(by_chunk["2025-01-01"].rows, 2);
+  EXPECT_EQ(by_chunk["2025-01-02"].seq, 2);
+  EXPECT_EQ(by_chunk["2025-01-02"].rows, 1);
+  EXPECT_EQ(by_chunk["2025-01-02"].path.rfind("memory://lake/default/t/data/2025-01-02/", 0), 0u)
+      << by_chunk["2025-01-02"].path;
+}
+
+}  // namespace
+}  // namespace timelake::testing
