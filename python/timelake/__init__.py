@@ -8,12 +8,13 @@ newest row of every series. See README.md and docs/ for the contract this packag
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 
 from . import _core
-from ._sql import run_latest, run_sql
+from ._sql import _Catalog, run_latest, run_sql
 
 __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
@@ -161,6 +162,7 @@ class Lake:
         options = _string_map(storage_options, "storage_options")
         self._core = _core.Lake.open(location, options)
         self._handles: dict = {}
+        self._local = threading.local()
 
     @property
     def location(self) -> str:
@@ -216,6 +218,9 @@ class Lake:
             raise ValueError(f"table name must be a string, got {type(name).__name__}")
         self._core.drop_table(name)
         self._handles.pop(self._qualify(name), None)
+        catalog = getattr(self._local, "catalog", None)
+        if catalog is not None:
+            catalog.forget(self._qualify(name))
 
     def sql(self, query: str, namespace: str = "default") -> pa.Table:
         """Runs a read-only SQL query (DuckDB dialect, UTC) over the lake's tables."""
@@ -234,6 +239,14 @@ class Lake:
     @staticmethod
     def _qualify(name: str) -> str:
         return name if "." in name else f"default.{name}"
+
+    def _catalog(self) -> _Catalog:
+        """This thread's DuckDB catalog (a DuckDB connection must not be shared by threads)."""
+        catalog = getattr(self._local, "catalog", None)
+        if catalog is None:
+            catalog = _Catalog(self)
+            self._local.catalog = catalog
+        return catalog
 
     def _snapshot(self, name: str) -> Any:
         """A core handle for `name` at its latest version (cached, refreshed incrementally)."""

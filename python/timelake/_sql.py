@@ -55,38 +55,63 @@ def _duckdb_type(t: pa.DataType) -> str:
 
 
 class _Catalog:
-    """Builds one DuckDB connection with views for the lake tables a query names."""
+    """One DuckDB connection (per thread and lake) holding a view per lake table it has seen.
 
-    def __init__(self, lake: Any, namespace: str) -> None:
+    A view is rebuilt only when its table's version changed since the view was made, and the
+    connection caches Parquet footers (data files never change once written), so repeated
+    queries pay neither for connecting nor for re-reading file metadata.
+    """
+
+    def __init__(self, lake: Any) -> None:
         self.lake = lake
-        self.namespace = namespace
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET TimeZone='UTC'")
-        self.declared: Dict[str, pa.Field] = {}
-        self.file_types: Dict[str, pa.DataType] = {}
+        self.con.execute("SET parquet_metadata_cache=true")
+        self._views: Dict[str, Tuple[int, pa.Schema, Optional[str]]] = {}
         self._empty = 0
         self._schemas = set()
+        self.declared: Dict[str, pa.Field] = {}
+
+    def begin(self, namespace: str) -> None:
+        """Starts a statement: result-type hints are per statement."""
+        self.declared = {}
+        self._ensure_schema(namespace)
+        self.con.execute(f"SET schema = {_literal(namespace)}")
 
     def _ensure_schema(self, ns: str) -> None:
         if ns not in self._schemas:
             self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(ns)}")
             self._schemas.add(ns)
 
-    def add_table(self, ns: str, name: str) -> dict:
-        handle = self.lake._snapshot(f"{ns}.{name}")
-        plan = handle.scan()
-        # Schema capsules can be imported once; turn them into pyarrow schemas right away.
-        plan["declared_schema"] = pa.schema(_Capsule(plan["declared_schema"]))
-        plan["file_schema"] = pa.schema(_Capsule(plan["file_schema"]))
-        self._ensure_schema(ns)
-        self.con.execute(
-            f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {self._view_sql(plan)}"
-        )
-        for field in plan["declared_schema"]:
+    def add_table(self, ns: str, name: str) -> Tuple[Any, pa.Schema]:
+        """Makes `ns.name` current in the connection; returns the core handle and declared schema."""
+        qualified = f"{ns}.{name}"
+        handle = self.lake._snapshot(qualified)
+        version = handle.version
+        cached = self._views.get(qualified)
+        if cached is not None and cached[0] == version:
+            declared = cached[1]
+        else:
+            plan = handle.scan()
+            # Schema capsules can be imported once; turn them into pyarrow schemas right away.
+            plan["declared_schema"] = pa.schema(_Capsule(plan["declared_schema"]))
+            plan["file_schema"] = pa.schema(_Capsule(plan["file_schema"]))
+            self._ensure_schema(ns)
+            if cached is not None and cached[2] is not None:
+                self.con.unregister(cached[2])
+            view_sql, empty_name = self._view_sql(plan)
+            self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
+            declared = plan["declared_schema"]
+            self._views[qualified] = (plan["version"], declared, empty_name)
+        for field in declared:
             self.declared.setdefault(field.name, field)
-        return plan
+        return handle, declared
 
-    def _view_sql(self, plan: dict) -> str:
+    def forget(self, qualified: str) -> None:
+        self._views.pop(qualified, None)
+
+    def _view_sql(self, plan: dict) -> Tuple[str, Optional[str]]:
+        """The view's SQL, and the name of the empty Arrow table it reads (if it does)."""
         declared = plan["declared_schema"]
         file_schema = plan["file_schema"]
         partition_columns = plan["partition_columns"]
@@ -99,7 +124,7 @@ class _Catalog:
             empty_name = f"__timelake_empty_{self._empty}"
             empty = pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table()
             self.con.register(empty_name, empty)
-            return f"SELECT {columns} FROM {_quote(empty_name)}"
+            return f"SELECT {columns} FROM {_quote(empty_name)}", empty_name
         foreign = contract["time_column"] is None and not any(f[2] for f in files)
         union = ", union_by_name=true" if foreign else ""
         parts = []
@@ -130,8 +155,8 @@ class _Catalog:
                 f"__tl_ord {order}, file_row_number {order}) = 1"
             )
         if len(parts) == 1 and not dedup:
-            return f"SELECT {columns} FROM ({parts[0]})"
-        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")"
+            return f"SELECT {columns} FROM ({parts[0]})", None
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", None
 
 
 def _partition_value(value: Optional[str], t: pa.DataType) -> str:
@@ -222,12 +247,12 @@ def _check_namespace(namespace: str) -> None:
         raise ValueError(f"invalid namespace {namespace!r}: use an identifier such as 'default'")
 
 
-def _execute(catalog: _Catalog, query: str) -> pa.Table:
+def _execute(catalog: _Catalog, namespace: str, query: str) -> pa.Table:
     try:
         return catalog.con.sql(query).to_arrow_table()
     except duckdb.CatalogException as e:
         if "Table with name" in str(e):
-            raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {catalog.namespace!r})") from None
+            raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {namespace!r})") from None
         raise RuntimeError(f"query failed: {e}") from None
     except duckdb.Error as e:
         raise RuntimeError(f"query failed: {e}") from None
@@ -237,7 +262,7 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
     if not isinstance(query, str) or not query.strip():
         raise ValueError("sql() needs a non-empty query string")
     _check_namespace(namespace)
-    catalog = _Catalog(lake, namespace)
+    catalog = lake._catalog()
     try:
         statements = catalog.con.extract_statements(query)
     except duckdb.Error as e:
@@ -249,11 +274,10 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
         raise ValueError(
             f"sql() only reads: {kind} statements are not allowed; use Table.append to write"
         )
+    catalog.begin(namespace)
     for ns, name in _referenced_tables(lake, query, namespace):
         catalog.add_table(ns, name)
-    catalog._ensure_schema(namespace)
-    catalog.con.execute(f"SET schema = {_literal(namespace)}")
-    result = _execute(catalog, query)
+    result = _execute(catalog, namespace, query)
     return _restore_types(result, catalog, _storage_type)
 
 

@@ -85,7 +85,7 @@ TEST_F(LakeTest, SecondCreateTableIsAlreadyExists) {
 TEST_F(LakeTest, CreateTableLosingTheCommitRaceIsAlreadyExists) {
   // Another process creates the table between our existence check and our commit.
   bool raced = false;
-  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+  store_->SetFaultHook([&](const std::string& op, const std::string&) {
     if (op == "put_if_absent" && !raced) {
       raced = true;
       auto other = Lake::OverStore(store_);

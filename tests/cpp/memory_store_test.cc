@@ -130,7 +130,7 @@ TEST_F(MemoryStoreTest, FailedOpenInputOpensNothing) {
 }
 
 TEST_F(MemoryStoreTest, HookCanFailOnePathOnly) {
-  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+  store_->SetFaultHook([](const std::string&, const std::string& path) {
     return path == "bad" ? arrow::Status::IOError("bad path") : arrow::Status::OK();
   });
   EXPECT_OK(store_->Put("good", Buf("x")));

@@ -2,6 +2,8 @@
 // the scan plan, over a MemoryStore whose fault hook stages the races.
 #include "timelake/table.h"
 
+#include <algorithm>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -49,7 +51,13 @@ class TableTest : public ::testing::Test {
     return out;
   }
   std::vector<std::string> DataFiles() { return Objects("default/t/data/"); }
-  std::vector<std::string> Commits() { return Objects("default/t/_delta_log/0"); }
+  std::vector<std::string> Commits() {
+    std::vector<std::string> out;
+    for (const auto& path : Objects("default/t/_delta_log/")) {
+      if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) out.push_back(path);
+    }
+    return out;
+  }
 
   // The data files the latest snapshot references, as store paths, sorted.
   std::vector<std::string> LiveFiles() {
