@@ -6,6 +6,7 @@ in the case's expected/latest/table_content.
 
 import datetime as dt
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,10 +16,19 @@ import pytest
 
 import timelake
 
-ACCEPTANCE = Path("/work/shared/delta-acceptance")
-CASES = sorted(p.name for p in ACCEPTANCE.iterdir() if (p / "delta" / "_delta_log").is_dir()) if ACCEPTANCE.is_dir() else []
-
-pytestmark = pytest.mark.skipif(not CASES, reason="delta-acceptance cases not present")
+# The reference tables live in shared/ beside the repository (TIMELAKE_DELTA_ACCEPTANCE overrides).
+ACCEPTANCE = Path(
+    os.environ.get(
+        "TIMELAKE_DELTA_ACCEPTANCE",
+        Path(__file__).resolve().parents[3] / "shared" / "delta-acceptance",
+    )
+)
+if not ACCEPTANCE.is_dir():
+    raise RuntimeError(
+        f"delta-acceptance reference tables not found at {ACCEPTANCE}; "
+        "set TIMELAKE_DELTA_ACCEPTANCE to their folder"
+    )
+CASES = sorted(p.name for p in ACCEPTANCE.iterdir() if (p / "delta" / "_delta_log").is_dir())
 
 
 def normalize(value):
