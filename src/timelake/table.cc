@@ -286,9 +286,25 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
     for (auto& add : commit.adds) add.tags[kSeqTag] = std::to_string(version);
     auto won = log_.TryCommit(version, SerializeCommit(commit));
     if (!won.ok()) {
-      ingestor.Abort();
-      return arrow::Status::IOError("commit of version ", version, " to table '", name_,
-                                    "' failed: ", won.status().message());
+      // The put may have landed even though it reported an error (a lost reply, a failed folder
+      // fsync): look at what the version holds before deciding anything.
+      auto landed = log_.ReadCommit(version);
+      if (landed.ok() && landed->commit_info && landed->commit_info->txn_id == info.txn_id) {
+        won = true;
+      } else if (landed.ok()) {
+        won = false;  // another writer's commit: an ordinary lost race
+      } else if (IsNotFound(landed.status())) {
+        ingestor.Abort();  // nothing landed: the append simply failed
+        return arrow::Status::IOError("commit of version ", version, " to table '", name_,
+                                      "' failed: ", won.status().message());
+      } else {
+        // Unknown outcome: the data files may be referenced by a commit, so they are kept (vacuum
+        // removes them if they are not).
+        return arrow::Status::IOError("commit of version ", version, " to table '", name_,
+                                      "' failed and its outcome is unknown: ",
+                                      won.status().message(), "; retry the append with the same "
+                                      "batch_id to make sure it lands exactly once");
+      }
     }
     if (*won) {
       snapshot_.Apply(commit, version);
@@ -312,7 +328,10 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
     const Protocol protocol_before = snapshot_.protocol;
     const std::string schema_before = snapshot_.metadata.schema_string;
     const std::string id_before = snapshot_.metadata.id;
-    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
+    if (auto st = log_.Update(&snapshot_); !st.ok()) {
+      ingestor.Abort();
+      return st;
+    }
     if (snapshot_.metadata.id != id_before || snapshot_.metadata.schema_string != schema_before ||
         snapshot_.protocol.min_writer_version != protocol_before.min_writer_version ||
         snapshot_.protocol.min_reader_version != protocol_before.min_reader_version) {

@@ -61,8 +61,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetObject(ObjectStore* stor
                                                                const std::string& path) {
   ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
-  std::shared_ptr<arrow::Table> table;
-  ARROW_RETURN_NOT_OK(reader->ReadTable(&table));
+  ARROW_ASSIGN_OR_RAISE(auto table, reader->ReadTable());
   return table;
 }
 

@@ -374,6 +374,11 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
         c.is_blind_append = GetBool(v, "isBlindAppend", false);
         c.engine_info = GetString(v, "engineInfo");
         c.txn_id = GetString(v, "txnId");
+        if (const Value* m = Member(v, "operationMetrics"); m && m->IsObject()) {
+          for (auto mi = m->MemberBegin(); mi != m->MemberEnd(); ++mi) {
+            if (auto n = GetOptInt(*m, mi->name.GetString())) c.metrics[mi->name.GetString()] = *n;
+          }
+        }
         commit.commit_info = std::move(c);
       }
       // Unknown actions (cdc, domainMetadata, checkpointMetadata, …) are ignored.
@@ -391,6 +396,9 @@ std::string CommitFileName(int64_t version) {
 namespace {
 std::optional<int64_t> LeadingVersion(std::string_view name, std::string_view suffix) {
   if (name.size() != 20 + suffix.size() || name.substr(20) != suffix) return std::nullopt;
+  for (size_t i = 0; i < 20; ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  }
   int64_t v = 0;
   auto [p, ec] = std::from_chars(name.data(), name.data() + 20, v);
   if (ec != std::errc() || p != name.data() + 20) return std::nullopt;

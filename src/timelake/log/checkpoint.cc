@@ -256,8 +256,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
   auto input = std::make_shared<arrow::io::BufferReader>(data);
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
   // Columns we do not understand (stats_parsed, sidecar, …) are simply not looked at.
-  std::shared_ptr<arrow::Table> table;
-  ARROW_RETURN_NOT_OK(reader->ReadTable(&table));
+  ARROW_ASSIGN_OR_RAISE(auto table, reader->ReadTable());
   ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
 
   std::shared_ptr<arrow::Array> holder;

@@ -61,16 +61,21 @@ arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::str
   return arrow::Status::OK();
 }
 
-// An output stream over a file descriptor that fsyncs the file and its directory on Close.
+// An output stream that writes a temporary file and, on Close, fsyncs it, renames it to its
+// final name and fsyncs the folder: the object appears whole or not at all.
 class DurableFileOutput : public arrow::io::OutputStream {
  public:
-  DurableFileOutput(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  DurableFileOutput(int fd, std::string temp, std::string path)
+      : fd_(fd), temp_(std::move(temp)), path_(std::move(path)) {}
   ~DurableFileOutput() override {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(temp_.c_str());  // never closed: the object was not written
+    }
   }
   arrow::Status Write(const void* data, int64_t nbytes) override {
     if (fd_ < 0) return arrow::Status::Invalid("write to a closed file '", path_, "'");
-    ARROW_RETURN_NOT_OK(WriteAll(fd_, static_cast<const uint8_t*>(data), nbytes, path_));
+    ARROW_RETURN_NOT_OK(WriteAll(fd_, static_cast<const uint8_t*>(data), nbytes, temp_));
     position_ += nbytes;
     return arrow::Status::OK();
   }
@@ -82,12 +87,21 @@ class DurableFileOutput : public arrow::io::OutputStream {
     int err = errno;
     ::close(fd_);
     fd_ = -1;
-    if (rc != 0) return ErrnoStatus("cannot fsync", path_, err);
+    if (rc != 0) {
+      ::unlink(temp_.c_str());
+      return ErrnoStatus("cannot fsync", temp_, err);
+    }
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+      err = errno;
+      ::unlink(temp_.c_str());
+      return ErrnoStatus("cannot rename into", path_, err);
+    }
     return FsyncDir(ParentDir(path_));
   }
 
  private:
   int fd_;
+  std::string temp_;
   std::string path_;
   int64_t position_ = 0;
 };
@@ -199,10 +213,12 @@ arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
 arrow::Result<std::shared_ptr<arrow::io::OutputStream>> LocalStore::OpenOutput(
     const std::string& path) {
   const std::string full = FullPath(path);
-  ARROW_RETURN_NOT_OK(EnsureDir(ParentDir(full)));
-  int fd = ::open(full.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", full, errno);
-  return std::make_shared<DurableFileOutput>(fd, full);
+  const std::string dir = ParentDir(full);
+  ARROW_RETURN_NOT_OK(EnsureDir(dir));
+  const std::string temp = dir + "/" + kTempPrefix + NewUuid();
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
+  return std::make_shared<DurableFileOutput>(fd, temp, full);
 }
 
 arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> LocalStore::OpenInput(

@@ -3,7 +3,8 @@
 // Objects are files below the root; "directories" are created on demand. Put-if-absent writes a
 // temporary file in the target directory, fsyncs it, then link(2)s it to the final name (which
 // fails with EEXIST if the name is taken, atomically), then fsyncs the directory. Temporary files
-// are named ".tmp-<uuid>" so that listings skip them.
+// are named ".tmp-<uuid>" so that listings skip them. Streams from OpenOutput also write a temporary
+// file and rename it into place on Close.
 #pragma once
 
 #include <memory>

@@ -135,6 +135,10 @@ arrow::Status MemoryStore::Delete(const std::string& path) {
 }
 
 arrow::Status MemoryStore::DeletePrefix(const std::string& prefix) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return arrow::Status::Invalid("DeletePrefix needs a folder prefix ending in '/', got '", prefix,
+                                  "'");
+  }
   ARROW_RETURN_NOT_OK(Fault("delete", prefix));
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = objects_.lower_bound(prefix);
