@@ -10,6 +10,7 @@
 #include <arrow/type_traits.h>
 #include <rapidjson/document.h>
 
+#include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
@@ -19,27 +20,10 @@ namespace timelake {
 namespace {
 
 constexpr const char* kArrowSchemaKey = "timelake.arrowSchema";
-constexpr const char* kSeqTag = "timelake.seq";
-constexpr const char* kOrderTag = "timelake.order";
-constexpr const char* kChunkTag = "timelake.chunk";
-constexpr const char* kMinTimeTag = "timelake.minTime";
-constexpr const char* kMaxTimeTag = "timelake.maxTime";
-constexpr const char* kMinKeyTag = "timelake.minKey";
-constexpr const char* kMaxKeyTag = "timelake.maxKey";
 constexpr int kMaxCommitAttempts = 64;
 constexpr int64_t kIndexFoldInterval = 32;
 
 std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
-
-int64_t TagInt(const AddFile& add, const char* key, int64_t fallback) {
-  auto it = add.tags.find(key);
-  if (it == add.tags.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    return fallback;
-  }
-}
 
 int64_t NumRecords(const AddFile& add) {
   if (!add.stats) return -1;
@@ -182,11 +166,7 @@ bool Table::HasBatch(const std::string& batch_id) const {
 }
 
 void Table::MaybeCheckpoint() {
-  int64_t interval = 10;
-  try {
-    interval = std::stoll(snapshot_.Config("delta.checkpointInterval", "10"));
-  } catch (...) {
-  }
+  const int64_t interval = ParseInt64(snapshot_.Config("delta.checkpointInterval", "10")).value_or(10);
   if (interval <= 0 || snapshot_.version == 0 || snapshot_.version % interval != 0) return;
   // A failed checkpoint costs only replay time; the commit itself has succeeded.
   if (log_.Checkpoint(snapshot_).ok()) snapshot_.checkpoint_version = snapshot_.version;
@@ -526,10 +506,8 @@ arrow::Result<ScanPlan> Table::Scan() {
                        arrow::is_integer(storage_->GetFieldByName(contract_.series_key[0])->type()->id());
   auto key_less = [int_key](const std::string& a, const std::string& b) {
     if (int_key) {
-      try {
-        return std::stoll(a) < std::stoll(b);
-      } catch (...) {
-      }
+      auto x = ParseInt64(a), y = ParseInt64(b);
+      if (x && y) return *x < *y;
     }
     return a < b;
   };

@@ -16,6 +16,7 @@
 
 #include "timelake/ingest/arrange.h"
 #include "timelake/log/actions.h"
+#include "timelake/log/file_tags.h"
 
 namespace timelake {
 namespace {
@@ -145,14 +146,12 @@ arrow::Result<IndexState> LastValueIndex::Read(const Snapshot& snapshot) {
   // Commits without a record: read their files.
   std::set<int64_t> live_chunks;
   for (const auto& [path, add] : snapshot.files) {
-    int64_t seq = -1, min_time = 0;
-    bool has_min = false;
-    if (auto it = add.tags.find("timelake.seq"); it != add.tags.end()) seq = std::stoll(it->second);
-    if (auto it = add.tags.find("timelake.minTime"); it != add.tags.end()) {
-      min_time = std::stoll(it->second);
-      has_min = true;
+    const int64_t seq = TagInt(add, kSeqTag, -1);
+    if (auto it = add.tags.find(kMinTimeTag); it != add.tags.end()) {
+      if (auto min_time = ParseInt64(it->second)) {
+        live_chunks.insert(ChunkOrdinal(contract_.chunk, *min_time));
+      }
     }
-    if (has_min) live_chunks.insert(ChunkOrdinal(contract_.chunk, min_time));
     if (seq >= 0 && (seq <= state.base_version || covered.count(seq))) continue;
     ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store_.get(), table_path_ + "/" + path));
     std::vector<cp::SortKey> keys;

@@ -1,0 +1,40 @@
+// The `tags` timelake puts on every `add` action, and how to read them back.
+//
+// Delta readers ignore tags; timelake uses them to plan scans, deduplicate, apply retention and
+// keep the last-value index exact without opening data files. Files written by other engines
+// have none of them, and every reader falls back to a safe default.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "timelake/log/actions.h"
+
+namespace timelake {
+
+inline constexpr const char* kSeqTag = "timelake.seq";          // commit version of the rows
+inline constexpr const char* kOrderTag = "timelake.order";      // write order within the commit
+inline constexpr const char* kChunkTag = "timelake.chunk";      // chunk label
+inline constexpr const char* kMinTimeTag = "timelake.minTime";  // exact microseconds
+inline constexpr const char* kMaxTimeTag = "timelake.maxTime";
+inline constexpr const char* kMinKeyTag = "timelake.minKey";  // one string/integer series key
+inline constexpr const char* kMaxKeyTag = "timelake.maxKey";
+
+/// A decimal integer, or nullopt for anything else (never throws).
+inline std::optional<int64_t> ParseInt64(const std::string& text) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+/// The integer tag `key` of `add`, or `fallback` if it is missing or malformed.
+inline int64_t TagInt(const AddFile& add, const char* key, int64_t fallback) {
+  auto it = add.tags.find(key);
+  if (it == add.tags.end()) return fallback;
+  return ParseInt64(it->second).value_or(fallback);
+}
+
+}  // namespace timelake
