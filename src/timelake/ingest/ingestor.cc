@@ -1,5 +1,9 @@
 #include "timelake/ingest/ingestor.h"
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include <arrow/array.h>
 #include <arrow/builder.h>
 #include <arrow/compute/api.h>
@@ -77,21 +81,51 @@ arrow::Status Ingestor::Flush() {
   buffer_.clear();
   buffered_bytes_ = 0;
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
-  for (const auto& run : arranged.runs) {
-    auto rows = arranged.table->Slice(run.offset, run.length);
+  struct Job {
+    std::shared_ptr<arrow::Table> rows;
+    std::string chunk;
     std::shared_ptr<arrow::Table> newest;
+    arrow::Result<WrittenFile> file = arrow::Status::UnknownError("not written");
+  };
+  std::vector<Job> jobs;
+  for (const auto& run : arranged.runs) {
+    Job job;
+    job.rows = arranged.table->Slice(run.offset, run.length);
+    job.chunk = ChunkLabel(contract_.chunk, run.ordinal);
     if (!run.newest.empty()) {
       arrow::Int64Builder positions;
       ARROW_RETURN_NOT_OK(positions.AppendValues(run.newest));
       std::shared_ptr<arrow::Array> indices;
       ARROW_RETURN_NOT_OK(positions.Finish(&indices));
       ARROW_ASSIGN_OR_RAISE(auto taken, arrow::compute::Take(arranged.table, indices));
-      ARROW_ASSIGN_OR_RAISE(newest, Decoded(taken.table()));
+      ARROW_ASSIGN_OR_RAISE(job.newest, Decoded(taken.table()));
     }
-    ARROW_ASSIGN_OR_RAISE(auto file, WriteFile(rows, ChunkLabel(contract_.chunk, run.ordinal), newest));
-    written_.push_back(std::move(file));
+    jobs.push_back(std::move(job));
   }
-  return arrow::Status::OK();
+  // Files of different chunks are independent: encode them on all cores.
+  const int first_order = static_cast<int>(written_.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t j = next++; j < jobs.size(); j = next++) {
+      jobs[j].file = WriteFile(jobs[j].rows, jobs[j].chunk, jobs[j].newest,
+                               first_order + static_cast<int>(j));
+    }
+  };
+  const size_t workers =
+      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  arrow::Status status;
+  for (auto& job : jobs) {
+    if (job.file.ok()) {
+      written_.push_back(std::move(*job.file));  // Abort() deletes it if a sibling failed
+    } else if (status.ok()) {
+      status = job.file.status();
+    }
+  }
+  return status;
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> Ingestor::Decoded(
@@ -111,11 +145,11 @@ arrow::Result<std::shared_ptr<arrow::Table>> Ingestor::Decoded(
 
 arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Table>& rows,
                                                const std::string& chunk,
-                                               std::shared_ptr<arrow::Table> newest) {
+                                               std::shared_ptr<arrow::Table> newest, int order) {
   WrittenFile file;
   file.chunk = chunk;
   file.rows = rows->num_rows();
-  file.order = static_cast<int>(written_.size());
+  file.order = order;
   file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
               ".parquet";
   if (contract_.is_time_series()) {

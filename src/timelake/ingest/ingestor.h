@@ -60,9 +60,10 @@ class Ingestor {
  private:
   arrow::Status Flush();
   /// Writes one file of `rows`; `newest` are the rows newest per series (null: compute them).
+  /// Thread-safe: touches no member state.
   arrow::Result<WrittenFile> WriteFile(const std::shared_ptr<arrow::Table>& rows,
                                        const std::string& chunk,
-                                       std::shared_ptr<arrow::Table> newest);
+                                       std::shared_ptr<arrow::Table> newest, int order);
   /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
   arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 
