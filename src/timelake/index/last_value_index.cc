@@ -173,7 +173,7 @@ arrow::Result<IndexState> LastValueIndex::Read(const Snapshot& snapshot) {
   }
   ARROW_ASSIGN_OR_RAISE(auto merged, MergeNewest(records, contract_));
   // Drop series rows whose chunk is gone (retention removed it).
-  ARROW_ASSIGN_OR_RAISE(auto time, arrow::Concatenate(merged->GetColumnByName(contract_.time_column)->chunks()));
+  ARROW_ASSIGN_OR_RAISE(auto time, ContiguousColumn(merged->GetColumnByName(contract_.time_column)));
   const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
   arrow::BooleanBuilder keep;
   ARROW_RETURN_NOT_OK(keep.Reserve(ts.length()));

@@ -20,7 +20,7 @@ arrow::Result<std::shared_ptr<arrow::Array>> DiffersFromNext(const arrow::Table&
   const int64_t n = table.num_rows();
   arrow::Datum differs;
   for (const auto& name : columns) {
-    ARROW_ASSIGN_OR_RAISE(auto column, arrow::Concatenate(table.GetColumnByName(name)->chunks()));
+    ARROW_ASSIGN_OR_RAISE(auto column, ContiguousColumn(table.GetColumnByName(name)));
     auto a = column->Slice(0, n - 1);
     auto b = column->Slice(1, n - 1);
     ARROW_ASSIGN_OR_RAISE(auto ne, cp::CallFunction("not_equal", {arrow::Datum(a), arrow::Datum(b)}));
@@ -41,6 +41,13 @@ arrow::Result<std::shared_ptr<arrow::Array>> DiffersFromNext(const arrow::Table&
 }
 
 }  // namespace
+
+arrow::Result<std::shared_ptr<arrow::Array>> ContiguousColumn(
+    const std::shared_ptr<arrow::ChunkedArray>& column) {
+  if (column->num_chunks() == 1) return column->chunk(0);
+  if (column->num_chunks() == 0) return arrow::MakeEmptyArray(column->type());
+  return arrow::Concatenate(column->chunks());
+}
 
 arrow::Result<std::shared_ptr<arrow::Array>> DedupMask(const arrow::Table& sorted,
                                                        const std::vector<std::string>& key_columns,
@@ -80,7 +87,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   std::shared_ptr<arrow::Int32Array> key_indices;
   if (contract.series_key.size() == 1) {
     key_index = input->schema()->GetFieldIndex(contract.series_key[0]);
-    ARROW_ASSIGN_OR_RAISE(auto key, arrow::Concatenate(input->column(key_index)->chunks()));
+    ARROW_ASSIGN_OR_RAISE(auto key, ContiguousColumn(input->column(key_index)));
     ARROW_ASSIGN_OR_RAISE(auto encoded, cp::DictionaryEncode(key));
     auto dict = std::static_pointer_cast<arrow::DictionaryArray>(encoded.make_array());
     if (dict->indices()->type_id() != arrow::Type::INT32) return std::nullopt;
@@ -187,7 +194,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
       fields.push_back(arrow::field(input->field(c)->name(), type, input->field(c)->nullable()));
       continue;
     }
-    ARROW_ASSIGN_OR_RAISE(auto values, arrow::Concatenate(input->column(c)->chunks()));
+    ARROW_ASSIGN_OR_RAISE(auto values, ContiguousColumn(input->column(c)));
     ARROW_ASSIGN_OR_RAISE(auto taken, cp::Take(*values, *perm_array));
     columns.push_back(std::make_shared<arrow::ChunkedArray>(taken));
     fields.push_back(input->field(c));
@@ -210,7 +217,7 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, cons
     return out;
   }
   // Chunk ordinal per row, from the (microsecond) time column.
-  ARROW_ASSIGN_OR_RAISE(auto time, arrow::Concatenate(input->GetColumnByName(contract.time_column)->chunks()));
+  ARROW_ASSIGN_OR_RAISE(auto time, ContiguousColumn(input->GetColumnByName(contract.time_column)));
   const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
   if (contract.series_key.size() <= 1) {
     ARROW_ASSIGN_OR_RAISE(auto fast, ArrangeByRank(input, contract, ts));
@@ -254,7 +261,7 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, cons
 
   // Runs of equal chunk ordinal.
   ARROW_ASSIGN_OR_RAISE(auto sorted_ordinals,
-                        arrow::Concatenate(sorted->GetColumnByName(kChunkColumn)->chunks()));
+                        ContiguousColumn(sorted->GetColumnByName(kChunkColumn)));
   const auto& so = static_cast<const arrow::Int64Array&>(*sorted_ordinals);
   for (int64_t i = 0; i < so.length(); ++i) {
     if (out.runs.empty() || out.runs.back().ordinal != so.Value(i)) {
