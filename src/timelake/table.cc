@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
+#include "timelake/maintain/compaction.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -219,12 +221,9 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   }
 
   Commit commit;
-  CommitInfo info;
-  info.operation = "WRITE";
+  CommitInfo info = NewCommitInfo("WRITE");
   info.operation_parameters = {{"mode", "Append"}};
   info.is_blind_append = true;
-  info.engine_info = EngineInfo();
-  info.txn_id = NewUuid();
   for (const auto& f : files) {
     result.rows += f.rows;
     result.bytes += f.size;
@@ -236,99 +235,106 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
     commit.txns.push_back({BatchAppId(*options.batch_id), 0, NowMillis()});
   }
   const int64_t now_ms = NowMillis();
-  for (const auto& f : files) {
-    AddFile add;
-    add.path = f.path;
-    add.size = f.size;
-    add.modification_time = now_ms;
-    add.data_change = true;
-    add.stats = f.stats;
-    add.tags[kOrderTag] = std::to_string(f.order);
-    if (contract_.is_time_series()) {
-      add.tags[kChunkTag] = f.chunk;
-      add.tags[kMinTimeTag] = std::to_string(f.min_time);
-      add.tags[kMaxTimeTag] = std::to_string(f.max_time);
-      if (!f.min_key.empty() || !f.max_key.empty()) {
-        add.tags[kMinKeyTag] = f.min_key;
-        add.tags[kMaxKeyTag] = f.max_key;
-      }
-    }
-    commit.adds.push_back(std::move(add));
-  }
+  for (const auto& f : files) commit.adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
+
+  commit.commit_info = info;
 
   const auto started = std::chrono::steady_clock::now();
+  CommitOutcome outcome;
+  bool duplicate = false;
+  arrow::Status st = CommitRebasing(
+      &commit,
+      [](Commit* c, int64_t version) {
+        for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+      },
+      [&]() -> arrow::Result<AfterLostRace> {
+        // A winner that recorded the same batch id makes this append a duplicate.
+        duplicate = options.batch_id && HasBatch(*options.batch_id);
+        return duplicate ? AfterLostRace::kAbandon : AfterLostRace::kRetry;
+      },
+      &outcome);
+  if (!st.ok()) {
+    // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
+    if (!outcome.outcome_unknown) ingestor.Abort();
+    return st;
+  }
+  if (!outcome.version) {
+    ingestor.Abort();
+    AppendResult dup;
+    dup.version = snapshot_.version;
+    dup.duplicate = duplicate;
+    dup.attempts = outcome.attempts;
+    return dup;
+  }
+  result.version = *outcome.version;
+  result.attempts = outcome.attempts;
+  result.commit_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  RecordNewest(files, result.version);
+  if (options.maintain.value_or(AutoMaintain())) {
+    MaintainResult maintenance;
+    ARROW_RETURN_NOT_OK(MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance));
+    if (maintenance.partitions_dropped + maintenance.partitions_compacted +
+            maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
+      result.maintenance = maintenance;
+    }
+  }
+  return result;
+}
+
+arrow::Status Table::CommitRebasing(Commit* commit,
+                                    const std::function<void(Commit*, int64_t)>& prepare,
+                                    const std::function<arrow::Result<AfterLostRace>()>& on_lost_race,
+                                    CommitOutcome* out) {
   std::mt19937_64 rng(std::random_device{}());
+  const std::string txn_id = commit->commit_info->txn_id;
+  const std::string operation = commit->commit_info->operation;
   for (int attempt = 1;; ++attempt) {
+    out->attempts = attempt;
     const int64_t version = snapshot_.version + 1;
-    info.read_version = snapshot_.version;
-    info.timestamp = NowMillis();
-    commit.commit_info = info;
-    for (auto& add : commit.adds) add.tags[kSeqTag] = std::to_string(version);
-    auto won = log_.TryCommit(version, SerializeCommit(commit));
+    commit->commit_info->read_version = snapshot_.version;
+    commit->commit_info->timestamp = NowMillis();
+    prepare(commit, version);
+    auto won = log_.TryCommit(version, SerializeCommit(*commit));
     if (!won.ok()) {
       // The put may have landed even though it reported an error (a lost reply, a failed folder
       // fsync): look at what the version holds before deciding anything.
       auto landed = log_.ReadCommit(version);
-      if (landed.ok() && landed->commit_info && landed->commit_info->txn_id == info.txn_id) {
+      if (landed.ok() && landed->commit_info && landed->commit_info->txn_id == txn_id) {
         won = true;
       } else if (landed.ok()) {
         won = false;  // another writer's commit: an ordinary lost race
       } else if (IsNotFound(landed.status())) {
-        ingestor.Abort();  // nothing landed: the append simply failed
-        return arrow::Status::IOError("commit of version ", version, " to table '", name_,
-                                      "' failed: ", won.status().message());
+        return arrow::Status::IOError(operation, " commit of version ", version, " to table '",
+                                      name_, "' failed: ", won.status().message());
       } else {
-        // Unknown outcome: the data files may be referenced by a commit, so they are kept (vacuum
-        // removes them if they are not).
-        return arrow::Status::IOError("commit of version ", version, " to table '", name_,
-                                      "' failed and its outcome is unknown: ",
-                                      won.status().message(), "; retry the append with the same "
-                                      "batch_id to make sure it lands exactly once");
+        out->outcome_unknown = true;
+        return arrow::Status::IOError(operation, " commit of version ", version, " to table '",
+                                      name_, "' failed and its outcome is unknown: ",
+                                      won.status().message(), "; retry (with the same batch_id "
+                                      "for appends, so that it lands exactly once)");
       }
     }
     if (*won) {
-      snapshot_.Apply(commit, version);
-      result.version = version;
-      result.attempts = attempt;
-      result.commit_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      snapshot_.Apply(*commit, version);
+      out->version = version;
       MaybeCheckpoint();
-      RecordNewest(files, version);
-      if (options.maintain.value_or(AutoMaintain())) {
-        MaintainResult maintenance;
-        ARROW_RETURN_NOT_OK(MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance));
-        if (maintenance.partitions_dropped + maintenance.partitions_compacted +
-                maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
-          result.maintenance = maintenance;
-        }
-      }
-      return result;
+      return arrow::Status::OK();
     }
     // Lost the race for `version`: read the winners and rebase onto them.
     const Protocol protocol_before = snapshot_.protocol;
     const std::string schema_before = snapshot_.metadata.schema_string;
     const std::string id_before = snapshot_.metadata.id;
-    if (auto st = log_.Update(&snapshot_); !st.ok()) {
-      ingestor.Abort();
-      return st;
-    }
+    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
     if (snapshot_.metadata.id != id_before || snapshot_.metadata.schema_string != schema_before ||
         snapshot_.protocol.min_writer_version != protocol_before.min_writer_version ||
         snapshot_.protocol.min_reader_version != protocol_before.min_reader_version) {
-      ingestor.Abort();
       return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
-                                    "' changed its schema or protocol concurrently; retry the append");
+                                    "' changed its schema or protocol concurrently; retry");
     }
-    if (options.batch_id && HasBatch(*options.batch_id)) {
-      ingestor.Abort();
-      AppendResult dup;
-      dup.version = snapshot_.version;
-      dup.duplicate = true;
-      dup.attempts = attempt;
-      return dup;
-    }
+    ARROW_ASSIGN_OR_RAISE(AfterLostRace next, on_lost_race());
+    if (next == AfterLostRace::kAbandon) return arrow::Status::OK();
     if (attempt >= kMaxCommitAttempts) {
-      ingestor.Abort();
       return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
                                     "' lost ", attempt, " commit races in a row; retry later");
     }
@@ -376,7 +382,8 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
   if (!contract_.is_time_series()) return arrow::Status::OK();
   ARROW_RETURN_NOT_OK(CheckWritable());
   if (options.retention) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
-  // Compaction, log expiry and vacuum arrive with the maintenance subsystem.
+  if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, result));
+  // Log expiry and vacuum arrive with the rest of the maintenance subsystem.
   // Fold the last-value index once enough records piled up (always on a full maintain).
   ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
   if (!inline_only || state.records.size() >= 64) {
@@ -390,8 +397,7 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
 
 arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
   if (contract_.retention_us <= 0) return arrow::Status::OK();
-  std::mt19937_64 rng(std::random_device{}());
-  for (int attempt = 1;; ++attempt) {
+  for (int round = 1; round <= kMaxCommitAttempts; ++round) {
     const int64_t cutoff = NowMicros() - contract_.retention_us;
     Commit commit;
     std::set<std::string> chunks;
@@ -400,49 +406,107 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
       const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MAX);
       if (min_time == INT64_MAX) continue;
       if (ChunkEnd(contract_.chunk, ChunkOrdinal(contract_.chunk, min_time)) > cutoff) continue;
-      RemoveFile remove;
-      remove.path = add.path;
-      remove.deletion_timestamp = now_ms;
-      remove.data_change = true;
-      remove.extended_file_metadata = true;
-      remove.partition_values = add.partition_values;
-      remove.size = add.size;
-      commit.removes.push_back(std::move(remove));
+      commit.removes.push_back(RemoveOf(add, /*data_change=*/true, now_ms));
       chunks.insert(add.tags.count(kChunkTag) ? add.tags.at(kChunkTag) : path);
     }
     if (commit.removes.empty()) return arrow::Status::OK();
-    CommitInfo info;
-    info.timestamp = now_ms;
-    info.operation = "DELETE";
+    CommitInfo info = NewCommitInfo("DELETE");
     info.operation_parameters = {{"predicate", "timelake retention: chunks that ended before " +
                                                    FormatIsoMillis(cutoff)}};
-    info.read_version = snapshot_.version;
-    info.engine_info = EngineInfo();
-    info.txn_id = NewUuid();
     info.metrics = {{"numRemovedFiles", static_cast<int64_t>(commit.removes.size())}};
     commit.commit_info = info;
-    const int64_t version = snapshot_.version + 1;
-    ARROW_ASSIGN_OR_RAISE(bool won, log_.TryCommit(version, SerializeCommit(commit)));
-    if (won) {
-      snapshot_.Apply(commit, version);
+    CommitOutcome outcome;
+    // After a lost race the plan is redone against the winners (they may have removed files).
+    ARROW_RETURN_NOT_OK(CommitRebasing(
+        &commit, [](Commit*, int64_t) {},
+        []() -> arrow::Result<AfterLostRace> { return AfterLostRace::kAbandon; }, &outcome));
+    if (outcome.version) {
       result->partitions_dropped += static_cast<int64_t>(chunks.size());
-      MaybeCheckpoint();
       return arrow::Status::OK();
     }
-    // Another writer won the version: replan against what it committed.
-    const std::string id_before = snapshot_.metadata.id;
-    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
-    if (snapshot_.metadata.id != id_before) {
-      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
-                                    "' was replaced while applying retention");
-    }
-    if (attempt >= kMaxCommitAttempts) {
-      return arrow::Status::IOError("commit conflict that could not be rebased: retention on '",
-                                    name_, "' lost ", attempt, " commit races in a row");
-    }
-    const int64_t cap_us = std::min<int64_t>(200'000, 1'000LL << std::min(attempt, 8));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
   }
+  return arrow::Status::IOError("commit conflict that could not be rebased: retention on '", name_,
+                                "' lost ", kMaxCommitAttempts, " commit races in a row");
+}
+
+arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
+  CompactionOptions options;
+  options.target_file_bytes =
+      ParseInt64(snapshot_.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
+  if (inline_only) {
+    // Bounded work: one group, and only once a chunk has gathered enough small files.
+    options.max_groups = 1;
+    options.min_files = 16;
+  }
+  for (const auto& group : PlanCompaction(snapshot_, contract_, options)) {
+    ARROW_ASSIGN_OR_RAISE(auto rewritten,
+                          RewriteGroup(store_, table_path_, contract_, declared_, storage_, group));
+    auto delete_outputs = [&] {
+      for (const auto& f : rewritten.outputs) (void)store_->Delete(table_path_ + "/" + f.path);
+    };
+    // Deduplication changes what readers see; merging files alone does not.
+    const bool data_change = rewritten.rows_out != rewritten.rows_in;
+    const int64_t now_ms = NowMillis();
+    Commit commit;
+    for (const auto& input : group.inputs) {
+      commit.removes.push_back(RemoveOf(input, data_change, now_ms));
+    }
+    for (const auto& f : rewritten.outputs) {
+      AddFile add = ToAddAction(f, data_change, now_ms);
+      add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
+      commit.adds.push_back(std::move(add));
+    }
+    CommitInfo info = NewCommitInfo("OPTIMIZE");
+    info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
+                                 {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
+    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
+                    {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
+                    {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
+    commit.commit_info = info;
+    CommitOutcome outcome;
+    arrow::Status st = CommitRebasing(
+        &commit, [](Commit*, int64_t) {},
+        [&]() -> arrow::Result<AfterLostRace> {
+          // Appends never conflict; a winner that removed one of the inputs (another compaction,
+          // retention) does: give this group up, the next maintain replans.
+          for (const auto& input : group.inputs) {
+            if (!snapshot_.files.count(input.path)) return AfterLostRace::kAbandon;
+          }
+          return AfterLostRace::kRetry;
+        },
+        &outcome);
+    if (!st.ok() || !outcome.version) {
+      if (!outcome.outcome_unknown) delete_outputs();
+      ARROW_RETURN_NOT_OK(st);
+      continue;
+    }
+    result->partitions_compacted += 1;
+    result->files_rewritten += static_cast<int64_t>(group.inputs.size());
+    result->files_written += static_cast<int64_t>(rewritten.outputs.size());
+    result->rows_rewritten += rewritten.rows_in;
+    result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
+  }
+  return arrow::Status::OK();
+}
+
+CommitInfo Table::NewCommitInfo(const std::string& operation) const {
+  CommitInfo info;
+  info.timestamp = NowMillis();
+  info.operation = operation;
+  info.engine_info = EngineInfo();
+  info.txn_id = NewUuid();
+  return info;
+}
+
+RemoveFile Table::RemoveOf(const AddFile& add, bool data_change, int64_t now_ms) {
+  RemoveFile remove;
+  remove.path = add.path;
+  remove.deletion_timestamp = now_ms;
+  remove.data_change = data_change;
+  remove.extended_file_metadata = true;
+  remove.partition_values = add.partition_values;
+  remove.size = add.size;
+  return remove;
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {

@@ -7,6 +7,7 @@
 // commits only.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -124,6 +125,26 @@ class Table {
   arrow::Status MaintainLocked(const MaintainOptions& options, bool inline_only, MaintainResult* result);
   /// Commits the removal of every chunk that ended before now - retention.
   arrow::Status DropExpiredChunks(MaintainResult* result);
+  /// Rewrites crowded chunks (bounded to one group when `inline_only`).
+  arrow::Status Compact(bool inline_only, MaintainResult* result);
+
+  /// What a committer does after losing a race (the snapshot has been advanced to the winners).
+  enum class AfterLostRace { kRetry, kAbandon };
+  struct CommitOutcome {
+    std::optional<int64_t> version;  // the version committed; unset if the commit was abandoned
+    int attempts = 0;
+    bool outcome_unknown = false;  // the error left open whether the commit landed
+  };
+  /// Commits `commit` at the version after the handle's snapshot, rebasing over concurrent
+  /// commits: `prepare` fills in what depends on the version; after each lost race the snapshot
+  /// is advanced and `on_lost_race` decides. A winner that changed the schema or protocol, a
+  /// storage error, and kMaxCommitAttempts lost races fail the commit. A put that reported an
+  /// error but landed is recognised by its commitInfo.txnId.
+  arrow::Status CommitRebasing(Commit* commit, const std::function<void(Commit*, int64_t)>& prepare,
+                               const std::function<arrow::Result<AfterLostRace>()>& on_lost_race,
+                               CommitOutcome* out);
+  CommitInfo NewCommitInfo(const std::string& operation) const;
+  static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms);
   bool AutoMaintain() const;
   /// Writes the last-value index record of commit `version` (best effort).
   void RecordNewest(const std::vector<WrittenFile>& files, int64_t version);

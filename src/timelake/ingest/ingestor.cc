@@ -17,6 +17,7 @@
 #include "timelake/ingest/arrange.h"
 #include "timelake/ingest/stats.h"
 #include "timelake/index/last_value_index.h"
+#include "timelake/log/file_tags.h"
 #include "timelake/util/ids.h"
 
 namespace timelake {
@@ -46,6 +47,26 @@ arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& p
   ARROW_ASSIGN_OR_RAISE(int64_t size, sink->Tell());
   ARROW_RETURN_NOT_OK(sink->Close());
   return size;
+}
+
+AddFile ToAddAction(const WrittenFile& f, bool data_change, int64_t modification_time_ms) {
+  AddFile add;
+  add.path = f.path;
+  add.size = f.size;
+  add.modification_time = modification_time_ms;
+  add.data_change = data_change;
+  add.stats = f.stats;
+  add.tags[kOrderTag] = std::to_string(f.order);
+  if (!f.chunk.empty()) {  // time-series tables (plain tables have no chunks)
+    add.tags[kChunkTag] = f.chunk;
+    add.tags[kMinTimeTag] = std::to_string(f.min_time);
+    add.tags[kMaxTimeTag] = std::to_string(f.max_time);
+    if (!f.min_key.empty() || !f.max_key.empty()) {
+      add.tags[kMinKeyTag] = f.min_key;
+      add.tags[kMaxKeyTag] = f.max_key;
+    }
+  }
+  return add;
 }
 
 Ingestor::Ingestor(std::shared_ptr<ObjectStore> store, std::string table_path, Contract contract,

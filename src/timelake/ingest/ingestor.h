@@ -16,6 +16,7 @@
 #include <arrow/result.h>
 
 #include "timelake/contract.h"
+#include "timelake/log/actions.h"
 #include "timelake/store/object_store.h"
 
 namespace timelake {
@@ -78,6 +79,10 @@ class Ingestor {
   int64_t rows_in_ = 0;
   std::vector<WrittenFile> written_;
 };
+
+/// The `add` action for a written file, with timelake's tags (the sequence tag is the caller's:
+/// it is the commit version, known only when committing).
+AddFile ToAddAction(const WrittenFile& file, bool data_change, int64_t modification_time_ms);
 
 /// Writes `table` as a Parquet file at `path` in `store` with timelake's writer settings.
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,

@@ -1,0 +1,60 @@
+// Compaction: rewrites crowded chunks into fewer, larger files, sorted and deduplicated.
+//
+// Planning picks, per chunk, the files worth rewriting: the small ones (under half the target
+// size) and, for tables with dedup, every file whose rows may share a (series, time) with another
+// file. Outputs carry the newest input's sequence number, so for dedup tables any older file that
+// overlaps the inputs in time is pulled in as well; then no file left outside can hold a duplicate
+// that should have won, and read-time deduplication stays correct. Inputs are grouped in arrival
+// order (commit version, then write order) under a memory budget, never splitting one commit's
+// files; dedup tables rewrite one group per chunk per pass.
+//
+// Rewriting streams a group's files, in arrival order, through the same Ingestor appends use, so
+// outputs are chunked, sorted and deduplicated exactly like fresh appends.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/result.h>
+
+#include "timelake/contract.h"
+#include "timelake/ingest/ingestor.h"
+#include "timelake/log/snapshot.h"
+#include "timelake/store/object_store.h"
+
+namespace timelake {
+
+struct CompactionOptions {
+  int64_t target_file_bytes = 128LL << 20;
+  int64_t group_budget_bytes = 256LL << 20;  // Parquet bytes read per rewrite
+  int min_files = 2;                          // fewer candidate files: leave the chunk alone
+  size_t max_groups = SIZE_MAX;               // bound for inline maintenance
+};
+
+struct CompactionGroup {
+  std::string chunk;
+  std::vector<AddFile> inputs;  // in arrival order
+  int64_t bytes = 0;
+  int64_t seq = 0;  // the newest input's commit version
+};
+
+/// The groups worth rewriting in `snapshot` (timelake-written files only).
+std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Contract& contract,
+                                            const CompactionOptions& options);
+
+struct RewrittenGroup {
+  std::vector<WrittenFile> outputs;
+  int64_t rows_in = 0;
+  int64_t rows_out = 0;
+};
+
+/// Reads the group's files and writes them again as new files (not yet committed). On failure
+/// the files written so far are deleted.
+arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& store,
+                                           const std::string& table_path, const Contract& contract,
+                                           const std::shared_ptr<arrow::Schema>& declared,
+                                           const std::shared_ptr<arrow::Schema>& storage,
+                                           const CompactionGroup& group);
+
+}  // namespace timelake
