@@ -391,8 +391,8 @@ def writer_process(system, path, worker, appends, size, devices, start_us, first
             out["lat"].append(e_ - s)
             out["starts"].append(s)
             out["ends"].append(e_)
+            out["attempts"].append(res.get("attempts") if res else None)
             if res:
-                out["attempts"].append(res.get("attempts"))
                 out["commit_ms"].append(res.get("commit_ms"))
                 out["duplicates"] += bool(res.get("duplicate"))
     except Exception as e:  # noqa: BLE001
@@ -430,6 +430,8 @@ def run_concurrent_once(system: str, path: Path, args, start_us: int) -> dict:
     ends = [x for o in outs for x in o["ends"]]
     errors = [x for o in outs for x in o["errors"]]
     attempts = [a for o in outs for a in o["attempts"] if a is not None]
+    slowest = sorted(((x * 1e3, a, o["worker"]) for o in outs for x, a in zip(o["lat"], o["attempts"])),
+                     key=lambda r: r[0], reverse=True)[:5]
     commit_ms = [c for o in outs for c in o["commit_ms"] if c is not None]
     wall = (max(ends) - min(starts)) if ends else None
     res = {
@@ -438,6 +440,7 @@ def run_concurrent_once(system: str, path: Path, args, start_us: int) -> dict:
         "p50_ms": pct(lat, 0.50) * 1e3 if lat else None, "p99_ms": pct(lat, 0.99) * 1e3 if lat else None,
         "max_ms": max(lat) * 1e3 if lat else None,
         "errors": len(errors), "error_samples": sorted(set(errors))[:5],
+        "slowest_appends": [{"ms": ms, "attempts": a, "worker": w} for ms, a, w in slowest],
         "workers_reported": len(outs),
         "fatal": [o["fatal"] for o in outs if "fatal" in o] + (
             [f"{len(procs) - len(outs)} writer(s) did not report"] if len(outs) < len(procs) else []),
@@ -481,7 +484,7 @@ def count_delta_rows(d) -> int:
     files = [local_path(u) for u in d.file_uris()]
     if not files:
         return 0
-    return con.sql(f"SELECT count(*) FROM read_parquet({sql_list(files)})").fetchone()[0]
+    return con.execute(f"SELECT count(*) FROM read_parquet({sql_list(files)})").fetchone()[0]
 
 
 def run_concurrent(args, work: Path, start_us: int) -> dict:
@@ -747,7 +750,7 @@ def fms(v, digits=2) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-APPEND_HEAD = ["system", "commits/s", "p50 ms", "p99 ms", "max attempts", "errors",
+APPEND_HEAD = ["system", "commits/s", "p50 ms", "p99 ms", "max ms", "max attempts", "errors",
                "timelake rate / rate", "p50 / timelake", "p99 / timelake"]
 
 
@@ -756,7 +759,7 @@ def append_rows(entries) -> list[list[str]]:
     for e in entries:
         b = e.get("best")
         if e.get("error") or not b:
-            rows.append([e["system"], "FAILED", "", "", "", "", "", "", ""])
+            rows.append([e["system"], "FAILED"] + [""] * (len(APPEND_HEAD) - 2))
             continue
         errs = str(b.get("errors", 0))
         if b.get("fatal"):
@@ -764,7 +767,7 @@ def append_rows(entries) -> list[list[str]]:
         rate = b.get("commits_per_s")
         rows.append([
             e["system"], "n/a" if not rate else f"{rate:.0f}", fms(b.get("p50_ms")), fms(b.get("p99_ms")),
-            str(b.get("max_attempts", "n/a")), errs,
+            fms(b.get("max_ms"), 1), str(b.get("max_attempts", "n/a")), errs,
             fx(e.get("ratio_rate")), fx(e.get("ratio_p50")), fx(e.get("ratio_p99")),
         ])
     return rows
@@ -885,13 +888,22 @@ def md_notes(report) -> list[str]:
         for e in c["results"]:
             b = e.get("best") or {}
             chk = b.get("check", {})
+            all_samples = sorted({x for r in e["runs"] for x in r.get("error_samples", [])})
             notes.append(f"* Concurrent, {e['system']}: {b.get('commits', 0)} appends acknowledged, "
                          f"table afterwards: version {chk.get('version')}, {chk.get('rows')} rows "
                          f"(expected {chk.get('expected_rows')})"
                          + (f", mean attempts {b['mean_attempts']:.2f}, {b['appends_rebased']} appends "
                             "rebased" if "mean_attempts" in b else "")
+                         + (f", delta txn versions {chk['txn_versions']}" if chk.get("txn_versions") else "")
+                         + ("; slowest appends: " + ", ".join(
+                             f"{x['ms']:.0f} ms" + (f" ({x['attempts']} attempts)" if x["attempts"] else "")
+                             for x in b.get("slowest_appends", [])[:3]) if b.get("slowest_appends") else "")
                          + (f"; {b['errors']} failed appends, e.g. `{b['error_samples'][0][:300]}`"
                             if b.get("errors") else "")
+                         + (f"; over all {len(e['runs'])} runs: {all_errors} failed appends"
+                            + (f" (`{all_samples[0][:200]}`)" if all_samples else "")
+                            if (all_errors := sum(r.get("errors", 0) for r in e["runs"])) != b.get("errors", 0)
+                            or len(e["runs"]) > 1 else "")
                          + (f"; {'; '.join(b['fatal'])}" if b.get("fatal") else "") + ".")
     for s in report.get("single", []):
         for e in s["results"]:

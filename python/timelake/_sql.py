@@ -15,6 +15,19 @@ import duckdb
 import pyarrow as pa
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# DuckDB's time_bucket on TIMESTAMPTZ goes through ICU calendars (it honours the session time
+# zone), which costs 10-20x more than the same bucketing on a plain TIMESTAMP. Sessions here are
+# always UTC, so bucketing the UTC wall-clock time and labelling the result UTC is the same
+# function: this macro does exactly that (checked equal to the built-in for widths from
+# milliseconds to years, before and after 1970). It returns TIMESTAMPTZ for every input, so it is
+# only installed while a statement reads no table with naive timestamps or dates, whose users
+# expect DuckDB's own result types. Calls with an offset, origin or time zone use the built-in.
+_FAST_TIME_BUCKET = (
+    "CREATE OR REPLACE TEMP MACRO time_bucket(w, t) AS "
+    "to_timestamp(epoch_us(system.main.time_bucket(w, make_timestamp(epoch_us(t)))) / 1000000), "
+    "(w, t, o) AS system.main.time_bucket(w, t, o)"
+)
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 
@@ -68,6 +81,7 @@ class _Catalog:
         self.con.execute("SET TimeZone='UTC'")
         self.con.execute("SET parquet_metadata_cache=true")
         self._views: Dict[str, Tuple[int, pa.Schema, Optional[str]]] = {}
+        self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
         self.declared: Dict[str, pa.Field] = {}
@@ -77,6 +91,17 @@ class _Catalog:
         self.declared = {}
         self._ensure_schema(namespace)
         self.con.execute(f"SET schema = {_literal(namespace)}")
+
+    def use_fast_time_bucket(self, schemas: List[pa.Schema]) -> None:
+        """Installs the UTC time_bucket macro unless a schema has naive timestamps or dates."""
+        wanted = not any(
+            (pa.types.is_timestamp(f.type) and f.type.tz is None) or pa.types.is_date(f.type)
+            for schema in schemas
+            for f in schema
+        )
+        if wanted != self._fast_time_bucket:
+            self.con.execute(_FAST_TIME_BUCKET if wanted else "DROP MACRO IF EXISTS temp.time_bucket")
+            self._fast_time_bucket = wanted
 
     def _ensure_schema(self, ns: str) -> None:
         if ns not in self._schemas:
@@ -275,8 +300,8 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
             f"sql() only reads: {kind} statements are not allowed; use Table.append to write"
         )
     catalog.begin(namespace)
-    for ns, name in _referenced_tables(lake, query, namespace):
-        catalog.add_table(ns, name)
+    schemas = [catalog.add_table(ns, name)[1] for ns, name in _referenced_tables(lake, query, namespace)]
+    catalog.use_fast_time_bucket(schemas)
     result = _execute(catalog, namespace, query)
     return _restore_types(result, catalog, _storage_type)
 

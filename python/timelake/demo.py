@@ -6,8 +6,8 @@ Run it with::
 
 It generates pump readings from a fleet of devices spread over a few sites, streams them into a
 lake the way gateways would (one batch per gateway per time window, each with a batch id), replays
-a batch to show that ingestion is idempotent, sends a late correction to show upserts, runs the
-queries a dashboard would run, reads the newest reading of every device, and prints a summary with
+a batch to show that ingestion is idempotent, sends a late correction to show upserts, compacts the
+table with maintain(), runs the queries a dashboard would run, reads the newest reading of every device, and prints a summary with
 timings. The lake folder is wiped first, but only when it is empty or looks like a timelake lake.
 
 Everything here uses the public API only: ``Lake``, ``create_table``, ``Table.append``, ``sql``,
@@ -434,7 +434,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     s = Style(sys.stdout)
-    tour = Tour(s, steps=8)
+    tour = Tour(s, steps=9)
     timings = {}
 
     today = dt.datetime.now(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -557,7 +557,20 @@ t = lake.create_table("{TABLE}", schema, time_column="time", series_key=["device
              f"{check['temp']:.3f}, still {check['n']} row  " + s.dim(f"({fmt_ms(upsert_s)})"))
     timings["upsert"] = upsert_s
 
-    # 6. hourly query ----------------------------------------------------------------------------
+    # 6. maintain -------------------------------------------------------------------------------
+    tour.step("Tidy up: maintain() compacts the uploads into one sorted file per day")
+    tour.code("t.maintain()")
+    files_before = t.info()["size"]["files"]
+    tidy, tidy_s = timed(t.maintain)
+    timings["maintain"] = tidy_s
+    files_after = t.info()["size"]["files"]
+    tour.say(f"{s.green(s.check)} {fmt_int(files_before)} files {s.arrow} {fmt_int(files_after)}, "
+             f"{tidy['partitions_compacted']} days rewritten, {fmt_int(tidy['rows_rewritten'])} rows, "
+             f"{tidy['duplicates_removed']} replaced reading removed for good  "
+             + s.dim(f"({fmt_ms(tidy_s)})"))
+    tour.say(s.dim("Queries never showed the duplicate; now no other engine sees it either."))
+
+    # 7. hourly query ----------------------------------------------------------------------------
     tour.step(f"Hourly temperature of {device} (time_bucket)")
     hourly_sql = f"""
 SELECT time_bucket(INTERVAL '1 hour', time) AS hour, avg(temp) AS temp
@@ -585,7 +598,7 @@ FROM {TABLE} WHERE device_id = '{device}' GROUP BY 1 ORDER BY 1
                      + s.dim(f"min {min(present):5.1f}  max {max(present):5.1f}"))
     tour.say(s.dim(f"{hourly.num_rows} hours in {fmt_ms(hourly_s)}"))
 
-    # 7. daily aggregate -------------------------------------------------------------------------
+    # 8. daily aggregate -------------------------------------------------------------------------
     tour.step("Daily fleet report over all devices")
     daily_sql = f"""
 SELECT time_bucket(INTERVAL '1 day', time) AS day,
@@ -601,7 +614,7 @@ FROM {TABLE} GROUP BY 1 ORDER BY 1
     tour.say(s.dim(f"{fmt_int(sum(daily.column('readings').to_pylist()))} readings aggregated "
                    f"in {fmt_ms(daily_s)}"))
 
-    # 8. latest + info ---------------------------------------------------------------------------
+    # 9. latest + info ---------------------------------------------------------------------------
     tour.step("The newest reading of every device, and the table's vital signs")
     tour.code(f'lake.latest("{TABLE}")')
     latest, latest_s = timed(lake.latest, TABLE)
@@ -631,6 +644,8 @@ FROM {TABLE} GROUP BY 1 ORDER BY 1
         f"{pad(fmt_ms(replay_s), 11, '>')}   {s.dim('nothing written')}",
         f"{s.bold(pad('upsert', 14))}{pad('1 late reading', 18)}{pad('replaced', 14)}"
         f"{pad(fmt_ms(upsert_s), 11, '>')}   {s.dim('no duplicate rows')}",
+        f"{s.bold(pad('maintain', 14))}{pad(f'{files_before} files', 18)}{pad(f'{files_after} files', 14)}"
+        f"{pad(fmt_ms(tidy_s), 11, '>')}   {s.dim('compacted, deduplicated')}",
         f"{s.bold(pad('hourly query', 14))}{pad(device, 18)}{pad(f'{hourly.num_rows} hours', 14)}"
         f"{pad(fmt_ms(hourly_s), 11, '>')}",
         f"{s.bold(pad('daily report', 14))}{pad(f'{args.devices} devices', 18)}"
