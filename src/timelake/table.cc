@@ -13,6 +13,7 @@
 
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
+#include "timelake/maintain/cleanup.h"
 #include "timelake/maintain/compaction.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
@@ -379,11 +380,22 @@ arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
 
 arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_only,
                                     MaintainResult* result) {
-  if (!contract_.is_time_series()) return arrow::Status::OK();
   ARROW_RETURN_NOT_OK(CheckWritable());
-  if (options.retention) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
+  const bool time_series = contract_.is_time_series();
+  if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
   if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, result));
-  // Log expiry and vacuum arrive with the rest of the maintenance subsystem.
+  if (options.expire && !inline_only) {
+    // Listing the log and the data folder is not bounded work: full maintain() only.
+    const int64_t now_ms = NowMillis();
+    ARROW_ASSIGN_OR_RAISE(auto expired, ExpireLog(store_.get(), table_path_, snapshot_, now_ms));
+    ARROW_ASSIGN_OR_RAISE(auto vacuumed, Vacuum(store_.get(), table_path_, snapshot_, now_ms));
+    result->snapshots_expired += expired.snapshots_expired;
+    result->objects_deleted += expired.objects_deleted + vacuumed.objects_deleted;
+    if (expired.oldest_version > snapshot_.oldest_version) {
+      snapshot_.oldest_version = expired.oldest_version;
+    }
+  }
+  if (!time_series) return arrow::Status::OK();
   // Fold the last-value index once enough records piled up (always on a full maintain).
   ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
   if (!inline_only || state.records.size() >= 64) {
