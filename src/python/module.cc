@@ -8,6 +8,7 @@
 
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,23 @@ template <typename T>
 T Unwrap(arrow::Result<T> result) {
   if (!result.ok()) Raise(result.status());
   return std::move(result).ValueUnsafe();
+}
+
+/// Runs `call` (a core operation returning a Status or Result) without the GIL, then turns a
+/// failure into the contract's Python exception and a Result into its value (GIL held again).
+template <typename F>
+auto Released(F&& call) {
+  using R = decltype(call());
+  std::optional<R> out;
+  {
+    nb::gil_scoped_release release;
+    out.emplace(call());
+  }
+  if constexpr (std::is_same_v<R, arrow::Status>) {
+    Check(*out);
+  } else {
+    return Unwrap(std::move(*out));
+  }
 }
 
 void* CapsulePointer(nb::handle capsule, const char* name) {
@@ -134,12 +152,7 @@ nb::object ExportTableCapsule(const std::shared_ptr<arrow::Table>& table) {
 
 std::shared_ptr<Lake> OpenLake(const std::string& location,
                                const std::map<std::string, std::string>& options) {
-  arrow::Result<std::shared_ptr<Lake>> result;
-  {
-    nb::gil_scoped_release release;
-    result = Lake::Open(location, options);
-  }
-  return Unwrap(std::move(result));
+  return Released([&] { return Lake::Open(location, options); });
 }
 
 }  // namespace
@@ -154,7 +167,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("name", &Table::name)
       .def_prop_ro("location", &Table::location)
       .def_prop_ro("version", [](Table& t) {
-        nb::gil_scoped_release release;
+        nb::gil_scoped_release release;  // waits for an append running on another thread
         return t.version();
       })
       .def("schema_capsule", [](Table& t) { return ExportSchemaCapsule(*t.schema()); })
@@ -164,13 +177,12 @@ NB_MODULE(_core, m) {
              auto* stream = static_cast<ArrowArrayStream*>(
                  CapsulePointer(stream_capsule, "arrow_array_stream"));
              auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
-             arrow::Result<AppendResult> result;
-             {
-               nb::gil_scoped_release release;
-               result = t.Append(reader.get(), AppendOptions{batch_id, maintain});
+             // The reader is released without the GIL too: a producer may hold it for long.
+             AppendResult r = Released([&] {
+               auto result = t.Append(reader.get(), AppendOptions{batch_id, maintain});
                reader.reset();
-             }
-             AppendResult r = Unwrap(std::move(result));
+               return result;
+             });
              nb::dict d;
              d["rows"] = r.rows;
              d["files"] = r.files;
@@ -185,22 +197,13 @@ NB_MODULE(_core, m) {
            "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())
       .def("maintain",
            [](Table& t, bool compact, bool retention, bool expire) {
-             arrow::Result<MaintainResult> result;
-             {
-               nb::gil_scoped_release release;
-               result = t.Maintain(MaintainOptions{compact, retention, expire});
-             }
-             return MaintainDict(Unwrap(std::move(result)));
+             return MaintainDict(
+                 Released([&] { return t.Maintain(MaintainOptions{compact, retention, expire}); }));
            },
            "compact"_a = true, "retention"_a = true, "expire"_a = true)
       .def("info",
            [](Table& t) {
-             arrow::Result<TableInfo> result;
-             {
-               nb::gil_scoped_release release;
-               result = t.Info();
-             }
-             TableInfo info = Unwrap(std::move(result));
+             TableInfo info = Released([&] { return t.Info(); });
              nb::dict size, index, d;
              size["rows"] = info.rows;
              size["files"] = info.files;
@@ -217,29 +220,14 @@ NB_MODULE(_core, m) {
            })
       .def("latest",
            [](Table& t) {
-             arrow::Result<std::shared_ptr<arrow::Table>> result;
-             {
-               nb::gil_scoped_release release;
-               result = t.Latest();
-             }
-             return ExportTableCapsule(Unwrap(std::move(result)));
+             return ExportTableCapsule(Released([&] { return t.Latest(); }));
            })
       .def("refresh",
            [](Table& t) {
-             arrow::Status st;
-             {
-               nb::gil_scoped_release release;
-               st = t.Refresh();
-             }
-             Check(st);
+             Released([&] { return t.Refresh(); });
            })
       .def("scan", [](Table& t) {
-        arrow::Result<ScanPlan> result;
-        {
-          nb::gil_scoped_release release;
-          result = t.Scan();
-        }
-        ScanPlan plan = Unwrap(std::move(result));
+        ScanPlan plan = Released([&] { return t.Scan(); });
         nb::list files;
         for (const auto& f : plan.files) {
           nb::dict pv;
@@ -266,37 +254,17 @@ NB_MODULE(_core, m) {
               std::optional<std::string> dedup, std::map<std::string, std::string> properties) {
              auto schema = ImportSchemaCapsule(schema_capsule);
              ContractOptions options{time_column, series_key, chunk, retention, dedup, properties};
-             arrow::Result<std::shared_ptr<Table>> result;
-             {
-               nb::gil_scoped_release release;
-               result = lake.CreateTable(name, schema, options);
-             }
-             return Unwrap(std::move(result));
+             return Released([&] { return lake.CreateTable(name, schema, options); });
            })
       .def("table",
            [](Lake& lake, const std::string& name) {
-             arrow::Result<std::shared_ptr<Table>> result;
-             {
-               nb::gil_scoped_release release;
-               result = lake.OpenTable(name);
-             }
-             return Unwrap(std::move(result));
+             return Released([&] { return lake.OpenTable(name); });
            })
       .def("tables",
            [](Lake& lake) {
-             arrow::Result<std::vector<std::string>> result;
-             {
-               nb::gil_scoped_release release;
-               result = lake.Tables();
-             }
-             return Unwrap(std::move(result));
+             return Released([&] { return lake.Tables(); });
            })
       .def("drop_table", [](Lake& lake, const std::string& name) {
-        arrow::Status st;
-        {
-          nb::gil_scoped_release release;
-          st = lake.DropTable(name);
-        }
-        Check(st);
+        Released([&] { return lake.DropTable(name); });
       });
 }
