@@ -13,8 +13,6 @@
 
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
-#include "timelake/maintain/cleanup.h"
-#include "timelake/maintain/compaction.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -23,7 +21,6 @@ namespace timelake {
 namespace {
 
 constexpr const char* kArrowSchemaKey = "timelake.arrowSchema";
-constexpr int kMaxCommitAttempts = 64;
 constexpr int64_t kIndexFoldInterval = 32;
 
 std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
@@ -362,143 +359,6 @@ void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version)
     auto state = index_->Read(snapshot_);
     if (state.ok()) (void)index_->Fold(*state, snapshot_.version);
   }
-}
-
-bool Table::AutoMaintain() const { return snapshot_.Config("timelake.autoMaintain") == "true"; }
-
-arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto started = std::chrono::steady_clock::now();
-  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
-  if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
-  MaintainResult result;
-  ARROW_RETURN_NOT_OK(MaintainLocked(options, /*inline_only=*/false, &result));
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return result;
-}
-
-arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_only,
-                                    MaintainResult* result) {
-  ARROW_RETURN_NOT_OK(CheckWritable());
-  const bool time_series = contract_.is_time_series();
-  if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
-  if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, result));
-  if (options.expire && !inline_only) {
-    // Listing the log and the data folder is not bounded work: full maintain() only.
-    const int64_t now_ms = NowMillis();
-    ARROW_ASSIGN_OR_RAISE(auto expired, ExpireLog(store_.get(), table_path_, snapshot_, now_ms));
-    ARROW_ASSIGN_OR_RAISE(auto vacuumed, Vacuum(store_.get(), table_path_, snapshot_, now_ms));
-    result->snapshots_expired += expired.snapshots_expired;
-    result->objects_deleted += expired.objects_deleted + vacuumed.objects_deleted;
-    if (expired.oldest_version > snapshot_.oldest_version) {
-      snapshot_.oldest_version = expired.oldest_version;
-    }
-  }
-  if (!time_series) return arrow::Status::OK();
-  // Fold the last-value index once enough records piled up (always on a full maintain).
-  ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
-  if (!inline_only || state.records.size() >= 64) {
-    if (!state.records.empty() || state.base_version < snapshot_.version) {
-      ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state, snapshot_.version));
-      result->objects_deleted += deleted;
-    }
-  }
-  return arrow::Status::OK();
-}
-
-arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
-  if (contract_.retention_us <= 0) return arrow::Status::OK();
-  for (int round = 1; round <= kMaxCommitAttempts; ++round) {
-    const int64_t cutoff = NowMicros() - contract_.retention_us;
-    Commit commit;
-    std::set<std::string> chunks;
-    const int64_t now_ms = NowMillis();
-    for (const auto& [path, add] : snapshot_.files) {
-      const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MAX);
-      if (min_time == INT64_MAX) continue;
-      if (ChunkEnd(contract_.chunk, ChunkOrdinal(contract_.chunk, min_time)) > cutoff) continue;
-      commit.removes.push_back(RemoveOf(add, /*data_change=*/true, now_ms));
-      chunks.insert(add.tags.count(kChunkTag) ? add.tags.at(kChunkTag) : path);
-    }
-    if (commit.removes.empty()) return arrow::Status::OK();
-    CommitInfo info = NewCommitInfo("DELETE");
-    info.operation_parameters = {{"predicate", "timelake retention: chunks that ended before " +
-                                                   FormatIsoMillis(cutoff)}};
-    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(commit.removes.size())}};
-    commit.commit_info = info;
-    CommitOutcome outcome;
-    // After a lost race the plan is redone against the winners (they may have removed files).
-    ARROW_RETURN_NOT_OK(CommitRebasing(
-        &commit, [](Commit*, int64_t) {},
-        []() -> arrow::Result<AfterLostRace> { return AfterLostRace::kAbandon; }, &outcome));
-    if (outcome.version) {
-      result->partitions_dropped += static_cast<int64_t>(chunks.size());
-      return arrow::Status::OK();
-    }
-  }
-  return arrow::Status::IOError("commit conflict that could not be rebased: retention on '", name_,
-                                "' lost ", kMaxCommitAttempts, " commit races in a row");
-}
-
-arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
-  CompactionOptions options;
-  options.target_file_bytes =
-      ParseInt64(snapshot_.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
-  if (inline_only) {
-    // Bounded work: one group, and only once a chunk has gathered enough small files.
-    options.max_groups = 1;
-    options.min_files = 16;
-  }
-  for (const auto& group : PlanCompaction(snapshot_, contract_, options)) {
-    ARROW_ASSIGN_OR_RAISE(auto rewritten,
-                          RewriteGroup(store_, table_path_, contract_, declared_, storage_, group));
-    auto delete_outputs = [&] {
-      for (const auto& f : rewritten.outputs) (void)store_->Delete(table_path_ + "/" + f.path);
-    };
-    // Deduplication changes what readers see; merging files alone does not.
-    const bool data_change = rewritten.rows_out != rewritten.rows_in;
-    const int64_t now_ms = NowMillis();
-    Commit commit;
-    for (const auto& input : group.inputs) {
-      commit.removes.push_back(RemoveOf(input, data_change, now_ms));
-    }
-    for (const auto& f : rewritten.outputs) {
-      AddFile add = ToAddAction(f, data_change, now_ms);
-      add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
-      commit.adds.push_back(std::move(add));
-    }
-    CommitInfo info = NewCommitInfo("OPTIMIZE");
-    info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
-                                 {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
-    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
-                    {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
-                    {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
-    commit.commit_info = info;
-    CommitOutcome outcome;
-    arrow::Status st = CommitRebasing(
-        &commit, [](Commit*, int64_t) {},
-        [&]() -> arrow::Result<AfterLostRace> {
-          // Appends never conflict; a winner that removed one of the inputs (another compaction,
-          // retention) does: give this group up, the next maintain replans.
-          for (const auto& input : group.inputs) {
-            if (!snapshot_.files.count(input.path)) return AfterLostRace::kAbandon;
-          }
-          return AfterLostRace::kRetry;
-        },
-        &outcome);
-    if (!st.ok() || !outcome.version) {
-      if (!outcome.outcome_unknown) delete_outputs();
-      ARROW_RETURN_NOT_OK(st);
-      continue;
-    }
-    result->partitions_compacted += 1;
-    result->files_rewritten += static_cast<int64_t>(group.inputs.size());
-    result->files_written += static_cast<int64_t>(rewritten.outputs.size());
-    result->rows_rewritten += rewritten.rows_in;
-    result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
-  }
-  return arrow::Status::OK();
 }
 
 CommitInfo Table::NewCommitInfo(const std::string& operation) const {

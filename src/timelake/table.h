@@ -115,6 +115,9 @@ class Table {
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id);
 
+  /// Lost commit races in a row after which a commit gives up.
+  static constexpr int kMaxCommitAttempts = 64;
+
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
   arrow::Status LoadDerived();  // schema and contract from snapshot_.metadata
