@@ -190,6 +190,35 @@ def log_state(log_dir: Path) -> dict:
             "log_objects_to_read": len(after) + (1 if cp is not None else 0)}
 
 
+def installed_timelake() -> dict:
+    """Which timelake build is measured: the repository's HEAD may be newer than the installed one."""
+    try:
+        import timelake
+
+        mod = Path(timelake.__file__).resolve().parent
+        cores = sorted(mod.glob("_core*.so"))
+        built = (dt.datetime.fromtimestamp(cores[0].stat().st_mtime, dt.timezone.utc)
+                 .isoformat(timespec="seconds") if cores else None)
+        return {"module": str(mod), "core_built_at": built}
+    except Exception as e:  # noqa: BLE001
+        return {"error": error_text(e)}
+
+
+def cpu_busy_pct(seconds: float = 1.0) -> float | None:
+    """Share of all CPUs busy over `seconds` (before the run starts: other work skews figures)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+        return round(100.0 * (1 - (i1 - i0) / max(1, t1 - t0)), 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def normalize(table: pa.Table) -> pa.Table:
     """Columns in SCHEMA order and types, sorted by device_id, one chunk: for exact comparison."""
     t = table.select(SCHEMA.names)
@@ -871,9 +900,12 @@ def md_report(report) -> str:
         "(`delta.checkpointInterval=10`), delta-rs every 100 by default (observed below).",
         f"* Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gb', '?')} GB; "
         f"Python {v.get('python')}, timelake {v.get('timelake')}, pyarrow {v.get('pyarrow')}, "
-        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}; commit {m.get('git_commit')}; "
-        f"1-minute load average {env['load_average_1m'].get('start')} at start, "
-        f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work).",
+        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}; repository HEAD "
+        f"{m.get('git_commit')}, measured build `{env['timelake_installed'].get('module')}` (its core "
+        f"built {env['timelake_installed'].get('core_built_at')}); CPUs {env.get('cpu_busy_pct_before')} % "
+        f"busy in the second before the run; 1-minute load average "
+        f"{env['load_average_1m'].get('start')} at start, {env['load_average_1m'].get('end')} at end "
+        "(which includes the benchmark's own work and its fsync waits).",
     ]
     for title, detail, head, rows in sections(report):
         lines += ["", f"## {title}: {detail}", "", md_table(head, rows)]
@@ -1023,8 +1055,12 @@ def main(argv=None) -> int:
         "params": {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
                    for k, v in vars(args).items()},
         "environment": {"versions": versions(), "machine": machine(),
+                        "timelake_installed": installed_timelake(),
+                        "cpu_busy_pct_before": cpu_busy_pct(),
                         "load_average_1m": {"start": load_average()}},
     }
+    log(f"CPUs {report['environment']['cpu_busy_pct_before']} % busy before the run; measuring "
+        f"{report['environment']['timelake_installed']}")
     try:
         for part, key, fn in (
             ("single", "single", lambda: run_single(args, work, start_us)),

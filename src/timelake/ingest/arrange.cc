@@ -88,8 +88,9 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   if (contract.series_key.size() == 1) {
     key_index = input->schema()->GetFieldIndex(contract.series_key[0]);
     ARROW_ASSIGN_OR_RAISE(auto key, ContiguousColumn(input->column(key_index)));
-    ARROW_ASSIGN_OR_RAISE(auto encoded, cp::DictionaryEncode(key));
-    auto dict = std::static_pointer_cast<arrow::DictionaryArray>(encoded.make_array());
+    auto encoded = cp::DictionaryEncode(key);
+    if (!encoded.ok()) return std::nullopt;  // a key type the hash kernels lack: generic sort
+    auto dict = std::static_pointer_cast<arrow::DictionaryArray>(encoded->make_array());
     if (dict->indices()->type_id() != arrow::Type::INT32) return std::nullopt;
     key_values = dict->dictionary();
     key_indices = std::static_pointer_cast<arrow::Int32Array>(dict->indices());
