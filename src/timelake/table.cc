@@ -319,7 +319,15 @@ arrow::Status Table::CommitRebasing(Commit* commit,
       MaybeCheckpoint();
       return arrow::Status::OK();
     }
-    // Lost the race for `version`: read the winners and rebase onto them.
+    // Lost the race for `version`. Back off first (with jitter, so racing writers spread out),
+    // then read every commit that landed meanwhile and rebase onto the newest: retrying a version
+    // computed before the pause would mostly lose again.
+    if (attempt >= kMaxCommitAttempts) {
+      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
+                                    "' lost ", attempt, " commit races in a row; retry later");
+    }
+    const int64_t cap_us = std::min<int64_t>(100'000, 500LL << std::min(attempt, 8));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
     const Protocol protocol_before = snapshot_.protocol;
     const std::string schema_before = snapshot_.metadata.schema_string;
     const std::string id_before = snapshot_.metadata.id;
@@ -332,12 +340,6 @@ arrow::Status Table::CommitRebasing(Commit* commit,
     }
     ARROW_ASSIGN_OR_RAISE(AfterLostRace next, on_lost_race());
     if (next == AfterLostRace::kAbandon) return arrow::Status::OK();
-    if (attempt >= kMaxCommitAttempts) {
-      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
-                                    "' lost ", attempt, " commit races in a row; retry later");
-    }
-    const int64_t cap_us = std::min<int64_t>(200'000, 1'000LL << std::min(attempt, 8));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
   }
 }
 
