@@ -14,26 +14,14 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 
 from . import _core
-from ._sql import _Catalog, run_latest, run_sql
+from ._sql import _Capsule, _Catalog, run_latest, run_sql
 
 __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
 
 
-class _SchemaCapsule:
-    """Hands a core-exported ArrowSchema capsule to pyarrow via the PyCapsule protocol."""
-
-    __slots__ = ("_capsule",)
-
-    def __init__(self, capsule: Any) -> None:
-        self._capsule = capsule
-
-    def __arrow_c_schema__(self) -> Any:
-        return self._capsule
-
-
 def _schema_from_capsule(capsule: Any) -> pa.Schema:
-    return pa.schema(_SchemaCapsule(capsule))
+    return pa.schema(_Capsule(capsule))
 
 
 def _as_schema(schema: Any) -> pa.Schema:

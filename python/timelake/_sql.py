@@ -200,6 +200,8 @@ def _declared_type(schema: pa.Schema, column: str) -> pa.DataType:
 
 
 class _Capsule:
+    """Hands a core-exported ArrowSchema capsule to pyarrow (PyCapsule protocol)."""
+
     __slots__ = ("capsule",)
 
     def __init__(self, capsule: Any) -> None:
