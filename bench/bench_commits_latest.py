@@ -62,6 +62,7 @@ from bench_ingest_query import (  # noqa: E402 - the shared helpers of the first
     sql_list,
     text_table,
     versions,
+    write_report,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -1085,16 +1086,8 @@ def main(argv=None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    report["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     report["total_s"] = time.perf_counter() - t_start
-    report["environment"]["load_average_1m"]["end"] = load_average()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "commits_latest.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
-    (args.out / "commits_latest.md").write_text(md_report(report))
-    log("")
-    log(text_report(report))
-    log("")
-    log(f"wrote {args.out / 'commits_latest.json'} and {args.out / 'commits_latest.md'}")
+    write_report(report, args.out, "commits_latest", md_report, text_report)
     return 0
 
 

@@ -687,16 +687,22 @@ def main(argv=None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
+    write_report(report, args.out, "latest", md_report, text_report)
+    return 0
+
+
+def write_report(report: dict, out: Path, stem: str, markdown, text) -> None:
+    """Stamps the end of a run, writes <stem>.json and markdown(report) as <stem>.md to `out`,
+    and prints text(report)."""
     report["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     report["environment"]["load_average_1m"]["end"] = load_average()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latest.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
-    (args.out / "latest.md").write_text(md_report(report))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown(report))
     log("")
-    log(text_report(report))
+    log(text(report))
     log("")
-    log(f"wrote {args.out / 'latest.json'} and {args.out / 'latest.md'}")
-    return 0
+    log(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
 
 
 if __name__ == "__main__":
