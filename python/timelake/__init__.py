@@ -205,7 +205,7 @@ class Lake:
         if not isinstance(name, str):
             raise ValueError(f"table name must be a string, got {type(name).__name__}")
         self._core.drop_table(name)
-        self._handles.pop(self._qualify(name), None)
+        self._handles.pop(self._qualify(name).lower(), None)
         catalog = getattr(self._local, "catalog", None)
         if catalog is not None:
             catalog.forget(self._qualify(name))
@@ -238,17 +238,20 @@ class Lake:
 
     def _snapshot(self, name: str) -> Any:
         """A core handle for `name` at its latest version (cached, refreshed incrementally)."""
-        qualified = self._qualify(name)
+        qualified = self._qualify(name).lower()  # names are case-insensitive
         handle = self._handles.get(qualified)
-        if handle is None:
-            handle = self._core.table(qualified)
-            self._handles[qualified] = handle
-        else:
+        if handle is not None:
             try:
                 handle.refresh()
+                return handle
+            except KeyError:
+                # Dropped (and maybe created again) since this handle was opened: open anew.
+                self._handles.pop(qualified, None)
             except Exception:
                 self._handles.pop(qualified, None)
                 raise
+        handle = self._core.table(qualified)
+        self._handles[qualified] = handle
         return handle
 
     def __repr__(self) -> str:

@@ -80,7 +80,7 @@ class _Catalog:
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET TimeZone='UTC'")
         self.con.execute("SET parquet_metadata_cache=true")
-        self._views: Dict[str, Tuple[int, pa.Schema, Optional[str]]] = {}
+        self._views: Dict[str, Tuple[int, pa.Schema, Optional[str], Any]] = {}
         self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
@@ -114,7 +114,9 @@ class _Catalog:
         handle = self.lake._snapshot(qualified)
         version = handle.version
         cached = self._views.get(qualified)
-        if cached is not None and cached[0] == version:
+        # A view is current while its table is the same one (not dropped and created again) at
+        # the same version.
+        if cached is not None and cached[0] == version and cached[3] is handle:
             declared = cached[1]
         else:
             plan = handle.scan()
@@ -127,7 +129,7 @@ class _Catalog:
             view_sql, empty_name = self._view_sql(plan)
             self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
             declared = plan["declared_schema"]
-            self._views[qualified] = (plan["version"], declared, empty_name)
+            self._views[qualified] = (plan["version"], declared, empty_name, handle)
         for field in declared:
             self.declared.setdefault(field.name, field)
         return handle, declared

@@ -18,6 +18,18 @@ namespace timelake {
 namespace {
 
 constexpr size_t kMaxIdentifierBytes = 128;
+// Folders of dropped tables, renamed out of sight before their files are deleted. The leading
+// dot keeps them from ever parsing as a table name.
+constexpr const char* kDroppedPrefix = ".dropped-";
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool SameIgnoringCase(const TableName& a, const TableName& b) {
+  return Lower(a.ns) == Lower(b.ns) && Lower(a.table) == Lower(b.table);
+}
 
 bool IsIdentifier(const std::string& s) {
   if (s.empty() || s.size() > kMaxIdentifierBytes) return false;
@@ -120,6 +132,30 @@ std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store) {
   return std::shared_ptr<Lake>(new Lake(std::move(store)));
 }
 
+arrow::Result<TableName> Lake::Resolve(const std::string& name) {
+  ARROW_ASSIGN_OR_RAISE(auto parsed, ParseTableName(name));
+  ARROW_ASSIGN_OR_RAISE(bool exists, DeltaLog(store_, parsed.path()).Exists());
+  if (exists) return parsed;
+  ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(parsed));
+  return twins.empty() ? parsed : twins.front();
+}
+
+arrow::Result<std::vector<TableName>> Lake::CaseTwins(const TableName& name) {
+  std::vector<TableName> out;
+  ARROW_ASSIGN_OR_RAISE(auto namespaces, store_->ListChildren(""));
+  for (const auto& ns : namespaces) {
+    if (Lower(ns) != Lower(name.ns)) continue;
+    ARROW_ASSIGN_OR_RAISE(auto tables, store_->ListChildren(ns + "/"));
+    for (const auto& t : tables) {
+      const TableName candidate{ns, t};
+      if (candidate.path() == name.path() || !SameIgnoringCase(candidate, name)) continue;
+      ARROW_ASSIGN_OR_RAISE(bool exists, DeltaLog(store_, candidate.path()).Exists());
+      if (exists) out.push_back(candidate);
+    }
+  }
+  return out;
+}
+
 arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
                                                         const std::shared_ptr<arrow::Schema>& schema,
                                                         const ContractOptions& options) {
@@ -128,12 +164,18 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   ARROW_ASSIGN_OR_RAISE(auto storage, StorageSchemaOf(*schema));
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
-  auto already = [&] {
+  auto already = [&](const TableName& existing) {
+    std::string why = existing.path() == table_name.path()
+                          ? ""
+                          : " (as '" + existing.qualified() +
+                                "': table names are case-insensitive, as in SQL)";
     return arrow::Status::AlreadyExists("table '", table_name.qualified(), "' already exists in ",
-                                        store_->RootUrl(), "; open it with lake.table('",
-                                        table_name.qualified(), "') or drop it first");
+                                        store_->RootUrl(), why, "; open it with lake.table('",
+                                        existing.qualified(), "') or drop it first");
   };
-  if (exists) return already();
+  if (exists) return already(table_name);
+  ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(table_name));
+  if (!twins.empty()) return already(twins.front());
 
   Commit commit;
   CommitInfo info;
@@ -167,13 +209,33 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   commit.metadata = metadata;
 
   ARROW_ASSIGN_OR_RAISE(bool won, log.TryCommit(0, SerializeCommit(commit)));
-  if (!won) return already();
+  if (!won) return already(table_name);
+  // A creator racing for a name that differs only in case passed the check above too. Both now
+  // see each other's commit 0; the later one (by commit timestamp, then txnId) withdraws.
+  ARROW_ASSIGN_OR_RAISE(twins, CaseTwins(table_name));
+  for (const auto& twin : twins) {
+    auto theirs = DeltaLog(store_, twin.path()).ReadCommit(0);
+    bool they_are_first = true;  // a twin whose commit 0 is gone is older than ours
+    if (theirs.ok() && theirs->commit_info) {
+      const auto& t = *theirs->commit_info;
+      they_are_first = t.timestamp != info.timestamp ? t.timestamp < info.timestamp
+                                                     : t.txn_id < info.txn_id;
+    }
+    if (they_are_first) {
+      (void)DropTable(table_name.qualified());
+      return already(twin);
+    }
+  }
   return Table::Open(store_, table_name.path(), table_name.qualified());
 }
 
 arrow::Result<std::shared_ptr<Table>> Lake::OpenTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
-  return Table::Open(store_, table_name.path(), table_name.qualified());
+  auto table = Table::Open(store_, table_name.path(), table_name.qualified());
+  if (table.ok() || !IsTableNotFound(table.status())) return table;
+  ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(table_name));
+  if (twins.empty()) return table;
+  return Table::Open(store_, twins.front().path(), twins.front().qualified());
 }
 
 arrow::Result<std::vector<std::string>> Lake::Tables() {
@@ -184,27 +246,46 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
     ARROW_ASSIGN_OR_RAISE(auto tables, store_->ListChildren(ns + "/"));
     for (const auto& t : tables) {
       if (!IsIdentifier(t)) continue;
-      ARROW_ASSIGN_OR_RAISE(auto children, store_->ListChildren(ns + "/" + t + "/"));
-      for (const auto& c : children) {
-        if (c == "_delta_log") {
-          out.push_back(ns + "." + t);
-          break;
-        }
-      }
+      // A folder is a table while its log has a commit or checkpoint (a writer that lost its
+      // table to a drop may leave an empty `_delta_log/` folder behind).
+      ARROW_ASSIGN_OR_RAISE(bool exists, DeltaLog(store_, ns + "/" + t).Exists());
+      if (exists) out.push_back(ns + "." + t);
     }
   }
   return out;
 }
 
 arrow::Status Lake::DropTable(const std::string& name) {
-  ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
+  ARROW_ASSIGN_OR_RAISE(auto table_name, Resolve(name));
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
   if (!exists) {
     return TableNotFound(table_name.qualified());
   }
-  ARROW_RETURN_NOT_OK(store_->DeletePrefix(table_name.path() + "/_delta_log/"));
-  return store_->DeletePrefix(table_name.path() + "/");
+  SweepDropped(table_name.ns);
+  const std::string hidden = table_name.ns + "/" + kDroppedPrefix + NewUuid() + "/";
+  arrow::Status renamed = store_->RenamePrefix(table_name.path() + "/", hidden);
+  if (renamed.IsNotImplemented()) {
+    // Stores without an atomic rename: the log goes first, so the folder stops being a table.
+    ARROW_RETURN_NOT_OK(store_->DeletePrefix(table_name.path() + "/_delta_log/"));
+    return store_->DeletePrefix(table_name.path() + "/");
+  }
+  if (IsNotFound(renamed)) return TableNotFound(table_name.qualified());  // a racing drop won
+  ARROW_RETURN_NOT_OK(renamed);
+  // The table is gone; deleting its files is cleanup. A writer still finishing a data file in
+  // the old folder can make one pass fail, and a later drop sweeps what is left.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (store_->DeletePrefix(hidden).ok()) break;
+  }
+  return arrow::Status::OK();
+}
+
+void Lake::SweepDropped(const std::string& ns) {
+  auto children = store_->ListChildren(ns + "/");
+  if (!children.ok()) return;
+  for (const auto& c : *children) {
+    if (c.rfind(kDroppedPrefix, 0) == 0) (void)store_->DeletePrefix(ns + "/" + c + "/");
+  }
 }
 
 }  // namespace timelake

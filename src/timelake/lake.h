@@ -3,6 +3,10 @@
 // Tables live at `<root>/<namespace>/<table>/` and are named "namespace.table"; an unqualified
 // name means namespace "default". Each name part is an identifier ([A-Za-z_][A-Za-z0-9_]*, at most
 // 128 bytes), which also keeps paths such as "../" out of storage.
+//
+// Names are case-insensitive, as SQL identifiers are, and keep the case they were created with:
+// no two tables of a lake differ only in case (CreateTable refuses the second), and every call
+// that takes a name finds the table whatever case the name is written in.
 #pragma once
 
 #include <map>
@@ -49,11 +53,20 @@ class Lake {
   arrow::Result<std::shared_ptr<Table>> OpenTable(const std::string& name);
   /// "namespace.table" for every folder holding a Delta log, sorted.
   arrow::Result<std::vector<std::string>> Tables();
-  /// Deletes the table's log (first, so it stops being a table) and then all its files.
+  /// Makes the table disappear in one atomic step (its folder is renamed out of sight, so
+  /// readers and writers see the whole table or nothing, and handles opened before can no longer
+  /// commit), then deletes its files.
   arrow::Status DropTable(const std::string& name);
 
  private:
   explicit Lake(std::shared_ptr<ObjectStore> store) : store_(std::move(store)) {}
+  /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
+  /// one exists).
+  arrow::Result<TableName> Resolve(const std::string& name);
+  /// Existing tables other than `name` whose names equal it ignoring case.
+  arrow::Result<std::vector<TableName>> CaseTwins(const TableName& name);
+  /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
+  void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
 };
 

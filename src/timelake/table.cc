@@ -35,28 +35,6 @@ int64_t NumRecords(const AddFile& add) {
   return it->value.GetInt64();
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Delta add paths are URI-encoded.
-std::string UriDecode(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 && HexValue(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::string& name) {
   static const std::set<std::string> readable = {"timestampNtz", "vacuumProtocolCheck",
                                                  "appendOnly", "invariants"};
@@ -125,7 +103,7 @@ arrow::Status Table::LoadDerived() {
   ARROW_ASSIGN_OR_RAISE(storage_, StorageSchemaOf(*declared_));
   ARROW_ASSIGN_OR_RAISE(contract_, ContractFromConfiguration(m.configuration));
   metadata_id_ = m.id;
-  index_ = std::make_unique<LastValueIndex>(store_, table_path_, contract_, storage_);
+  index_ = std::make_unique<LastValueIndex>(store_, table_path_, m.id, contract_, storage_);
   return arrow::Status::OK();
 }
 
@@ -268,12 +246,17 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   result.attempts = outcome.attempts;
   result.commit_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  RecordNewest(files, result.version);
+  // The append is acknowledged: from here on nothing may turn it into an error.
+  AfterCommit();
+  RecordNewest(files, result.version, result.version);
   if (options.maintain.value_or(AutoMaintain())) {
     MaintainResult maintenance;
-    ARROW_RETURN_NOT_OK(MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance));
-    if (maintenance.partitions_dropped + maintenance.partitions_compacted +
-            maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
+    arrow::Status upkeep = MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance);
+    if (!upkeep.ok()) {
+      result.maintenance = maintenance;
+      result.maintenance_error = upkeep.message();
+    } else if (maintenance.partitions_dropped + maintenance.partitions_compacted +
+                   maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
       result.maintenance = maintenance;
     }
   }
@@ -293,7 +276,8 @@ arrow::Status Table::CommitRebasing(Commit* commit,
     commit->commit_info->read_version = snapshot_.version;
     commit->commit_info->timestamp = NowMillis();
     prepare(commit, version);
-    auto won = log_.TryCommit(version, SerializeCommit(*commit));
+    const std::string body = SerializeCommit(*commit);
+    auto won = log_.TryCommit(version, body);
     if (!won.ok()) {
       // The put may have landed even though it reported an error (a lost reply, a failed folder
       // fsync): look at what the version holds before deciding anything.
@@ -314,9 +298,17 @@ arrow::Status Table::CommitRebasing(Commit* commit,
       }
     }
     if (*won) {
+      // The commit counts only if it follows this handle's snapshot in the same table: if the
+      // table was dropped (and maybe created again) meanwhile, the put created a stray version
+      // in the new folder. Take it back; nothing else can have built on it yet.
+      arrow::Status same_table = log_.CheckHead(version - 1, snapshot_.head_fingerprint);
+      if (!same_table.ok()) {
+        (void)store_->Delete(log_.LogPath(CommitFileName(version)));
+        return same_table;
+      }
       snapshot_.Apply(*commit, version);
+      snapshot_.head_fingerprint = CommitFingerprint(body);
       out->version = version;
-      MaybeCheckpoint();
       return arrow::Status::OK();
     }
     // Lost the race for `version`. Back off first (with jitter, so racing writers spread out),
@@ -343,23 +335,26 @@ arrow::Status Table::CommitRebasing(Commit* commit,
   }
 }
 
-void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version) {
+void Table::AfterCommit() { MaybeCheckpoint(); }
+
+void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq) {
   if (!contract_.is_time_series() || files.empty()) return;
   std::vector<std::shared_ptr<arrow::Table>> newest;
+  std::vector<std::string> paths;
   for (const auto& f : files) {
     if (!f.newest) return;
-    auto with_seq = WithSequence(f.newest, version);
+    auto with_seq = WithSequence(f.newest, seq);
     if (!with_seq.ok()) return;
     newest.push_back(*with_seq);
+    paths.push_back(f.path);
   }
-  // A missing record only costs latest() a read of this commit's files, so failures are ignored.
   auto merged = MergeNewest(newest, contract_);
-  if (!merged.ok() || !index_->Record(version, *merged).ok()) return;
+  if (!merged.ok() || !index_->Record(version, paths, *merged).ok()) return;
   // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
   // one base, so latest() never reads more than that many records.
-  if (version % kIndexFoldInterval == 0) {
+  if (version % kIndexFoldInterval == 0 && snapshot_.version == version) {
     auto state = index_->Read(snapshot_);
-    if (state.ok()) (void)index_->Fold(*state, snapshot_.version);
+    if (state.ok()) (void)index_->Fold(*state);
   }
 }
 
@@ -372,8 +367,13 @@ CommitInfo Table::NewCommitInfo(const std::string& operation) const {
   return info;
 }
 
-RemoveFile Table::RemoveOf(const AddFile& add, bool data_change, int64_t now_ms) {
+RemoveFile Table::RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
+                           const char* reason) {
   RemoveFile remove;
+  remove.tags[kRemovedByTag] = reason;
+  if (auto min_time = add.tags.find(kMinTimeTag); min_time != add.tags.end()) {
+    remove.tags[kMinTimeTag] = min_time->second;
+  }
   remove.path = add.path;
   remove.deletion_timestamp = now_ms;
   remove.data_change = data_change;
@@ -407,7 +407,7 @@ arrow::Result<TableInfo> Table::Info() {
   if (contract_.is_time_series()) {
     ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
     info.index_series = state.rows->num_rows();
-    info.index_version = state.covered_version;
+    info.index_version = state.version;
     info.index_bytes = state.bytes;
   }
   info.snapshots = snapshot_.version - snapshot_.oldest_version + 1;
@@ -452,7 +452,7 @@ arrow::Result<ScanPlan> Table::Scan() {
   std::map<std::string, std::vector<Range>> by_chunk;
   for (const auto& [path, add] : snapshot_.files) {
     ScanFile f;
-    std::string decoded = UriDecode(add.path);
+    const std::string decoded = UriDecode(add.path);
     if (decoded.rfind("file://", 0) == 0) {
       f.path = decoded.substr(7);
     } else if (decoded.find("://") != std::string::npos) {

@@ -55,7 +55,9 @@ struct AppendResult {
   double commit_ms = 0;
   int attempts = 0;
   bool duplicate = false;
-  std::optional<MaintainResult> maintenance;  // set when inline maintenance did work
+  std::optional<MaintainResult> maintenance;  // set when inline maintenance did work or failed
+  /// Inline maintenance failed after the append was committed (the append itself stands).
+  std::optional<std::string> maintenance_error;
 };
 
 struct TableInfo {
@@ -147,10 +149,16 @@ class Table {
                                const std::function<arrow::Result<AfterLostRace>()>& on_lost_race,
                                CommitOutcome* out);
   CommitInfo NewCommitInfo(const std::string& operation) const;
-  static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms);
+  /// A `remove` for `add`, tagged with why timelake removed it (kRemovedByCompaction/Retention).
+  static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
+                             const char* reason);
   bool AutoMaintain() const;
-  /// Writes the last-value index record of commit `version` (best effort).
-  void RecordNewest(const std::vector<WrittenFile>& files, int64_t version);
+  /// Post-commit hook of every commit: a checkpoint when one is due. Never fails the commit.
+  void AfterCommit();
+  /// Post-commit hook of commits that add files: writes the index record of commit `version`
+  /// for `files` (whose rows carry sequence number `seq`) and folds the index when due. Best
+  /// effort: a missing record only makes latest() read those files.
+  void RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq);
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;

@@ -45,9 +45,9 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
   if (!time_series) return arrow::Status::OK();
   // Fold the last-value index once enough records piled up (always on a full maintain).
   ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
-  if (!inline_only || state.records.size() >= 64) {
-    if (!state.records.empty() || state.base_version < snapshot_.version) {
-      ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state, snapshot_.version));
+  if (!inline_only || state.records >= 64) {
+    if (state.records > 0 || state.base_version < snapshot_.version) {
+      ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state));
       result->objects_deleted += deleted;
     }
   }
@@ -65,7 +65,7 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
       const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MAX);
       if (min_time == INT64_MAX) continue;
       if (ChunkEnd(contract_.chunk, ChunkOrdinal(contract_.chunk, min_time)) > cutoff) continue;
-      commit.removes.push_back(RemoveOf(add, /*data_change=*/true, now_ms));
+      commit.removes.push_back(RemoveOf(add, /*data_change=*/true, now_ms, kRemovedByRetention));
       chunks.insert(add.tags.count(kChunkTag) ? add.tags.at(kChunkTag) : path);
     }
     if (commit.removes.empty()) return arrow::Status::OK();
@@ -80,6 +80,7 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
         &commit, [](Commit*, int64_t) {},
         []() -> arrow::Result<AfterLostRace> { return AfterLostRace::kAbandon; }, &outcome));
     if (outcome.version) {
+      AfterCommit();
       result->partitions_dropped += static_cast<int64_t>(chunks.size());
       return arrow::Status::OK();
     }
@@ -108,7 +109,7 @@ arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
     const int64_t now_ms = NowMillis();
     Commit commit;
     for (const auto& input : group.inputs) {
-      commit.removes.push_back(RemoveOf(input, data_change, now_ms));
+      commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
     }
     for (const auto& f : rewritten.outputs) {
       AddFile add = ToAddAction(f, data_change, now_ms);
@@ -139,6 +140,8 @@ arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
       ARROW_RETURN_NOT_OK(st);
       continue;
     }
+    AfterCommit();
+    RecordNewest(rewritten.outputs, *outcome.version, group.seq);
     result->partitions_compacted += 1;
     result->files_rewritten += static_cast<int64_t>(group.inputs.size());
     result->files_written += static_cast<int64_t>(rewritten.outputs.size());

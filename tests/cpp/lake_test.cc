@@ -151,16 +151,73 @@ TEST_F(LakeTest, DropTableRemovesEverything) {
   EXPECT_EQ(tables, (std::vector<std::string>{"iot.kept"}));
 }
 
-TEST_F(LakeTest, DropTableDeletesTheLogFirst) {
+TEST_F(LakeTest, DropTableHidesTheWholeTableInOneStepBeforeDeleting) {
   ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
-  std::vector<std::string> deletes;
+  std::vector<std::string> changes;
   store_->SetFaultHook([&](const std::string& op, const std::string& path) {
-    if (op == "delete") deletes.push_back(path);
+    if (op == "delete" || op == "rename") changes.push_back(op + " " + path);
     return arrow::Status::OK();
   });
   ASSERT_OK(lake_->DropTable("t"));
-  ASSERT_FALSE(deletes.empty());
-  EXPECT_EQ(deletes.front(), "default/t/_delta_log/");
+  ASSERT_FALSE(changes.empty());
+  EXPECT_EQ(changes.front(), "rename default/t/");
+  EXPECT_TRUE(Objects("default/").empty());  // nothing left, not even the hidden folder
+}
+
+TEST_F(LakeTest, DropTableThatCannotDeleteStillHidesTheTable) {
+  ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    return op == "delete" ? arrow::Status::IOError("disk gone") : arrow::Status::OK();
+  });
+  ASSERT_OK(lake_->DropTable("t"));
+  store_->SetFaultHook(nullptr);
+  EXPECT_TRUE(FailsWith(lake_->OpenTable("t"), arrow::StatusCode::KeyError));
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_TRUE(tables.empty());
+  // The next drop in the namespace sweeps the leftovers.
+  ASSERT_OK(lake_->CreateTable("u", Readings(), {}).status());
+  ASSERT_OK(lake_->DropTable("u"));
+  EXPECT_TRUE(Objects("default/").empty());
+}
+
+TEST_F(LakeTest, HandleOpenedBeforeDropCannotCommitAfterIt) {
+  ASSERT_OK_AND_ASSIGN(auto old, lake_->CreateTable("t", Readings(), {}));
+  ASSERT_OK(lake_->DropTable("t"));
+  auto batch = Batch(Readings(), {R"(["2025-01-01 00:00:00"])", R"(["a"])", "[1.5]"});
+  auto reader = Reader(Readings(), {batch});
+  EXPECT_TRUE(FailsWith(old->Append(reader.get(), {}), arrow::StatusCode::KeyError, "dropped"));
+  EXPECT_TRUE(Objects("default/").empty());  // the table did not come back
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_TRUE(tables.empty());
+}
+
+TEST_F(LakeTest, HandleOpenedBeforeDropCannotCommitIntoTheRecreatedTable) {
+  ASSERT_OK_AND_ASSIGN(auto old, lake_->CreateTable("t", Readings(), {}));
+  auto batch = Batch(Readings(), {R"(["2025-01-01 00:00:00"])", R"(["a"])", "[1.5]"});
+  ASSERT_OK(old->Append(Reader(Readings(), {batch}).get(), {}).status());  // old at version 1
+  ASSERT_OK(lake_->DropTable("t"));
+  ASSERT_OK_AND_ASSIGN(auto fresh, lake_->CreateTable("t", Readings(), {}));
+  ASSERT_OK(fresh->Append(Reader(Readings(), {batch}).get(), {}).status());  // new at version 1
+  EXPECT_TRUE(FailsWith(old->Append(Reader(Readings(), {batch}).get(), {}),
+                        arrow::StatusCode::KeyError, "dropped"));
+  EXPECT_TRUE(FailsWith(old->Refresh(), arrow::StatusCode::KeyError, "dropped"));
+  ASSERT_OK(fresh->Refresh());
+  EXPECT_EQ(fresh->version(), 1);
+  ASSERT_OK_AND_ASSIGN(auto reopened, lake_->OpenTable("t"));
+  EXPECT_EQ(reopened->version(), 1);
+}
+
+TEST_F(LakeTest, NamesDifferingOnlyInCaseAreOneTable) {
+  ASSERT_OK(lake_->CreateTable("ns.Sensor", Readings(), {}).status());
+  EXPECT_TRUE(FailsWith(lake_->CreateTable("ns.sensor", Readings(), {}),
+                        arrow::StatusCode::AlreadyExists, "ns.Sensor"));
+  EXPECT_TRUE(FailsWith(lake_->CreateTable("NS.SENSOR", Readings(), {}),
+                        arrow::StatusCode::AlreadyExists, "case-insensitive"));
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->OpenTable("NS.sensor"));
+  EXPECT_EQ(table->name(), "ns.Sensor");
+  ASSERT_OK(lake_->DropTable("ns.SENSOR"));
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_TRUE(tables.empty());
 }
 
 TEST_F(LakeTest, DropOfMissingTableIsKeyError) {

@@ -1,8 +1,13 @@
 #include "timelake/index/last_value_index.h"
 
+#include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <optional>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <arrow/array.h>
 #include <arrow/array/concatenate.h>
@@ -11,12 +16,16 @@
 #include <arrow/compute/api.h>
 #include <arrow/io/memory.h>
 #include <arrow/scalar.h>
+#include <arrow/util/key_value_metadata.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/writer.h>
+#include <rapidjson/document.h>
 
 #include "timelake/ingest/arrange.h"
 #include "timelake/log/actions.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/util/json.h"
+#include "timelake/util/status.h"
 
 namespace timelake {
 namespace {
@@ -24,6 +33,10 @@ namespace {
 namespace cp = arrow::compute;
 
 constexpr const char* kBasePrefix = "base-";
+constexpr const char* kFilesKey = "timelake.files";
+// Reads restarted because a racing fold deleted the base between listing and reading; the last
+// attempt ignores the index objects and reads the data files.
+constexpr int kReadAttempts = 4;
 
 std::string FileName(const std::string& path) {
   auto slash = path.rfind('/');
@@ -48,12 +61,92 @@ std::string RecordName(int64_t version, const std::string& prefix) {
   return prefix + CommitFileName(version).substr(0, 20) + ".parquet";
 }
 
-arrow::Result<std::shared_ptr<arrow::Buffer>> ToParquet(const arrow::Table& table) {
+arrow::Result<std::shared_ptr<arrow::Buffer>> ToParquet(const arrow::Table& table,
+                                                       const std::vector<std::string>& files) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartArray();
+  for (const auto& f : files) w.String(f.data(), static_cast<rapidjson::SizeType>(f.size()));
+  w.EndArray();
+  auto metadata = arrow::key_value_metadata({kFilesKey}, {buffer.GetString()});
+  auto with_files = table.ReplaceSchemaMetadata(metadata);
   ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
   auto props = parquet::WriterProperties::Builder().compression(parquet::Compression::ZSTD)->build();
-  ARROW_RETURN_NOT_OK(parquet::arrow::WriteTable(table, arrow::default_memory_pool(), sink,
-                                                 /*chunk_size=*/1 << 20, props));
+  auto arrow_props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
+  ARROW_RETURN_NOT_OK(parquet::arrow::WriteTable(*with_files, arrow::default_memory_pool(), sink,
+                                                 /*chunk_size=*/1 << 20, props, arrow_props));
   return sink->Finish();
+}
+
+// A folder name for the table id: the id itself when it is a plain token (a UUID), else a hash.
+std::string IdFolder(const std::string& id) {
+  bool plain = !id.empty() && id.size() <= 64;
+  for (char c : id) {
+    plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+  }
+  if (plain) return id;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return std::string("h") + hex;
+}
+
+struct IndexObject {
+  std::shared_ptr<arrow::Table> rows;
+  std::vector<std::string> files;
+};
+
+// Reads an index object and checks that it is what this table's index writes.
+arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string& path,
+                                           const arrow::Schema& expected) {
+  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
+  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+  IndexObject out;
+  ARROW_ASSIGN_OR_RAISE(out.rows, reader->ReadTable());
+  auto kv = reader->parquet_reader()->metadata()->key_value_metadata();
+  const int found = kv ? kv->FindKey(kFilesKey) : -1;
+  rapidjson::Document doc;
+  if (found >= 0) doc.Parse(kv->value(found).c_str());
+  if (found < 0 || doc.HasParseError() || !doc.IsArray()) {
+    return arrow::Status::IOError("last-value index object ", path, " has no file list");
+  }
+  for (const auto& v : doc.GetArray()) {
+    if (!v.IsString()) return arrow::Status::IOError("bad file list in ", path);
+    out.files.emplace_back(v.GetString(), v.GetStringLength());
+  }
+  out.rows = out.rows->ReplaceSchemaMetadata(nullptr);
+  if (!out.rows->schema()->Equals(expected, /*check_metadata=*/false)) {
+    return arrow::Status::IOError("last-value index object ", path,
+                                  " does not have the table's schema");
+  }
+  return out;
+}
+
+// A data file's columns in the storage schema: other engines may order columns differently,
+// leave out nullable ones or store other physical types.
+arrow::Result<std::shared_ptr<arrow::Table>> ConformToStorage(
+    const std::shared_ptr<arrow::Table>& rows, const arrow::Schema& storage) {
+  if (rows->schema()->Equals(storage, /*check_metadata=*/false)) return rows;
+  std::vector<std::shared_ptr<arrow::ChunkedArray>> columns;
+  for (const auto& field : storage.fields()) {
+    auto column = rows->GetColumnByName(field->name());
+    if (!column) {
+      ARROW_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(field->type(), rows->num_rows()));
+      column = std::make_shared<arrow::ChunkedArray>(nulls);
+    } else if (!column->type()->Equals(*field->type())) {
+      ARROW_ASSIGN_OR_RAISE(auto cast, cp::Cast(column, field->type()));
+      column = cast.chunked_array();
+    }
+    columns.push_back(std::move(column));
+  }
+  return arrow::Table::Make(arrow::schema(storage.fields()), columns, rows->num_rows());
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> EmptyState(const arrow::Schema& storage) {
+  arrow::FieldVector fields = storage.fields();
+  fields.push_back(arrow::field(kSeqColumn, arrow::int64(), false));
+  return arrow::Table::MakeEmpty(arrow::schema(fields));
 }
 
 }  // namespace
@@ -99,111 +192,193 @@ arrow::Result<std::shared_ptr<arrow::Table>> MergeNewest(
 }
 
 LastValueIndex::LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path,
-                               Contract contract, std::shared_ptr<arrow::Schema> storage)
+                               const std::string& table_id, Contract contract,
+                               std::shared_ptr<arrow::Schema> storage)
     : store_(std::move(store)),
       table_path_(std::move(table_path)),
+      root_(table_path_ + "/_timelake/lvi/"),
+      dir_(root_ + IdFolder(table_id) + "/"),
       contract_(std::move(contract)),
       storage_(std::move(storage)) {}
 
-arrow::Status LastValueIndex::Record(int64_t version, const std::shared_ptr<arrow::Table>& newest) {
-  ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*newest));
-  return store_->Put(Dir() + RecordName(version, ""), data);
+arrow::Status LastValueIndex::Record(int64_t version, const std::vector<std::string>& files,
+                                     const std::shared_ptr<arrow::Table>& newest) {
+  ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*newest, files));
+  return store_->Put(dir_ + RecordName(version, ""), data);
 }
 
 arrow::Result<IndexState> LastValueIndex::Read(const Snapshot& snapshot) {
+  for (int attempt = 1;; ++attempt) {
+    auto state = TryRead(snapshot, /*use_objects=*/attempt < kReadAttempts);
+    if (state.ok() || !IsNotFound(state.status()) || attempt >= kReadAttempts) return state;
+  }
+}
+
+arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool use_objects) {
   IndexState state;
-  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(Dir()));
-  std::map<int64_t, ObjectMeta> deltas;
-  std::optional<ObjectMeta> base;
-  for (const auto& meta : listing) {
-    const std::string name = FileName(meta.path);
-    if (auto v = RecordVersion(name, ""); v && *v <= snapshot.version) {
-      deltas.emplace(*v, meta);
-    } else if (auto b = RecordVersion(name, kBasePrefix); b && *b <= snapshot.version) {
-      if (*b > state.base_version) {
-        state.base_version = *b;
-        base = meta;
-      }
-    }
-  }
-  std::vector<std::shared_ptr<arrow::Table>> records;
-  auto add_record = [&](const ObjectMeta& meta) -> arrow::Status {
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store_.get(), meta.path));
-    records.push_back(std::move(rows));
-    state.bytes += meta.size;
-    return arrow::Status::OK();
+  state.version = snapshot.version;
+  arrow::FieldVector fields = storage_->fields();
+  fields.push_back(arrow::field(kSeqColumn, arrow::int64(), false));
+  const arrow::Schema object_schema(fields);
+
+  // The live files: timelake's (tagged with a sequence number and a time range) and others'.
+  struct Live {
+    const AddFile* add;
+    int64_t seq;
   };
-  if (base) ARROW_RETURN_NOT_OK(add_record(*base));
-  state.covered_version = state.base_version;
-  std::set<int64_t> covered;
-  for (const auto& [v, meta] : deltas) {
-    if (v <= state.base_version) continue;
-    ARROW_RETURN_NOT_OK(add_record(meta));
-    state.records.push_back(meta.path);
-    covered.insert(v);
-    state.covered_version = std::max(state.covered_version, v);
-  }
-  // Commits without a record: read their files.
+  std::unordered_map<std::string, Live> tagged;
+  std::vector<const AddFile*> foreign;
   std::set<int64_t> live_chunks;
   for (const auto& [path, add] : snapshot.files) {
     const int64_t seq = TagInt(add, kSeqTag, -1);
-    if (auto it = add.tags.find(kMinTimeTag); it != add.tags.end()) {
-      if (auto min_time = ParseInt64(it->second)) {
-        live_chunks.insert(ChunkOrdinal(contract_.chunk, *min_time));
+    const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MIN);
+    if (seq >= 0 && min_time != INT64_MIN) {
+      tagged.emplace(path, Live{&add, seq});
+      live_chunks.insert(ChunkOrdinal(contract_.chunk, min_time));
+      state.tagged_files.push_back(path);
+    } else {
+      foreign.push_back(&add);
+    }
+  }
+  // A file an object summarises but the snapshot no longer has: were its rows kept (or dropped
+  // with their whole chunk)?
+  auto removal_explained = [&](const std::string& path) {
+    auto t = snapshot.tombstones.find(path);
+    if (t == snapshot.tombstones.end()) return false;
+    auto by = t->second.tags.find(kRemovedByTag);
+    if (by == t->second.tags.end()) return !t->second.data_change;
+    if (by->second == kRemovedByCompaction) return true;
+    if (by->second == kRemovedByRetention) {
+      auto min_time = t->second.tags.find(kMinTimeTag);
+      if (min_time == t->second.tags.end()) return false;
+      auto micros = ParseInt64(min_time->second);
+      return micros && !live_chunks.count(ChunkOrdinal(contract_.chunk, *micros));
+    }
+    return false;
+  };
+
+  std::vector<std::shared_ptr<arrow::Table>> pieces;
+  std::unordered_set<std::string> covered;
+  if (use_objects) {
+    ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(dir_));
+    std::map<int64_t, ObjectMeta> deltas;
+    std::optional<ObjectMeta> base;
+    for (const auto& meta : listing) {
+      const std::string name = FileName(meta.path);
+      if (auto v = RecordVersion(name, ""); v && *v <= snapshot.version) {
+        deltas.emplace(*v, meta);
+      } else if (auto b = RecordVersion(name, kBasePrefix); b && *b <= snapshot.version) {
+        if (*b > state.base_version) {
+          state.base_version = *b;
+          base = meta;
+        }
       }
     }
-    if (seq >= 0 && (seq <= state.base_version || covered.count(seq))) continue;
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store_.get(), table_path_ + "/" + path));
+    std::vector<IndexObject> objects;
+    if (base) {
+      auto object = ReadIndexObject(store_.get(), base->path, object_schema);
+      if (!object.ok() && IsNotFound(object.status())) return object.status();  // start over
+      if (object.ok()) {
+        objects.push_back(std::move(*object));
+        state.bytes += base->size;
+      } else {
+        state.base_version = -1;  // unreadable: its files are read instead
+      }
+    }
+    for (const auto& [v, meta] : deltas) {
+      if (v <= state.base_version) continue;
+      // A record that is missing (a racing fold deleted it after writing a newer base) or
+      // unreadable only means its files are read.
+      auto object = ReadIndexObject(store_.get(), meta.path, object_schema);
+      if (!object.ok()) continue;
+      objects.push_back(std::move(*object));
+      state.bytes += meta.size;
+      ++state.records;
+    }
+    for (auto& object : objects) {
+      for (const auto& path : object.files) {
+        if (tagged.count(path)) {
+          covered.insert(path);
+        } else if (!removal_explained(path)) {
+          state.rebuilt = true;
+        }
+      }
+      pieces.push_back(std::move(object.rows));
+    }
+    if (state.rebuilt) {
+      pieces.clear();
+      covered.clear();
+      state.base_version = -1;
+      state.records = 0;
+    }
+  }
+  auto newest_of_file = [&](const AddFile& add, int64_t seq) -> arrow::Status {
+    ARROW_ASSIGN_OR_RAISE(auto relative, DecodeAddPath(add.path));
+    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store_.get(), table_path_ + "/" + relative));
+    ARROW_ASSIGN_OR_RAISE(rows, ConformToStorage(rows, *storage_));
     std::vector<cp::SortKey> keys;
     for (const auto& k : contract_.series_key) keys.emplace_back(k);
     keys.emplace_back(contract_.time_column);
     ARROW_ASSIGN_OR_RAISE(auto indices, cp::SortIndices(arrow::Datum(rows), cp::SortOptions(keys)));
     ARROW_ASSIGN_OR_RAISE(auto sorted, cp::Take(rows, indices));
     ARROW_ASSIGN_OR_RAISE(auto newest, NewestRows(sorted.table(), contract_));
-    ARROW_ASSIGN_OR_RAISE(newest, WithSequence(newest, std::max<int64_t>(seq, 0)));
-    records.push_back(std::move(newest));
-    state.covered_version = std::max(state.covered_version, seq);
+    ARROW_ASSIGN_OR_RAISE(newest, WithSequence(newest, seq));
+    pieces.push_back(std::move(newest));
+    ++state.files_read;
+    return arrow::Status::OK();
+  };
+  for (const auto& [path, live] : tagged) {
+    if (!covered.count(path)) ARROW_RETURN_NOT_OK(newest_of_file(*live.add, live.seq));
   }
-  if (records.empty()) {
-    arrow::FieldVector fields = storage_->fields();
-    fields.push_back(arrow::field(kSeqColumn, arrow::int64(), false));
-    ARROW_ASSIGN_OR_RAISE(state.rows, arrow::Table::MakeEmpty(arrow::schema(fields)));
-    state.covered_version = snapshot.version;
-    return state;
+
+  if (pieces.empty()) {
+    ARROW_ASSIGN_OR_RAISE(state.tagged_rows, EmptyState(*storage_));
+  } else {
+    ARROW_ASSIGN_OR_RAISE(auto merged, MergeNewest(pieces, contract_));
+    // Rows of chunks that no live file holds any more were removed by retention.
+    ARROW_ASSIGN_OR_RAISE(auto time,
+                          ContiguousColumn(merged->GetColumnByName(contract_.time_column)));
+    const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
+    arrow::BooleanBuilder keep;
+    ARROW_RETURN_NOT_OK(keep.Reserve(ts.length()));
+    bool all = true;
+    for (int64_t i = 0; i < ts.length(); ++i) {
+      const bool live = live_chunks.count(ChunkOrdinal(contract_.chunk, ts.Value(i))) > 0;
+      all = all && live;
+      keep.UnsafeAppend(live);
+    }
+    if (!all) {
+      std::shared_ptr<arrow::Array> mask;
+      ARROW_RETURN_NOT_OK(keep.Finish(&mask));
+      ARROW_ASSIGN_OR_RAISE(auto filtered, cp::Filter(merged, mask));
+      merged = filtered.table();
+    }
+    state.tagged_rows = std::move(merged);
   }
-  ARROW_ASSIGN_OR_RAISE(auto merged, MergeNewest(records, contract_));
-  // Drop series rows whose chunk is gone (retention removed it).
-  ARROW_ASSIGN_OR_RAISE(auto time, ContiguousColumn(merged->GetColumnByName(contract_.time_column)));
-  const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
-  arrow::BooleanBuilder keep;
-  ARROW_RETURN_NOT_OK(keep.Reserve(ts.length()));
-  bool all = true;
-  for (int64_t i = 0; i < ts.length(); ++i) {
-    const bool live = live_chunks.count(ChunkOrdinal(contract_.chunk, ts.Value(i))) > 0;
-    all = all && live;
-    keep.UnsafeAppend(live);
+  state.rows = state.tagged_rows;
+  if (!foreign.empty()) {
+    // Other engines' files carry no sequence number; like the SQL read path, treat them as oldest.
+    pieces.assign(1, state.tagged_rows);
+    for (const AddFile* add : foreign) ARROW_RETURN_NOT_OK(newest_of_file(*add, 0));
+    ARROW_ASSIGN_OR_RAISE(state.rows, MergeNewest(pieces, contract_));
   }
-  if (!all) {
-    std::shared_ptr<arrow::Array> mask;
-    ARROW_RETURN_NOT_OK(keep.Finish(&mask));
-    ARROW_ASSIGN_OR_RAISE(auto filtered, cp::Filter(merged, mask));
-    merged = filtered.table();
-  }
-  state.rows = merged;
-  state.covered_version = snapshot.version;
   return state;
 }
 
-arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state, int64_t version) {
-  ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*state.rows));
-  ARROW_RETURN_NOT_OK(store_->Put(Dir() + RecordName(version, kBasePrefix), data));
-  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(Dir()));
+arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state) {
+  ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*state.tagged_rows, state.tagged_files));
+  ARROW_RETURN_NOT_OK(store_->Put(dir_ + RecordName(state.version, kBasePrefix), data));
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(root_));
   int64_t deleted = 0;
   for (const auto& meta : listing) {
-    const std::string name = FileName(meta.path);
-    auto v = RecordVersion(name, "");
-    auto b = RecordVersion(name, kBasePrefix);
-    if ((v && *v <= version) || (b && *b < version)) {
+    bool obsolete = true;  // objects outside this table's folder belong to no live table
+    if (meta.path.compare(0, dir_.size(), dir_) == 0) {
+      const std::string name = FileName(meta.path);
+      auto v = RecordVersion(name, "");
+      auto b = RecordVersion(name, kBasePrefix);
+      obsolete = (v && *v <= state.version) || (b && *b < state.version);
+    }
+    if (obsolete) {
       ARROW_RETURN_NOT_OK(store_->Delete(meta.path));
       ++deleted;
     }

@@ -1,14 +1,31 @@
 // LastValueIndex: the newest row of every series, kept beside the table so latest() costs
 // O(series), not O(rows).
 //
-// Layout, under the table's `_timelake/lvi/` folder (ignored by Delta readers):
-//   <version>.parquet       written after each append commits: the newest row of every series
-//                           that commit touched
-//   base-<version>.parquet  written by maintain: the fold of everything up to <version>
-// Every record is a table in the storage schema plus an int64 `__timelake_seq` column (the
-// commit version the row was written at). A commit with no record (another engine's, or one whose
-// writer crashed between commit and record) is folded in by reading its data files, so the index
-// is always exact.
+// The index is derived data: latest() must equal the newest row per series of the table's live
+// files (by the dedup policy) whatever happened to the index objects. Each index object therefore
+// says which data files it summarises, and reading checks that against the snapshot.
+//
+// Layout, under `_timelake/lvi/<table id>/` (the table's Delta metaData.id, so nothing of a
+// dropped table can leak into a new one at the same path; Delta readers ignore `_timelake/`):
+//   <version>.parquet       written after commit <version> is acknowledged (appends, compactions):
+//                           the newest row of every series in the files that commit added
+//   base-<version>.parquet  the newest row of every series over every timelake file live at
+//                           <version>, written by a fold
+// Every object is a table in the storage schema plus an int64 `__timelake_seq` column (the
+// sequence number of the row's file), and carries the paths of the files it summarises in its
+// Parquet key-value metadata (`timelake.files`, a JSON array).
+//
+// Reading at a snapshot (the recovery rules, also in docs/format.md):
+//  * Only files with timelake's tags are summarised. Files of other engines are read on every call.
+//  * A live timelake file that no readable object summarises (its record was never written, was
+//    deleted by a racing fold, or is corrupt) is read from its Parquet data.
+//  * An object that summarises a file the snapshot no longer has is still valid when the removal
+//    kept the rows (a compaction, or any `remove` with dataChange=false) or dropped a whole chunk
+//    for retention that has no live file now; rows of chunks without live files are dropped. Any
+//    other removal (another engine's DELETE/UPDATE/MERGE, an expired tombstone) makes the objects
+//    unusable, and the index is rebuilt from the data files.
+//  * A base deleted by a racing fold between listing and reading makes the read start over.
+// Thread safety: an instance holds no mutable state; concurrent calls are fine.
 #pragma once
 
 #include <memory>
@@ -41,34 +58,51 @@ arrow::Result<std::shared_ptr<arrow::Table>> MergeNewest(
     const std::vector<std::shared_ptr<arrow::Table>>& records, const Contract& contract);
 
 struct IndexState {
-  std::shared_ptr<arrow::Table> rows;  // one row per series, with the sequence column
-  int64_t covered_version = -1;        // highest version any record covers
-  int64_t bytes = 0;                   // size of the index objects read
-  int64_t base_version = -1;
-  std::vector<std::string> records;    // paths of the delta records read
+  /// One row per series over every live file (with the sequence column): what latest() returns.
+  std::shared_ptr<arrow::Table> rows;
+  /// The same over timelake's files only, and those files' paths: what a fold stores.
+  std::shared_ptr<arrow::Table> tagged_rows;
+  std::vector<std::string> tagged_files;
+  int64_t version = -1;       // the snapshot version the state is exact for
+  int64_t bytes = 0;          // size of the index objects read
+  int64_t base_version = -1;  // the base used (-1: none)
+  int64_t records = 0;        // commit records used
+  int64_t files_read = 0;     // data files read because nothing summarised them
+  bool rebuilt = false;       // the objects were unusable and everything was read from data
 };
 
 class LastValueIndex {
  public:
-  LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path, Contract contract,
+  /// `table_id` is the table's metaData.id.
+  LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path,
+                 const std::string& table_id, Contract contract,
                  std::shared_ptr<arrow::Schema> storage);
 
-  /// Records the newest rows of commit `version`.
-  arrow::Status Record(int64_t version, const std::shared_ptr<arrow::Table>& newest);
+  /// Records `newest` (with the sequence column) as the summary of `files`, the data files commit
+  /// `version` added. Call only after the commit is acknowledged.
+  arrow::Status Record(int64_t version, const std::vector<std::string>& files,
+                       const std::shared_ptr<arrow::Table>& newest);
 
-  /// The index as of `snapshot` (records newer than the snapshot are ignored; rows of chunks
-  /// the snapshot no longer has are dropped).
+  /// The index exact for `snapshot` (see the rules above).
   arrow::Result<IndexState> Read(const Snapshot& snapshot);
 
-  /// Writes `state` as the base at `version` and deletes the records it replaces. Returns the
-  /// number of objects deleted.
-  arrow::Result<int64_t> Fold(const IndexState& state, int64_t version);
+  /// Writes `state` as the base at its version and deletes the objects it replaces (older
+  /// records and bases, and anything left by an earlier table at this path). Returns the number
+  /// of objects deleted.
+  arrow::Result<int64_t> Fold(const IndexState& state);
+
+  /// The folder of the index objects (relative to the store root).
+  const std::string& dir() const { return dir_; }
 
  private:
-  std::string Dir() const { return table_path_ + "/_timelake/lvi/"; }
+  /// One attempt; NotFound when a base vanished between listing and reading. Without
+  /// `use_objects` everything is read from the data files.
+  arrow::Result<IndexState> TryRead(const Snapshot& snapshot, bool use_objects);
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
+  std::string root_;  // `_timelake/lvi/` of the table
+  std::string dir_;   // root_ + the table id folder
   Contract contract_;
   std::shared_ptr<arrow::Schema> storage_;
 };

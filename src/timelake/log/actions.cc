@@ -196,6 +196,10 @@ void WriteRemove(Writer& w, const RemoveFile& r) {
     w.Key("size");
     w.Int64(*r.size);
   }
+  if (!r.tags.empty()) {
+    w.Key("tags");
+    WriteStringMap(w, r.tags);
+  }
   w.EndObject();
   w.EndObject();
 }
@@ -336,6 +340,7 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
         r.extended_file_metadata = GetBool(v, "extendedFileMetadata", false);
         r.partition_values = GetPartitionValues(v, "partitionValues");
         r.size = GetOptInt(v, "size");
+        r.tags = GetStringMap(v, "tags");
         commit.removes.push_back(std::move(r));
       } else if (kind == "txn") {
         Txn t;
@@ -385,6 +390,36 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
     }
   }
   return commit;
+}
+
+std::string UriDecode(const std::string& s) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+arrow::Result<std::string> DecodeAddPath(const std::string& path) {
+  std::string decoded = UriDecode(path);
+  if (decoded.find("://") != std::string::npos || (!decoded.empty() && decoded[0] == '/')) {
+    return arrow::Status::NotImplemented("data file '", decoded,
+                                         "' lies outside the table folder, which timelake "
+                                         "cannot read through its store");
+  }
+  return decoded;
 }
 
 std::string CommitFileName(int64_t version) {

@@ -55,6 +55,7 @@ struct RemoveFile {
   bool extended_file_metadata = false;
   PartitionValues partition_values;
   std::optional<int64_t> size;
+  std::map<std::string, std::string> tags;
 };
 
 struct Txn {
@@ -90,6 +91,13 @@ std::string SerializeCommit(const Commit& commit);
 
 /// Parses a commit file. Malformed JSON is Status::IOError naming `origin`.
 arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& origin);
+
+/// An `add`/`remove` path (URI-encoded, relative to the table root) as a path relative to the
+/// table folder. Absolute URIs (files outside the table) are Status::NotImplemented.
+arrow::Result<std::string> DecodeAddPath(const std::string& path);
+
+/// Decodes %XX escapes (Delta add paths are URI-encoded); other characters are kept as they are.
+std::string UriDecode(const std::string& s);
 
 /// The file name of a commit: 20-digit zero-padded version plus ".json".
 std::string CommitFileName(int64_t version);

@@ -25,7 +25,8 @@ std::shared_ptr<arrow::Schema> CheckpointSchema() {
   auto remove = arrow::struct_(
       {field("path", arrow::utf8()), field("deletionTimestamp", arrow::int64()),
        field("dataChange", arrow::boolean()), field("extendedFileMetadata", arrow::boolean()),
-       field("partitionValues", StringMap()), field("size", arrow::int64())});
+       field("partitionValues", StringMap()), field("size", arrow::int64()),
+       field("tags", StringMap())});
   auto format = arrow::struct_({field("provider", arrow::utf8()), field("options", StringMap())});
   auto metadata = arrow::struct_(
       {field("id", arrow::utf8()), field("name", arrow::utf8()), field("description", arrow::utf8()),
@@ -235,6 +236,7 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
     ARROW_RETURN_NOT_OK(f.at<arrow::BooleanBuilder>(3)->Append(r.extended_file_metadata));
     ARROW_RETURN_NOT_OK(AppendMap(f.at<arrow::MapBuilder>(4), r.partition_values));
     ARROW_RETURN_NOT_OK(AppendOptInt(f.at<arrow::Int64Builder>(5), r.size));
+    ARROW_RETURN_NOT_OK(AppendMap(f.at<arrow::MapBuilder>(6), r.tags));
   }
 
   arrow::ArrayVector columns;
@@ -321,7 +323,8 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
   }
   if (const auto* r = StructColumn(*table, "remove", &holder)) {
     auto path = Child(*r, "path"), ts = Child(*r, "deletionTimestamp"), change = Child(*r, "dataChange"),
-         ext = Child(*r, "extendedFileMetadata"), pv = Child(*r, "partitionValues"), size = Child(*r, "size");
+         ext = Child(*r, "extendedFileMetadata"), pv = Child(*r, "partitionValues"), size = Child(*r, "size"),
+         tags = Child(*r, "tags");
     for (int64_t i = 0; i < r->length(); ++i) {
       if (r->IsNull(i)) continue;
       RemoveFile out;
@@ -331,6 +334,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
       out.extended_file_metadata = BoolAt(ext, i).value_or(false);
       out.partition_values = MapAt<PartitionValues>(pv, i);
       out.size = IntAt(size, i);
+      out.tags = MapAt<std::map<std::string, std::string>>(tags, i);
       std::string key = out.path;
       snapshot->tombstones[key] = std::move(out);
     }

@@ -17,7 +17,20 @@ std::string FileName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// "ns/table" -> "ns.table", for messages.
+std::string DisplayName(const std::string& table_path) {
+  std::string out = table_path;
+  std::replace(out.begin(), out.end(), '/', '.');
+  return out;
+}
+
 }  // namespace
+
+uint64_t CommitFingerprint(std::string_view bytes) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ULL;
+  return h == 0 ? 1 : h;
+}
 
 DeltaLog::DeltaLog(std::shared_ptr<ObjectStore> store, std::string table_path)
     : store_(std::move(store)), table_path_(std::move(table_path)) {}
@@ -66,8 +79,12 @@ arrow::Result<Snapshot> DeltaLog::Load() {
     if (!commits.count(v)) {
       return arrow::Status::IOError("Delta log of '", table_path_, "' is missing commit ", v);
     }
-    ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v));
+    ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &snapshot.head_fingerprint));
     snapshot.Apply(commit, v);
+  }
+  if (start > latest && commits.count(latest)) {
+    // Loaded from a checkpoint with no commit after it: fingerprint the checkpointed commit.
+    ARROW_RETURN_NOT_OK(ReadCommit(latest, &snapshot.head_fingerprint).status());
   }
   int64_t oldest = checkpoints.empty() ? 0 : *checkpoints.begin();
   if (commits.count(0)) oldest = 0;
@@ -76,26 +93,54 @@ arrow::Result<Snapshot> DeltaLog::Load() {
 }
 
 arrow::Status DeltaLog::Update(Snapshot* snapshot) {
+  ARROW_RETURN_NOT_OK(CheckHead(snapshot->version, snapshot->head_fingerprint));
   for (;;) {
-    auto commit = ReadCommit(snapshot->version + 1);
+    uint64_t fingerprint = 0;
+    auto commit = ReadCommit(snapshot->version + 1, &fingerprint);
     if (!commit.ok()) {
       if (IsNotFound(commit.status())) return arrow::Status::OK();
       return commit.status();
     }
     snapshot->Apply(*commit, snapshot->version + 1);
+    snapshot->head_fingerprint = fingerprint;
   }
+}
+
+arrow::Status DeltaLog::CheckHead(int64_t version, uint64_t fingerprint) {
+  const std::string path = LogPath(CommitFileName(version));
+  if (fingerprint == 0) {
+    auto meta = store_->Head(path);
+    if (meta.ok()) return arrow::Status::OK();
+    if (!IsNotFound(meta.status())) return meta.status();
+    // Without its JSON commit the version still stands if a checkpoint holds it.
+    auto checkpoint = store_->Head(LogPath(CommitFileName(version).substr(0, 20) +
+                                           ".checkpoint.parquet"));
+    if (checkpoint.ok()) return arrow::Status::OK();
+    if (!IsNotFound(checkpoint.status())) return checkpoint.status();
+    return TableDropped(DisplayName(table_path_));
+  }
+  auto data = store_->Get(path);
+  if (!data.ok()) {
+    return IsNotFound(data.status()) ? TableDropped(DisplayName(table_path_)) : data.status();
+  }
+  const std::string_view bytes(reinterpret_cast<const char*>((*data)->data()),
+                               static_cast<size_t>((*data)->size()));
+  if (CommitFingerprint(bytes) != fingerprint) return TableDropped(DisplayName(table_path_));
+  return arrow::Status::OK();
 }
 
 arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {
   return store_->PutIfAbsent(LogPath(CommitFileName(version)), arrow::Buffer::FromString(body));
 }
 
-arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version) {
+arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprint) {
   const std::string path = LogPath(CommitFileName(version));
   ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(path));
-  return ParseCommit(std::string_view(reinterpret_cast<const char*>(data->data()),
-                                      static_cast<size_t>(data->size())),
-                     path);
+  const std::string_view bytes(reinterpret_cast<const char*>(data->data()),
+                               static_cast<size_t>(data->size()));
+  ARROW_ASSIGN_OR_RAISE(auto commit, ParseCommit(bytes, path));
+  if (fingerprint) *fingerprint = CommitFingerprint(bytes);
+  return commit;
 }
 
 arrow::Status DeltaLog::Checkpoint(const Snapshot& snapshot) {

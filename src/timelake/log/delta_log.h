@@ -14,6 +14,9 @@
 
 namespace timelake {
 
+/// The fingerprint of a commit's bytes (never 0).
+uint64_t CommitFingerprint(std::string_view bytes);
+
 class DeltaLog {
  public:
   /// `table_path` is the table's folder relative to the store root (e.g. "iot/readings").
@@ -25,14 +28,22 @@ class DeltaLog {
   /// The latest snapshot. Status::KeyError if there is no log.
   arrow::Result<Snapshot> Load();
 
-  /// Advances `snapshot` to the latest committed version, reading only the new commits.
+  /// Advances `snapshot` to the latest committed version, reading only the new commits. First
+  /// checks that commit `snapshot->version` is still the one the snapshot was built from: if it
+  /// is gone or different, the table was dropped (and maybe created again) and the result is
+  /// TableDropped (a KeyError).
   arrow::Status Update(Snapshot* snapshot);
 
   /// Writes `body` as commit `version` if no commit has that version yet; false if one has.
   arrow::Result<bool> TryCommit(int64_t version, const std::string& body);
 
-  /// Reads the actions of commit `version` (NotFound status if it does not exist).
-  arrow::Result<Commit> ReadCommit(int64_t version);
+  /// Checks that commit `version` exists and (when `fingerprint` is not 0) has that fingerprint;
+  /// TableDropped otherwise.
+  arrow::Status CheckHead(int64_t version, uint64_t fingerprint);
+
+  /// Reads the actions of commit `version` (NotFound status if it does not exist); sets
+  /// `*fingerprint` to the fingerprint of its bytes when given.
+  arrow::Result<Commit> ReadCommit(int64_t version, uint64_t* fingerprint = nullptr);
 
   /// Writes a checkpoint of `snapshot` at its version, then `_last_checkpoint`.
   arrow::Status Checkpoint(const Snapshot& snapshot);

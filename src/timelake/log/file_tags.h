@@ -22,6 +22,12 @@ inline constexpr const char* kMaxTimeTag = "timelake.maxTime";
 inline constexpr const char* kMinKeyTag = "timelake.minKey";  // one string/integer series key
 inline constexpr const char* kMaxKeyTag = "timelake.maxKey";
 
+// Tags on the `remove` actions timelake writes: why the file went (the last-value index tells
+// removals that keep rows from those that do not), and for retention the file's minTime tag.
+inline constexpr const char* kRemovedByTag = "timelake.removedBy";
+inline constexpr const char* kRemovedByCompaction = "compaction";
+inline constexpr const char* kRemovedByRetention = "retention";
+
 /// A decimal integer, or nullopt for anything else (never throws).
 inline std::optional<int64_t> ParseInt64(const std::string& text) {
   int64_t value = 0;

@@ -25,6 +25,10 @@ struct Snapshot {
   int64_t checkpoint_version = -1;
   /// The oldest version that can still be reconstructed from the log.
   int64_t oldest_version = 0;
+  /// Fingerprint of the bytes of commit `version` (0: unknown). A handle checks it before it
+  /// reads on or commits, so that it never continues into a table that was dropped and created
+  /// again at the same path.
+  uint64_t head_fingerprint = 0;
 
   /// Applies the actions of the commit that produced `version`.
   void Apply(const Commit& commit, int64_t commit_version);

@@ -286,6 +286,26 @@ arrow::Status LocalStore::DeletePrefix(const std::string& prefix) {
   return arrow::Status::OK();
 }
 
+arrow::Status LocalStore::RenamePrefix(const std::string& prefix, const std::string& to) {
+  if (prefix.size() < 2 || prefix.back() != '/' || to.size() < 2 || to.back() != '/') {
+    return arrow::Status::Invalid("RenamePrefix needs folder prefixes ending in '/', got '", prefix,
+                                  "' and '", to, "'");
+  }
+  const std::string from_dir = FullPath(prefix.substr(0, prefix.size() - 1));
+  const std::string to_dir = FullPath(to.substr(0, to.size() - 1));
+  ARROW_RETURN_NOT_OK(EnsureDir(ParentDir(to_dir)));
+  // RENAME_NOREPLACE semantics for directories: rename(2) replaces an empty target directory,
+  // so the caller's fresh target name is what keeps this from clobbering anything.
+  if (::rename(from_dir.c_str(), to_dir.c_str()) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound(prefix);
+    return ErrnoStatus("cannot rename", from_dir, err);
+  }
+  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(from_dir)));
+  if (ParentDir(to_dir) != ParentDir(from_dir)) ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(to_dir)));
+  return arrow::Status::OK();
+}
+
 std::string LocalStore::RootUrl() const { return "file://" + root_; }
 
 std::string LocalStore::ExternalPath(const std::string& path) const { return FullPath(path); }

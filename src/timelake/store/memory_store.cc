@@ -148,4 +148,22 @@ arrow::Status MemoryStore::DeletePrefix(const std::string& prefix) {
   return arrow::Status::OK();
 }
 
+arrow::Status MemoryStore::RenamePrefix(const std::string& prefix, const std::string& to) {
+  if (prefix.empty() || prefix.back() != '/' || to.empty() || to.back() != '/') {
+    return arrow::Status::Invalid("RenamePrefix needs folder prefixes ending in '/', got '", prefix,
+                                  "' and '", to, "'");
+  }
+  ARROW_RETURN_NOT_OK(Fault("rename", prefix));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = objects_.lower_bound(prefix);
+  if (it == objects_.end() || it->first.compare(0, prefix.size(), prefix) != 0) {
+    return NotFound(prefix);
+  }
+  while (it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
+    objects_[to + it->first.substr(prefix.size())] = std::move(it->second);
+    it = objects_.erase(it);
+  }
+  return arrow::Status::OK();
+}
+
 }  // namespace timelake

@@ -37,6 +37,7 @@ class MemoryStore : public ObjectStore {
   arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override;
   arrow::Status Delete(const std::string& path) override;
   arrow::Status DeletePrefix(const std::string& prefix) override;
+  arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override;
   std::string RootUrl() const override { return "memory://" + name_; }
   std::string ExternalPath(const std::string& path) const override {
     return RootUrl() + "/" + path;

@@ -66,6 +66,13 @@ class ObjectStore {
   virtual arrow::Status Delete(const std::string& path) = 0;
   /// Deletes every object under `prefix` (which must end in '/').
   virtual arrow::Status DeletePrefix(const std::string& prefix) = 0;
+  /// Moves every object under `prefix` to the same relative path under `to` in one atomic step:
+  /// a reader sees all of them at the old place or all of them at the new one. Both must end in
+  /// '/' and `to` must not exist. NotFound if nothing is under `prefix`; NotImplemented on stores
+  /// that cannot do this atomically (object stores), where callers need another protocol.
+  virtual arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) {
+    return arrow::Status::NotImplemented("this store cannot rename '", prefix, "' atomically");
+  }
 
   /// The URL of the store root, without a trailing slash (file:///abs/path, memory://name, …).
   virtual std::string RootUrl() const = 0;

@@ -26,6 +26,14 @@ arrow::Status TableNotFound(const std::string& name) {
                        std::make_shared<TableNotFoundDetail>());
 }
 
+arrow::Status TableDropped(const std::string& name) {
+  return arrow::Status(arrow::StatusCode::KeyError,
+                       "table '" + name + "' was dropped (and maybe created again) after this "
+                       "handle was opened; nothing was written. Open it again with lake.table('" +
+                       name + "')",
+                       std::make_shared<TableNotFoundDetail>());
+}
+
 bool IsTableNotFound(const arrow::Status& status) {
   return status.IsKeyError() && status.detail() != nullptr &&
          std::string(status.detail()->type_id()) == TableNotFoundDetail::kTypeId;

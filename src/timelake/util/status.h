@@ -24,7 +24,11 @@ bool IsNotFound(const arrow::Status& status);
 /// Python KeyErrors; Arrow's own KeyErrors (unknown functions, fields) are internal failures.
 arrow::Status TableNotFound(const std::string& name);
 
-/// True if `status` was made by TableNotFound().
+/// A KeyError status, like TableNotFound(), for a handle whose table was dropped (and maybe
+/// created again) after the handle was opened.
+arrow::Status TableDropped(const std::string& name);
+
+/// True if `status` was made by TableNotFound() or TableDropped().
 bool IsTableNotFound(const arrow::Status& status);
 
 }  // namespace timelake

@@ -1,0 +1,276 @@
+// The last-value index is derived data: whatever happened to its objects (never written, deleted
+// by a racing fold, corrupt, left by a dropped table) and whatever other engines did to the
+// table, latest() equals the newest row per series of the live files.
+#include "timelake/index/last_value_index.h"
+
+#include <map>
+#include <set>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/ingest/ingestor.h"
+#include "timelake/lake.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/util/ids.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+class LastValueIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    table_ = lake_->CreateTable("t", schema_, options).ValueOrDie();
+  }
+
+  // Appends one row for `sensor` at 2025-01-`day` `hour`:00 with `value`.
+  int64_t Append(const std::string& sensor, int day, int hour, double value, Table* table = nullptr) {
+    auto batch = Batch(schema_, {"[" + std::to_string(Micros(2025, 1, day, hour)) + "]",
+                                 "[\"" + sensor + "\"]", "[" + std::to_string(value) + "]"});
+    auto reader = Reader(schema_, {batch});
+    auto result = (table ? table : table_.get())->Append(reader.get(), {});
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    return result.ok() ? result->version : -1;
+  }
+
+  // sensor -> value of latest().
+  std::map<std::string, double> Latest(Table* table = nullptr) {
+    auto rows = (table ? table : table_.get())->Latest().ValueOrDie()->CombineChunks().ValueOrDie();
+    std::map<std::string, double> out;
+    auto sensors = std::static_pointer_cast<arrow::StringArray>(rows->GetColumnByName("sensor")->chunk(0));
+    auto values = std::static_pointer_cast<arrow::DoubleArray>(rows->GetColumnByName("value")->chunk(0));
+    for (int64_t i = 0; i < rows->num_rows(); ++i) out[sensors->GetString(i)] = values->Value(i);
+    return out;
+  }
+
+  std::vector<std::string> Objects(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
+    return out;
+  }
+  std::string IndexDir() { return "default/t/_timelake/lvi/"; }
+  std::string RecordOf(int64_t version) {
+    for (const auto& path : Objects(IndexDir())) {
+      if (path.size() > 28 && path.compare(path.size() - 28, 28, CommitFileName(version).substr(0, 20) + ".parquet") == 0 &&
+          path.find("base-") == std::string::npos) {
+        return path;
+      }
+    }
+    return "";
+  }
+
+  // Commits `commit` as the next version, as another engine would (no timelake tags).
+  void CommitForeign(Commit commit) {
+    DeltaLog log(store_, "default/t");
+    auto snapshot = log.Load().ValueOrDie();
+    CommitInfo info;
+    info.operation = "WRITE";
+    info.engine_info = "other-engine/1.0";
+    commit.commit_info = info;
+    ASSERT_OK_AND_ASSIGN(bool won, log.TryCommit(snapshot.version + 1, SerializeCommit(commit)));
+    ASSERT_TRUE(won);
+  }
+
+  // A data file written by "another engine": the rows, no tags.
+  AddFile ForeignFile(const std::string& sensor, int day, int hour, double value) {
+    auto rows = TableOf(schema_, {"[" + std::to_string(Micros(2025, 1, day, hour)) + "]",
+                                  "[\"" + sensor + "\"]", "[" + std::to_string(value) + "]"});
+    AddFile add;
+    add.path = "foreign-" + NewUuid() + ".parquet";
+    add.size = WriteParquetFile(store_.get(), "default/t/" + add.path, *rows, IngestOptions{}).ValueOrDie();
+    add.stats = R"({"numRecords":1})";
+    return add;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
+  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
+  std::shared_ptr<arrow::Schema> schema_ =
+      arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                     field("sensor", arrow::utf8()), field("value", arrow::float64())});
+  std::shared_ptr<Table> table_;
+};
+
+TEST_F(LastValueIndexTest, LatestIsTheNewestRowOfEverySeries) {
+  Append("a", 1, 1, 1);
+  Append("a", 1, 2, 2);
+  Append("b", 1, 1, 3);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 2}, {"b", 3}}));
+}
+
+TEST_F(LastValueIndexTest, MissingRecordIsRebuiltFromTheCommitsFiles) {
+  Append("a", 1, 1, 1);
+  const int64_t v = Append("b", 1, 1, 2);
+  ASSERT_FALSE(RecordOf(v).empty());
+  ASSERT_OK(store_->Delete(RecordOf(v)));  // a crash between commit and record
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+  ASSERT_OK(table_->Maintain(MaintainOptions{false, false, false}).status());  // folds
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+  Append("c", 1, 1, 3);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}, {"c", 3}}));
+}
+
+TEST_F(LastValueIndexTest, CorruptRecordIsRebuiltFromTheCommitsFiles) {
+  const int64_t v = Append("a", 1, 1, 1);
+  ASSERT_OK(store_->Put(RecordOf(v), Buf("not parquet")));
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}}));
+}
+
+TEST_F(LastValueIndexTest, CompactionOfACommitWithoutRecordKeepsItsSeries) {
+  Append("a", 1, 1, 1);
+  const int64_t missing = Append("b", 1, 2, 2);
+  Append("c", 1, 3, 3);
+  ASSERT_OK(store_->Delete(RecordOf(missing)));
+  // Compaction merges the three files into one whose sequence number is the newest input's,
+  // which has a record: the series of the commit without a record must survive that.
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Maintain(MaintainOptions{true, false, false}));
+  ASSERT_EQ(result.files_rewritten, 3);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}, {"c", 3}}));
+}
+
+TEST_F(LastValueIndexTest, CompactionWhoseRecordWasLostKeepsEverySeries) {
+  Append("a", 1, 1, 1);
+  const int64_t missing = Append("b", 1, 2, 2);
+  Append("c", 1, 3, 3);
+  ASSERT_OK(store_->Delete(RecordOf(missing)));
+  // The compaction commits, then its record and the fold are lost (the process died).
+  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+    return op == "put" && path.find("_timelake/") != std::string::npos
+               ? arrow::Status::IOError("disk full")
+               : arrow::Status::OK();
+  });
+  (void)table_->Maintain(MaintainOptions{true, false, false});  // its fold fails: fine
+  store_->SetFaultHook(nullptr);
+  ASSERT_EQ(DeltaLog(store_, "default/t").Load().ValueOrDie().files.size(), 1u);  // compacted
+  auto fresh = lake_->OpenTable("t").ValueOrDie();
+  EXPECT_EQ(Latest(fresh.get()), (std::map<std::string, double>{{"a", 1}, {"b", 2}, {"c", 3}}));
+}
+
+TEST_F(LastValueIndexTest, RecordDeletedByARacingFoldIsNotAnError) {
+  Append("a", 1, 1, 1);
+  const int64_t v = Append("b", 1, 1, 2);
+  const std::string record = RecordOf(v);
+  bool deleted = false;
+  // A fold in another process deletes the record between our listing and our read.
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "open_input" && path == record && !deleted) {
+      deleted = true;
+      (void)store_->Delete(record);
+    }
+    return arrow::Status::OK();
+  });
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+  EXPECT_TRUE(deleted);
+  ASSERT_OK(table_->Info().status());
+  ASSERT_OK(table_->Maintain({}).status());
+}
+
+TEST_F(LastValueIndexTest, BaseDeletedByARacingFoldMakesTheReadStartOver) {
+  Append("a", 1, 1, 1);
+  ASSERT_OK(table_->Maintain({}).status());  // a base now
+  Append("b", 1, 1, 2);
+  std::string base;
+  for (const auto& p : Objects(IndexDir())) {
+    if (p.find("base-") != std::string::npos) base = p;
+  }
+  ASSERT_FALSE(base.empty());
+  int removed = 0;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "open_input" && path.find("base-") != std::string::npos && removed < 2) {
+      ++removed;
+      (void)store_->Delete(path);
+    }
+    return arrow::Status::OK();
+  });
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+}
+
+TEST_F(LastValueIndexTest, AnotherEnginesFileInAChunkWithoutTimelakeFilesIsSeen) {
+  Append("a", 1, 1, 1);
+  Commit commit;
+  commit.adds.push_back(ForeignFile("z", 20, 5, 9));  // a day timelake never wrote
+  CommitForeign(commit);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"z", 9}}));
+  ASSERT_OK(table_->Maintain({}).status());
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"z", 9}}));
+}
+
+TEST_F(LastValueIndexTest, AnotherEnginesDeleteIsSeenEvenAfterAFold) {
+  Append("a", 1, 1, 1);
+  Append("b", 1, 1, 2);
+  Append("b", 1, 5, 3);  // b's newest row, alone in its file
+  ASSERT_OK(table_->Maintain(MaintainOptions{false, false, false}).status());  // fold into a base
+  auto snapshot = DeltaLog(store_, "default/t").Load().ValueOrDie();
+  std::string newest_b;
+  for (const auto& [path, add] : snapshot.files) {
+    if (add.tags.count("timelake.seq") && add.tags.at("timelake.seq") == "3") newest_b = path;
+  }
+  ASSERT_FALSE(newest_b.empty());
+  Commit commit;  // DELETE FROM t WHERE ts = <b's newest>: the file goes, nothing replaces it
+  RemoveFile remove;
+  remove.path = newest_b;
+  remove.data_change = true;
+  commit.removes.push_back(remove);
+  CommitForeign(commit);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+}
+
+TEST_F(LastValueIndexTest, RecreatedTableInheritsNothingOfTheOldIndex) {
+  Append("old", 1, 1, 1);
+  ASSERT_OK(table_->Maintain({}).status());
+  std::map<std::string, std::shared_ptr<arrow::Buffer>> leftovers;
+  for (const auto& p : Objects(IndexDir())) leftovers[p] = store_->Get(p).ValueOrDie();
+  ASSERT_FALSE(leftovers.empty());
+  ASSERT_OK(lake_->DropTable("t"));
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  auto fresh = lake_->CreateTable("t", schema_, options).ValueOrDie();
+  // Whatever of the old index survives at the same path (a writer finishing late, an older
+  // layout without the id folder) must not show in the new table.
+  for (const auto& [p, data] : leftovers) ASSERT_OK(store_->Put(p, data));
+  ASSERT_OK(store_->Put(IndexDir() + "00000000000000000001.parquet", leftovers.begin()->second));
+  Append("new", 1, 1, 2, fresh.get());
+  EXPECT_EQ(Latest(fresh.get()), (std::map<std::string, double>{{"new", 2}}));
+  ASSERT_OK(fresh->Maintain({}).status());
+  EXPECT_EQ(Latest(fresh.get()), (std::map<std::string, double>{{"new", 2}}));
+  for (const auto& [p, data] : leftovers) EXPECT_TRUE(IsMissing(store_->Get(p))) << p;
+}
+
+TEST_F(LastValueIndexTest, RetentionDropsSeriesWhoseRowsAllExpired) {
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  options.retention = "30d";
+  auto table = lake_->CreateTable("r", schema_, options).ValueOrDie();
+  Append("gone", 1, 1, 1, table.get());  // January 2025: long expired
+  const int64_t now = NowMicros();
+  auto batch = Batch(schema_, {"[" + std::to_string(now) + "]", "[\"kept\"]", "[2]"});
+  ASSERT_OK(table->Append(Reader(schema_, {batch}).get(), {}).status());
+  ASSERT_OK(table->Maintain({}).status());
+  EXPECT_EQ(Latest(table.get()), (std::map<std::string, double>{{"kept", 2}}));
+}
+
+TEST_F(LastValueIndexTest, AppendNeverFailsAfterItsCommitWasAcknowledged) {
+  Append("a", 1, 1, 1);
+  // Every index object operation fails from now on: the record, the fold, inline upkeep.
+  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+    return path.find("_timelake/") != std::string::npos ? arrow::Status::IOError("index store down")
+                                                        : arrow::Status::OK();
+  });
+  auto batch = Batch(schema_, {"[" + std::to_string(Micros(2025, 1, 2)) + "]", "[\"b\"]", "[2]"});
+  AppendOptions options;
+  options.maintain = true;
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(Reader(schema_, {batch}).get(), options));
+  EXPECT_EQ(result.version, 2);
+  ASSERT_TRUE(result.maintenance_error.has_value());
+  EXPECT_NE(result.maintenance_error->find("index store down"), std::string::npos);
+  store_->SetFaultHook(nullptr);
+  EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+}
+
+}  // namespace
+}  // namespace timelake::testing
