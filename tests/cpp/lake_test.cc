@@ -207,6 +207,18 @@ TEST_F(LakeTest, HandleOpenedBeforeDropCannotCommitIntoTheRecreatedTable) {
   EXPECT_EQ(reopened->version(), 1);
 }
 
+TEST_F(LakeTest, OldHandleWhoseHeadCommitExpiredIsNotTakenForDropped) {
+  ASSERT_OK_AND_ASSIGN(auto old, lake_->CreateTable("t", Readings(), {}));
+  auto batch = Batch(Readings(), {R"(["2025-01-01 00:00:00"])", R"(["a"])", "[1.5]"});
+  ASSERT_OK(old->Append(Reader(Readings(), {batch}).get(), {}).status());  // old at version 1
+  ASSERT_OK_AND_ASSIGN(auto busy, lake_->OpenTable("t"));
+  for (int i = 0; i < 11; ++i) ASSERT_OK(busy->Append(Reader(Readings(), {batch}).get(), {}).status());
+  // Log expiry removed the commits before the checkpoint at 10, the old handle's head among them.
+  for (int v = 0; v < 10; ++v) ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(v)));
+  ASSERT_OK_AND_ASSIGN(auto result, old->Append(Reader(Readings(), {batch}).get(), {}));
+  EXPECT_EQ(result.version, 13);
+}
+
 TEST_F(LakeTest, NamesDifferingOnlyInCaseAreOneTable) {
   ASSERT_OK(lake_->CreateTable("ns.Sensor", Readings(), {}).status());
   EXPECT_TRUE(FailsWith(lake_->CreateTable("ns.sensor", Readings(), {}),

@@ -93,7 +93,19 @@ arrow::Result<Snapshot> DeltaLog::Load() {
 }
 
 arrow::Status DeltaLog::Update(Snapshot* snapshot) {
-  ARROW_RETURN_NOT_OK(CheckHead(snapshot->version, snapshot->head_fingerprint));
+  arrow::Status head = CheckHead(snapshot->version, snapshot->head_fingerprint);
+  if (IsTableNotFound(head)) {
+    // Gone or different: either the table was dropped (and maybe created again), or the handle
+    // is so old that log expiry removed its head. The table's identity tells them apart.
+    auto latest = Load();
+    if (latest.ok() && latest->metadata.id == snapshot->metadata.id &&
+        latest->version >= snapshot->version) {
+      *snapshot = std::move(*latest);
+      return arrow::Status::OK();
+    }
+    return head;
+  }
+  ARROW_RETURN_NOT_OK(head);
   for (;;) {
     uint64_t fingerprint = 0;
     auto commit = ReadCommit(snapshot->version + 1, &fingerprint);

@@ -29,9 +29,10 @@ class DeltaLog {
   arrow::Result<Snapshot> Load();
 
   /// Advances `snapshot` to the latest committed version, reading only the new commits. First
-  /// checks that commit `snapshot->version` is still the one the snapshot was built from: if it
-  /// is gone or different, the table was dropped (and maybe created again) and the result is
-  /// TableDropped (a KeyError).
+  /// checks that commit `snapshot->version` is still the one the snapshot was built from. If it
+  /// is gone or different, the latest snapshot is loaded: with the same metaData.id (log expiry
+  /// removed an old handle's head) it replaces `*snapshot`; otherwise the table was dropped (and
+  /// maybe created again) and the result is TableDropped (a KeyError).
   arrow::Status Update(Snapshot* snapshot);
 
   /// Writes `body` as commit `version` if no commit has that version yet; false if one has.
