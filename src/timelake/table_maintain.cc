@@ -45,7 +45,9 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
   if (!time_series) return arrow::Status::OK();
   // Fold the last-value index once enough records piled up (always on a full maintain).
   ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
-  if (!inline_only || state.records >= 64) {
+  // Inline upkeep folds once reading the index costs enough: many records, files that no record
+  // summarises, or objects that had to be rebuilt.
+  if (!inline_only || state.records >= 64 || state.files_read >= 16 || state.rebuilt) {
     if (state.records > 0 || state.base_version < snapshot_.version) {
       ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state));
       result->objects_deleted += deleted;

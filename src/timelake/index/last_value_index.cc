@@ -324,11 +324,12 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
     ARROW_ASSIGN_OR_RAISE(auto newest, NewestRows(sorted.table(), contract_));
     ARROW_ASSIGN_OR_RAISE(newest, WithSequence(newest, seq));
     pieces.push_back(std::move(newest));
-    ++state.files_read;
     return arrow::Status::OK();
   };
   for (const auto& [path, live] : tagged) {
-    if (!covered.count(path)) ARROW_RETURN_NOT_OK(newest_of_file(*live.add, live.seq));
+    if (covered.count(path)) continue;
+    ARROW_RETURN_NOT_OK(newest_of_file(*live.add, live.seq));
+    ++state.files_read;
   }
 
   if (pieces.empty()) {

@@ -67,7 +67,7 @@ struct IndexState {
   int64_t bytes = 0;          // size of the index objects read
   int64_t base_version = -1;  // the base used (-1: none)
   int64_t records = 0;        // commit records used
-  int64_t files_read = 0;     // data files read because nothing summarised them
+  int64_t files_read = 0;     // timelake data files read because no object summarised them
   bool rebuilt = false;       // the objects were unusable and everything was read from data
 };
 
