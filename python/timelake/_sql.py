@@ -83,8 +83,10 @@ def _confined_connection(directory: Optional[str]) -> duckdb.DuckDBPyConnection:
 
     Settings are global to the database and locked at the end, so no later statement can change
     them. `allowed_directories` also admits writes, which is why user statements must never run
-    as anything but a SELECT (see run_sql). Spill files go to a fresh folder DuckDB creates only
-    when it spills and removes when the database closes.
+    as anything but a SELECT (see run_sql). Spill files go to a fresh folder that DuckDB creates
+    when it first spills, also admits reads of, and removes when the database closes. A lake
+    folder with glob characters is admitted in both spellings, as read_parquet is given it
+    escaped (see _file_list).
     """
     allowed = []
     if directory is not None:

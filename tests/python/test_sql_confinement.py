@@ -169,6 +169,15 @@ def test_file_path_is_not_a_table(scene):
     assert SECRET not in str(caught.value)
 
 
+def test_only_the_lake_folder_and_a_private_spill_folder_are_reachable(scene, lake_path):
+    lake, _, _ = scene
+    allowed = lake.sql("SELECT unnest(current_setting('allowed_directories')) AS d").column("d").to_pylist()
+    lake_dir = str(lake_path) + "/"
+    spill = [d for d in allowed if d != lake_dir]
+    assert lake_dir in allowed
+    assert len(spill) == 1 and os.path.basename(spill[0].rstrip("/")).startswith("timelake-duckdb-")
+
+
 def test_python_variables_are_not_tables(scene):
     lake, _, _ = scene
     secret_rows = pa.table({"s": ["python-local"]})  # noqa: F841  (what a replacement scan would find)
