@@ -351,3 +351,13 @@ def test_lake_folder_with_glob_characters_reads_each_row_once(tmp_path, folder, 
     t.append(iot_table(iot_series(T0 + dt.timedelta(minutes=5), 2)))
     got = lake.sql("SELECT count(*) AS n, count(DISTINCT (time, device_id)) AS k FROM readings")
     assert got.to_pylist() == [{"n": 12, "k": 12}]
+
+
+def test_tables_differing_only_in_case_are_value_error(lake, lake_path, readings):
+    import shutil
+
+    readings.append(iot_table(iot_series(T0, 1)))
+    # Made on disk: the lake itself may refuse to create a name that differs only in case.
+    shutil.copytree(lake_path / "default" / "readings", lake_path / "default" / "Readings")
+    with pytest.raises(ValueError, match="differ only in case"):
+        lake.sql("SELECT count(*) FROM readings")
