@@ -4,12 +4,24 @@ Every table a query names becomes a DuckDB view over exactly the Parquet files o
 latest snapshot (taken when the call starts). Chunks whose files overlap in time are deduplicated
 at read time, newest commit first, when the table's contract asks for dedup; all other files are
 scanned plainly. Results are cast back to the declared Arrow types where DuckDB widened them.
+
+Confinement. Each catalog is its own DuckDB database, locked before any user text reaches it:
+external access off except the lake's folder, no extension loading, no Python replacement scans,
+configuration locked. A user statement runs only as `SELECT * FROM query(?)` with its text as a
+parameter, so DuckDB itself refuses anything but one SELECT: nothing the user writes can create,
+replace, copy, attach, export or set anything. The statement-type check before it only gives a
+friendlier error.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import tempfile
+import uuid
 from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -28,7 +40,6 @@ _FAST_TIME_BUCKET = (
     "to_timestamp(epoch_us(system.main.time_bucket(w, make_timestamp(epoch_us(t)))) / 1000000), "
     "(w, t, o) AS system.main.time_bucket(w, t, o)"
 )
-_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 
 def _quote(name: str) -> str:
@@ -67,6 +78,43 @@ def _duckdb_type(t: pa.DataType) -> str:
     return "VARCHAR"
 
 
+def _confined_connection(directory: Optional[str]) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database that can read files under `directory` and nothing else.
+
+    Settings are global to the database and locked at the end, so no later statement can change
+    them. `allowed_directories` also admits writes, which is why user statements must never run
+    as anything but a SELECT (see run_sql). Spill files go to a fresh folder that DuckDB creates
+    when it first spills, also admits reads of, and removes when the database closes. A lake
+    folder with glob characters is admitted in both spellings, as read_parquet is given it
+    escaped (see _file_list).
+    """
+    allowed = []
+    if directory is not None:
+        allowed = sorted({directory, _glob_literal(directory)})
+    spill = os.path.join(tempfile.gettempdir(), f"timelake-duckdb-{uuid.uuid4().hex}")
+    con = duckdb.connect(":memory:")
+    for setting, value in (
+        ("TimeZone", _literal("UTC")),
+        ("parquet_metadata_cache", "true"),
+        ("temp_directory", _literal(spill)),
+        ("allowed_directories", "[" + ", ".join(_literal(d) for d in allowed) + "]::VARCHAR[]"),
+        ("enable_external_access", "false"),
+        ("autoload_known_extensions", "false"),
+        ("autoinstall_known_extensions", "false"),
+        ("python_enable_replacements", "false"),
+        ("lock_configuration", "true"),
+    ):
+        con.execute(f"SET {setting} = {value}")
+    return con
+
+
+def _lake_directory(location: str) -> Optional[str]:
+    """The local folder of a file:// lake, with a trailing slash; None for other stores."""
+    if not location.startswith("file://"):
+        return None
+    return unquote(location[len("file://"):]).rstrip("/") + "/"
+
+
 class _Catalog:
     """One DuckDB connection (per thread and lake) holding a view per lake table it has seen.
 
@@ -77,9 +125,7 @@ class _Catalog:
 
     def __init__(self, lake: Any) -> None:
         self.lake = lake
-        self.con = duckdb.connect(":memory:")
-        self.con.execute("SET TimeZone='UTC'")
-        self.con.execute("SET parquet_metadata_cache=true")
+        self.con = _confined_connection(_lake_directory(lake.location))
         self._views: Dict[str, Tuple[int, pa.Schema, Optional[str], Any]] = {}
         self._fast_time_bucket = False
         self._empty = 0
@@ -151,7 +197,7 @@ class _Catalog:
             empty_name = f"__timelake_empty_{self._empty}"
             empty = pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table()
             self.con.register(empty_name, empty)
-            return f"SELECT {columns} FROM {_quote(empty_name)}", empty_name
+            return f"SELECT {columns} FROM temp.main.{_quote(empty_name)}", empty_name
         foreign = contract["time_column"] is None and not any(f[2] for f in files)
         union = ", union_by_name=true" if foreign else ""
         parts = []
@@ -166,24 +212,65 @@ class _Catalog:
                 f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
                 for column, value in key
             )
-            file_list = "[" + ", ".join(_literal(p) for p in paths) + "]"
-            parts.append(f"SELECT *{extra} FROM read_parquet({file_list}, hive_partitioning=false{union})")
+            parts.append(f"SELECT *{extra} FROM read_parquet({_file_list(paths)}, hive_partitioning=false{union})")
         dedup = [f for f in files if f[5]]
         if dedup:
-            order = "DESC" if contract["dedup"] == "last" else "ASC"
-            keys = ", ".join(_quote(k) for k in contract["series_key"] + [contract["time_column"]])
-            file_list = "[" + ", ".join(_literal(f[0]) for f in dedup) + "]"
-            seqs = ", ".join(f"({_literal(f[0])}, {int(f[2])}, {int(f[3])})" for f in dedup)
-            parts.append(
-                f"SELECT {columns} FROM (SELECT r.*, m.__tl_seq, m.__tl_ord FROM "
-                f"read_parquet({file_list}, filename='__tl_file', file_row_number=true, hive_partitioning=false) r "
-                f"JOIN (VALUES {seqs}) AS m(__tl_path, __tl_seq, __tl_ord) ON r.__tl_file = m.__tl_path) "
-                f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY __tl_seq {order}, "
-                f"__tl_ord {order}, file_row_number {order}) = 1"
-            )
+            parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared]))
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", None
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", None
+
+
+def _dedup_sql(files: list, contract: dict, columns: str, table_columns: List[str]) -> str:
+    """One row per (series key, time) of `files`: newest commit first for "last", oldest for "first".
+
+    The view's own columns get names no table column has (DuckDB compares names ignoring case),
+    so a table may have columns called `filename`, `__tl_seq` or anything else. DuckDB's
+    `file_row_number` cannot be renamed: a table with a column of that name orders rows of one
+    file by nothing more (timelake's own files never hold two rows of one key and time).
+    """
+    taken = {c.lower() for c in table_columns}
+    file_col, path, seq, ord_ = (_fresh(base, taken) for base in ("__tl_file", "__tl_path", "__tl_seq", "__tl_ord"))
+    order = "DESC" if contract["dedup"] == "last" else "ASC"
+    keys = ", ".join(_quote(k) for k in contract["series_key"] + [contract["time_column"]])
+    row_number = "file_row_number" not in taken
+    options = f"filename={_literal(file_col)}" + (", file_row_number=true" if row_number else "")
+    seqs = ", ".join(f"({_literal(f[0])}, {int(f[2])}, {int(f[3])})" for f in files)
+    ordering = f"{_quote(seq)} {order}, {_quote(ord_)} {order}" + (f", file_row_number {order}" if row_number else "")
+    return (
+        f"SELECT {columns} FROM (SELECT r.*, m.{_quote(seq)}, m.{_quote(ord_)} FROM "
+        f"read_parquet({_file_list([f[0] for f in files])}, {options}, hive_partitioning=false) r "
+        f"JOIN (VALUES {seqs}) AS m({_quote(path)}, {_quote(seq)}, {_quote(ord_)}) "
+        f"ON r.{_quote(file_col)} = m.{_quote(path)}) "
+        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ordering}) = 1"
+    )
+
+
+def _fresh(base: str, taken: set) -> str:
+    """`base`, or `base_N`: a column name no name in `taken` (lower case) equals ignoring case."""
+    name, n = base, 0
+    while name.lower() in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name.lower())
+    return name
+
+
+def _file_list(paths: List[str]) -> str:
+    """A DuckDB list of file paths that read_parquet opens literally.
+
+    read_parquet expands glob patterns in every path it is given, so a lake folder named
+    `lake[1]*` would read other folders' files (or the same file twice). Each special character
+    becomes a one-character class (`[*]`), which matches exactly that character.
+    """
+    return "[" + ", ".join(_literal(_glob_literal(p)) for p in paths) + "]"
+
+
+def _glob_literal(path: str) -> str:
+    return "".join(f"[{c}]" if c in _GLOB_CHARS else c for c in path)
+
+
+_GLOB_CHARS = frozenset("*?[{}")
 
 
 def _partition_value(value: Optional[str], t: pa.DataType) -> str:
@@ -211,22 +298,6 @@ class _Capsule:
 
     def __arrow_c_schema__(self) -> Any:
         return self.capsule
-
-
-def _referenced_tables(lake: Any, query: str, namespace: str) -> List[Tuple[str, str]]:
-    """Lake tables the query may name: every table whose name occurs in it as a word.
-
-    Matching words rather than binding the query keeps this independent of DuckDB's binder
-    (which cannot bind a query before its tables exist); a false match only costs loading a
-    snapshot that the query then does not read.
-    """
-    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
-    out = []
-    for qualified in lake.tables():
-        ns, name = qualified.split(".", 1)
-        if name.lower() in words:
-            out.append((ns, name))
-    return out
 
 
 def _restore_types(result: pa.Table, catalog: _Catalog, storage_of) -> pa.Table:
@@ -271,42 +342,155 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _check_namespace(namespace: str) -> None:
+def _check_namespace(namespace: Any) -> None:
     if not isinstance(namespace, str) or not _IDENTIFIER.match(namespace):
         raise ValueError(f"invalid namespace {namespace!r}: use an identifier such as 'default'")
 
 
-def _execute(catalog: _Catalog, namespace: str, query: str) -> pa.Table:
+def _check_query(query: Any) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"sql() needs a non-empty query string, got {type(query).__name__}")
     try:
-        return catalog.con.sql(query).to_arrow_table()
+        query.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the query holds text that is not valid Unicode ({e.reason} at character {e.start})") from None
+
+
+def _read_statement(con: duckdb.DuckDBPyConnection, query: str) -> Tuple[str, str]:
+    """(prefix, select): the statement as `prefix SELECT * FROM query(select)`.
+
+    Only parses. SELECT and EXPLAIN [ANALYZE] of a SELECT pass; anything else is a ValueError
+    naming the statement. This check is a courtesy: query() accepts nothing but one SELECT anyway.
+    """
+    statements = _parse(con, query)
+    if len(statements) != 1:
+        raise ValueError(f"sql() runs exactly one statement, got {len(statements)}")
+    statement = statements[0]
+    if statement.named_parameters:
+        raise ValueError("sql() takes no parameters ($1, ?): write the values into the query")
+    kind = statement.type.name
+    text = statement.query
+    prefix = ""
+    if kind == "EXPLAIN":
+        tokens = duckdb.tokenize(text)
+        analyze = len(tokens) > 2 and text[tokens[1][0]:tokens[2][0]].strip().upper() == "ANALYZE"
+        start = tokens[2 if analyze else 1][0] if len(tokens) > 1 else len(text)
+        if text[start:start + 1] == "(":
+            raise ValueError("sql() runs EXPLAIN and EXPLAIN ANALYZE without options")
+        prefix = "EXPLAIN ANALYZE " if analyze else "EXPLAIN "
+        text = text[start:]
+        inner = _parse(con, text)
+        kind = inner[0].type.name if len(inner) == 1 else "MULTI"
+    if kind != "SELECT":
+        raise ValueError(f"sql() only reads: {kind} statements are not allowed; use Table.append to write")
+    return prefix, text
+
+
+def _parse(con: duckdb.DuckDBPyConnection, query: str) -> list:
+    try:
+        return con.extract_statements(query)
+    except duckdb.Error as e:
+        quoted = _quote_default_namespace(query)
+        if quoted != query:
+            try:
+                return con.extract_statements(quoted)
+            except duckdb.Error:
+                pass
+        raise RuntimeError(f"SQL syntax error: {e}") from None
+
+
+def _quote_default_namespace(query: str) -> str:
+    """`default.name` as `"default".name`: DEFAULT is a reserved word, so the qualified name of
+    the default namespace does not parse unquoted. Tokens, not text: strings and comments that
+    say default.x stay as they are. Only used on text that failed to parse."""
+    tokens = duckdb.tokenize(query)
+    out, last = [], 0
+    for (start, kind), following in zip(tokens, tokens[1:]):
+        word = query[start:following[0]].rstrip()
+        if (
+            kind.name == "keyword"
+            and word.lower() == "default"
+            and following[1].name == "operator"
+            and query[following[0]] == "."
+        ):
+            out.append(query[last:start] + '"default"')
+            last = start + len(word)
+    return "".join(out) + query[last:]
+
+
+def _referenced_tables(lake: Any, con: duckdb.DuckDBPyConnection, select: str, namespace: str) -> List[Tuple[str, str]]:
+    """The lake tables (namespace, name) that the SELECT names, found by DuckDB's parser.
+
+    Names compare ignoring case, as SQL identifiers do. A name that matches no lake table is left
+    for DuckDB to report (KeyError); a CTE that shares a table's name only costs loading that
+    table. Names inside strings (query('...')) are not seen, so such tables stay unknown.
+    """
+    names = set()
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
+    except duckdb.Error as e:
+        raise RuntimeError(f"SQL syntax error: {e}") from None
+    _collect_tables(tree, namespace, names)
+    if not names:
+        return []
+    by_lower: Dict[Tuple[str, str], List[Tuple[str, str]]] = {}
+    for qualified in lake.tables():
+        ns, name = qualified.split(".", 1)
+        by_lower.setdefault((ns.lower(), name.lower()), []).append((ns, name))
+    out = []
+    for ref in sorted(names):
+        found = by_lower.get(ref, [])
+        if len(found) > 1:
+            listed = " and ".join(f"{ns}.{name}" for ns, name in found)
+            raise ValueError(f"{listed} differ only in case, so SQL cannot tell them apart; rename one")
+        out.extend(found)
+    return out
+
+
+def _collect_tables(node: Any, namespace: str, out: set) -> None:
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if kind == "BASE_TABLE" or (kind == "SHOW_REF" and node.get("show_type") == "SHOW"):
+            if not node.get("catalog_name") and node.get("table_name"):
+                out.add(((node.get("schema_name") or namespace).lower(), node["table_name"].lower()))
+        for value in node.values():
+            _collect_tables(value, namespace, out)
+    elif isinstance(node, list):
+        for value in node:
+            _collect_tables(value, namespace, out)
+
+
+def _execute(catalog: _Catalog, namespace: str, prefix: str, select: str) -> pa.Table:
+    try:
+        return catalog.con.sql(prefix + "SELECT * FROM query(?)", params=[select]).to_arrow_table()
     except duckdb.CatalogException as e:
         if "Table with name" in str(e):
-            raise KeyError(f"{e} (lake {catalog.lake.location}, namespace {namespace!r})") from None
-        raise RuntimeError(f"query failed: {e}") from None
+            raise KeyError(f"{_message(e)} (lake {catalog.lake.location}, namespace {namespace!r})") from None
+        raise RuntimeError(f"query failed: {_message(e)}") from None
     except duckdb.Error as e:
-        raise RuntimeError(f"query failed: {e}") from None
+        raise RuntimeError(f"query failed: {_message(e)}") from None
+    except (pa.ArrowException, UnicodeError) as e:
+        raise RuntimeError(f"query result could not be converted to Arrow: {e}") from None
+
+
+def _message(error: Exception) -> str:
+    """DuckDB's message without its "LINE 1:" excerpt, which would show the query() wrapper."""
+    return str(error).split("\n\nLINE ", 1)[0]
 
 
 def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("sql() needs a non-empty query string")
+    _check_query(query)
     _check_namespace(namespace)
     catalog = lake._catalog()
+    prefix, select = _read_statement(catalog.con, query)
+    tables = _referenced_tables(lake, catalog.con, select, namespace)
     try:
-        statements = catalog.con.extract_statements(query)
+        catalog.begin(namespace)
+        schemas = [catalog.add_table(ns, name)[1] for ns, name in tables]
+        catalog.use_fast_time_bucket(schemas)
     except duckdb.Error as e:
-        raise RuntimeError(f"SQL syntax error: {e}") from None
-    if len(statements) != 1:
-        raise ValueError(f"sql() runs exactly one statement, got {len(statements)}")
-    kind = statements[0].type.name
-    if kind not in _ALLOWED_STATEMENTS:
-        raise ValueError(
-            f"sql() only reads: {kind} statements are not allowed; use Table.append to write"
-        )
-    catalog.begin(namespace)
-    schemas = [catalog.add_table(ns, name)[1] for ns, name in _referenced_tables(lake, query, namespace)]
-    catalog.use_fast_time_bucket(schemas)
-    result = _execute(catalog, namespace, query)
+        raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None
+    result = _execute(catalog, namespace, prefix, select)
     return _restore_types(result, catalog, _storage_type)
 
 
@@ -322,13 +506,20 @@ class _Stream:
 
 def run_latest(lake: Any, name: str) -> pa.Table:
     """The newest row per series, from the core's last-value index, in the declared types."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"invalid table name {name!r}: {e.reason}") from None
     handle = lake._snapshot(name)
-    rows = pa.table(_Stream(handle.latest()))
-    declared = pa.schema(_Capsule(handle.schema_capsule()))
-    columns = []
-    for field in declared:
-        column = rows.column(field.name)
-        if column.type != field.type:
-            column = column.cast(field.type, safe=True)
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=declared)
+    try:
+        rows = pa.table(_Stream(handle.latest()))
+        declared = pa.schema(_Capsule(handle.schema_capsule()))
+        columns = []
+        for field in declared:
+            column = rows.column(field.name)
+            if column.type != field.type:
+                column = column.cast(field.type, safe=True)
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=declared)
+    except (pa.ArrowException, UnicodeError) as e:
+        raise RuntimeError(f"latest({name!r}): the last-value index could not be read as the declared schema: {e}") from None

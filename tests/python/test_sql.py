@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import timelake
-from helpers import IOT_SCHEMA, T0, at, count_rows, iot_series, iot_table, process_timezone, sorted_rows
+from helpers import IOT_SCHEMA, T0, at, count_rows, iot_series, iot_table, process_timezone, sorted_rows, table_dir
 
 # ------------------------------------------------------------------ the seed's example
 
@@ -254,3 +254,110 @@ def test_syntax_error_is_runtime_error(lake, readings):
 def test_unknown_column_is_runtime_error(lake, readings):
     with pytest.raises(RuntimeError):
         lake.sql("SELECT no_such_column FROM readings")
+
+
+def test_missing_table_is_key_error(lake, readings):
+    with pytest.raises(KeyError):
+        lake.sql("SELECT * FROM no_such_table")
+
+
+# ------------------------------------------------------------------ names: parsing, case, internal columns
+
+
+def test_table_name_in_a_string_or_alias_does_not_load_that_table(lake, readings):
+    readings.append(iot_table(iot_series(T0, 1)))
+    broken = lake.create_table("broken", IOT_SCHEMA)
+    broken.append(iot_table(iot_series(T0, 1)))
+    for f in (table_dir(broken) / "_delta_log").glob("*.json"):
+        f.write_text("not json\n")
+    got = lake.sql("SELECT 'broken' AS broken, count(*) AS n FROM readings")
+    assert got.to_pylist() == [{"broken": "broken", "n": 3}]
+
+
+def test_table_named_in_a_subquery_and_cte_is_found(lake, readings):
+    readings.append(iot_table(iot_series(T0, 2)))
+    lake.create_table("meta.devices", pa.schema([("device_id", pa.string())])).append(pa.table({"device_id": ["a"]}))
+    got = lake.sql(
+        "WITH r AS (SELECT * FROM readings) "
+        "SELECT count(*) AS n FROM r WHERE device_id IN (SELECT device_id FROM meta.devices)"
+    )
+    assert got.to_pylist() == [{"n": 2}]
+
+
+@pytest.mark.parametrize("name", ["READINGS", "Readings", '"READINGS"', "Default.Readings", '"DEFAULT".readings'])
+def test_table_names_compare_ignoring_case(lake, readings, name):
+    readings.append(iot_table(iot_series(T0, 2)))
+    assert lake.sql(f"SELECT count(*) AS n FROM {name}").to_pylist() == [{"n": 6}]
+
+
+def test_mixed_case_table_is_found_by_any_case(lake):
+    lake.create_table("IoT.Sensor", IOT_SCHEMA).append(iot_table(iot_series(T0, 1)))
+    assert lake.sql("SELECT count(*) AS n FROM iot.sensor").to_pylist() == [{"n": 3}]
+    assert lake.sql("SELECT count(*) AS n FROM sensor", namespace="IoT").to_pylist() == [{"n": 3}]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT count(*) AS n FROM default.readings",
+        "SELECT count(*) AS n FROM DEFAULT.readings",
+        "SELECT count(*) AS n FROM default . readings",
+        "SELECT count(default.readings.temp) AS n FROM default.readings",
+        "SELECT count(*) AS n FROM default.readings r JOIN iot.readings i USING (time, device_id)",
+    ],
+)
+def test_default_namespace_can_be_named_unquoted(lake, readings, query):
+    rows = iot_series(T0, 2)
+    readings.append(iot_table(rows))
+    lake.create_table("iot.readings", IOT_SCHEMA).append(iot_table(rows))
+    assert lake.sql(query).to_pylist() == [{"n": 6}]
+
+
+def test_default_in_strings_and_comments_is_left_alone(lake, readings):
+    readings.append(iot_table(iot_series(T0, 1)))
+    got = lake.sql("SELECT 'default.readings' AS s, count(*) AS n FROM default.readings -- default.x\n")
+    assert got.to_pylist() == [{"s": "default.readings", "n": 3}]
+
+
+INTERNAL_NAMES = ["__tl_seq", "__tl_ord", "__tl_file", "__tl_path", "filename", "file_row_number", "file_index", "r", "m", "FileName"]
+
+
+@pytest.mark.parametrize("dedup", ["last", "first"])
+@pytest.mark.parametrize("column", INTERNAL_NAMES)
+def test_column_named_like_an_internal_name_reads_deduplicated(lake, column, dedup):
+    schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("device_id", pa.string()), (column, pa.int64())])
+    t = lake.create_table("odd", schema, series_key=["device_id"], dedup=dedup)
+    # The column's values run against commit order, so ordering by it instead of by commit fails.
+    t.append(pa.table({"time": [T0, T0], "device_id": ["a", "b"], column: [10, 2]}, schema=schema))
+    t.append(pa.table({"time": [T0], "device_id": ["a"], column: [1]}, schema=schema))
+    got = lake.sql(f'SELECT device_id, "{column}" AS v FROM odd ORDER BY device_id').to_pylist()
+    assert got == [{"device_id": "a", "v": 1 if dedup == "last" else 10}, {"device_id": "b", "v": 2}]
+
+
+LITERAL_PATHS = ["lake[1]*{a,b}'q", "lake?", "lake*"]
+
+
+@pytest.mark.parametrize("folder", LITERAL_PATHS)
+@pytest.mark.parametrize("dedup", [None, "last"])
+def test_lake_folder_with_glob_characters_reads_each_row_once(tmp_path, folder, dedup):
+    import shutil
+
+    lake = timelake.Lake(str(tmp_path / folder))
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], dedup=dedup)
+    t.append(iot_table(iot_series(T0, 2)))
+    # A folder the unescaped path would also match as a glob pattern, holding the same files.
+    decoy = folder.replace("[1]", "1").replace("*", "x").replace("?", "y")
+    shutil.copytree(tmp_path / folder, tmp_path / decoy)
+    t.append(iot_table(iot_series(T0 + dt.timedelta(minutes=5), 2)))
+    got = lake.sql("SELECT count(*) AS n, count(DISTINCT (time, device_id)) AS k FROM readings")
+    assert got.to_pylist() == [{"n": 12, "k": 12}]
+
+
+def test_tables_differing_only_in_case_are_value_error(lake, lake_path, readings):
+    import shutil
+
+    readings.append(iot_table(iot_series(T0, 1)))
+    # Made on disk: the lake itself may refuse to create a name that differs only in case.
+    shutil.copytree(lake_path / "default" / "readings", lake_path / "default" / "Readings")
+    with pytest.raises(ValueError, match="differ only in case"):
+        lake.sql("SELECT count(*) FROM readings")
