@@ -17,6 +17,7 @@
 #include "timelake/ingest/arrange.h"
 #include "timelake/log/actions.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/store/parquet_object.h"
 
 namespace timelake {
 namespace {
@@ -60,10 +61,7 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ToParquet(const arrow::Table& tabl
 
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetObject(ObjectStore* store,
                                                                const std::string& path) {
-  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
-  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
-  ARROW_ASSIGN_OR_RAISE(auto table, reader->ReadTable());
-  return table;
+  return ReadParquetTable(store, path);
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> NewestRows(const std::shared_ptr<arrow::Table>& rows,
