@@ -206,12 +206,43 @@ TEST(ActionsTest, RemoveRoundTrips) {
   EXPECT_EQ(b.size, 777);
 }
 
-TEST(ActionsTest, EmptyCommitRoundTripsToNothing) {
-  const Commit back = RoundTrip(Commit{});
-  EXPECT_FALSE(back.commit_info);
-  EXPECT_FALSE(back.protocol);
-  EXPECT_FALSE(back.metadata);
+TEST(ActionsTest, ACommitFileWithoutActionsIsCorruption) {
+  // A torn write leaves an empty file; taking it for an empty commit would lose its rows.
+  for (const char* text : {"", "\n", "  \r\n\t\n"}) {
+    EXPECT_TRUE(FailsWith(ParseCommit(text, "t/_delta_log/00000000000000000004.json"),
+                          arrow::StatusCode::IOError, "t/_delta_log/00000000000000000004.json"))
+        << "'" << text << "'";
+  }
+  EXPECT_TRUE(FailsWith(ParseCommit(SerializeCommit(Commit{}), "x.json"),
+                        arrow::StatusCode::IOError, "no action"));
+}
+
+TEST(ActionsTest, ALineWithoutAnActionIsCorruption) {
+  const std::string add = R"({"add":{"path":"a.parquet","size":1}})";
+  for (const std::string line : {"{}", R"({"add":null})", R"({"add":5})"}) {
+    EXPECT_TRUE(FailsWith(ParseCommit(add + "\n" + line + "\n", "00000000000000000002.json"),
+                          arrow::StatusCode::IOError, "00000000000000000002.json line 2"))
+        << line;
+  }
+}
+
+TEST(ActionsTest, CommitInfoAloneIsAValidCommit) {
+  Commit c;
+  c.commit_info = CommitInfo{};
+  c.commit_info->operation = "OPTIMIZE";
+  const Commit back = RoundTrip(c);
+  ASSERT_TRUE(back.commit_info);
+  EXPECT_EQ(back.commit_info->operation, "OPTIMIZE");
   EXPECT_TRUE(back.txns.empty() && back.adds.empty() && back.removes.empty());
+}
+
+TEST(ActionsTest, ACommitOfOnlyUnknownActionsIsValid) {
+  ASSERT_OK(ParseCommit(R"({"domainMetadata":{"domain":"d","configuration":"{}"}})" "\n", "x.json"));
+}
+
+TEST(ActionsTest, CheckpointFileNameIsTheZeroPaddedVersion) {
+  EXPECT_EQ(CheckpointFileName(10), "00000000000000000010.checkpoint.parquet");
+  EXPECT_EQ(CheckpointVersionOf(CheckpointFileName(12345)), 12345);
 }
 
 TEST(ActionsTest, UnknownActionsAreIgnored) {

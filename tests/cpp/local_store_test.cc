@@ -144,5 +144,70 @@ TEST_F(LocalStoreTest, OpenInputOfMissingObjectIsNotFound) {
   EXPECT_TRUE(IsMissing(store_->OpenInput("absent.parquet")));
 }
 
+// --- failures that are not "missing": never an empty listing or NotFound ---------------------
+// (Tests run as root, where permissions do not deny; a symlink loop and a file where a folder
+// should be fail the same code paths for any user. tests/python/test_damage.py covers EACCES.)
+
+TEST_F(LocalStoreTest, ListOfAMissingFolderIsEmpty) {
+  ASSERT_OK_AND_ASSIGN(auto listing, store_->List("ns/t/_delta_log/"));
+  EXPECT_TRUE(listing.empty());
+}
+
+TEST_F(LocalStoreTest, ListThroughASymlinkLoopIsIOErrorNamingThePath) {
+  fs::create_directories(dir_.path() + "/ns/t");
+  fs::create_directory_symlink(dir_.path() + "/ns/t/_delta_log", dir_.path() + "/ns/t/_delta_log");
+  EXPECT_TRUE(FailsWith(store_->List("ns/t/_delta_log/"), arrow::StatusCode::IOError,
+                        dir_.path() + "/ns/t/_delta_log"));
+}
+
+TEST_F(LocalStoreTest, ListWhereAFileStandsForTheFolderIsIOError) {
+  WriteFile("ns/t/_delta_log", "not a folder");
+  auto listing = store_->List("ns/t/_delta_log/");
+  EXPECT_TRUE(FailsWith(listing, arrow::StatusCode::IOError, "ns/t/_delta_log"));
+  EXPECT_FALSE(IsNotFound(listing.status()));
+}
+
+TEST_F(LocalStoreTest, ListChildrenWhereAFileStandsForTheFolderIsIOError) {
+  WriteFile("ns", "not a folder");
+  EXPECT_TRUE(FailsWith(store_->ListChildren("ns/"), arrow::StatusCode::IOError, "ns"));
+}
+
+TEST_F(LocalStoreTest, ListChildrenThroughASymlinkLoopIsIOError) {
+  fs::create_directory_symlink(dir_.path() + "/loop", dir_.path() + "/loop");
+  EXPECT_TRUE(FailsWith(store_->ListChildren("loop/"), arrow::StatusCode::IOError, "loop"));
+  // In a listing of its parent the loop is an entry that cannot be stat'ed: an error too.
+  EXPECT_TRUE(FailsWith(store_->ListChildren(""), arrow::StatusCode::IOError, "loop"));
+}
+
+TEST_F(LocalStoreTest, GetAndOpenInputThroughASymlinkLoopAreIOErrorsNotNotFound) {
+  fs::create_symlink(dir_.path() + "/x.parquet", dir_.path() + "/x.parquet");
+  auto got = store_->Get("x.parquet");
+  EXPECT_TRUE(FailsWith(got, arrow::StatusCode::IOError, "x.parquet"));
+  EXPECT_FALSE(IsNotFound(got.status()));
+  auto opened = store_->OpenInput("x.parquet");
+  EXPECT_TRUE(FailsWith(opened, arrow::StatusCode::IOError, "x.parquet"));
+  EXPECT_FALSE(IsNotFound(opened.status()));
+}
+
+TEST_F(LocalStoreTest, ListSkipsDanglingSymlinksAndFollowsLinkedFiles) {
+  WriteFile("t/real", "x");
+  fs::create_symlink(dir_.path() + "/t/real", dir_.path() + "/t/linked");
+  fs::create_symlink(dir_.path() + "/t/gone", dir_.path() + "/t/dangling");
+  ASSERT_OK_AND_ASSIGN(auto listing, store_->List("t/"));
+  ASSERT_EQ(listing.size(), 2u);
+  EXPECT_EQ(listing[0].path, "t/linked");
+  EXPECT_EQ(listing[1].path, "t/real");
+}
+
+TEST_F(LocalStoreTest, ListDescendsOnlyWhereThePrefixCanMatch) {
+  WriteFile("ns/a/data/x", "1");
+  WriteFile("ns/ab/data/y", "2");
+  WriteFile("ns/b/data/z", "3");
+  ASSERT_OK_AND_ASSIGN(auto listing, store_->List("ns/a"));
+  ASSERT_EQ(listing.size(), 2u);
+  EXPECT_EQ(listing[0].path, "ns/a/data/x");
+  EXPECT_EQ(listing[1].path, "ns/ab/data/y");
+}
+
 }  // namespace
 }  // namespace timelake::testing

@@ -6,12 +6,24 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include <arrow/io/memory.h>
+#include <parquet/arrow/writer.h>
+
 #include "timelake/log/checkpoint.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/store/parquet_object.h"
 #include "timelake/util/time.h"
 
 namespace timelake::testing {
 namespace {
+
+// A commit holding only commitInfo: the smallest valid commit.
+Commit InfoOnly() {
+  Commit c;
+  c.commit_info = CommitInfo{};
+  c.commit_info->operation = "WRITE";
+  return c;
+}
 
 AddFile Add(const std::string& path, int64_t size = 100) {
   AddFile a;
@@ -100,7 +112,8 @@ TEST_F(DeltaLogTest, TryCommitReportsStoreFailureAsError) {
   store_->SetFaultHook([](const std::string& op, const std::string&) {
     return op == "put_if_absent" ? arrow::Status::IOError("disk on fire") : arrow::Status::OK();
   });
-  EXPECT_TRUE(FailsWith(log_.TryCommit(0, "{}\n"), arrow::StatusCode::IOError, "disk on fire"));
+  EXPECT_TRUE(FailsWith(log_.TryCommit(0, SerializeCommit(InfoOnly())), arrow::StatusCode::IOError,
+                        "disk on fire"));
 }
 
 TEST_F(DeltaLogTest, ExistsOnlyOnceACommitIsWritten) {
@@ -159,14 +172,16 @@ TEST_F(DeltaLogTest, LoadUsesTheLatestMetadataAndProtocol) {
 
 TEST_F(DeltaLogTest, LoadWithAGapInVersionsFails) {
   WriteCommit(0, Create());
-  WriteCommit(1, Commit{});
-  WriteCommit(3, Commit{});
-  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "missing commit 2"));
+  WriteCommit(1, InfoOnly());
+  WriteCommit(3, InfoOnly());
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError,
+                        "ns/t/_delta_log/00000000000000000002.json is missing"));
 }
 
 TEST_F(DeltaLogTest, LoadWithoutCommitZeroOrCheckpointFails) {
-  WriteCommit(1, Commit{});
-  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "neither commit 0"));
+  WriteCommit(1, InfoOnly());
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError,
+                        "ns/t/_delta_log/00000000000000000000.json is missing"));
 }
 
 TEST_F(DeltaLogTest, LoadOfACorruptCommitNamesIt) {
@@ -252,13 +267,119 @@ TEST_F(DeltaLogTest, LoadReplaysCommitsAfterTheCheckpoint) {
   EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"c", "d"}));
 }
 
+// --- damaged logs: fall back where the state can still be rebuilt, else name the damage ------
+
+TEST_F(DeltaLogTest, LoadReplaysFromCommitZeroWhenTheCheckpointIsTruncated) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  Commit v3;
+  v3.removes = {Remove("b", NowMillis())};
+  v3.adds = {Add("d")};
+  WriteCommit(3, v3);
+  const std::string cp = log_.LogPath(CheckpointFileName(2));
+  ASSERT_OK_AND_ASSIGN(auto body, store_->Get(cp));
+  ASSERT_OK(store_->Put(cp, SliceBuffer(body, 0, body->size() / 2)));
+
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 3);
+  EXPECT_EQ(loaded.checkpoint_version, -1);  // replayed: the damaged checkpoint was not used
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"c", "d"}));
+  EXPECT_EQ(loaded.txns.at("writer").version, 2);
+  EXPECT_EQ(loaded.metadata.id, "table-id");
+}
+
+TEST_F(DeltaLogTest, LoadFallsBackToAnOlderCheckpointWhenTheNewestIsCorrupt) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto at2, log_.Load());
+  ASSERT_OK(log_.Checkpoint(at2));
+  Commit v3;
+  v3.adds = {Add("d")};
+  WriteCommit(3, v3);
+  Commit v4;
+  v4.adds = {Add("e")};
+  WriteCommit(4, v4);
+  ASSERT_OK_AND_ASSIGN(auto at4, log_.Load());
+  ASSERT_OK(log_.Checkpoint(at4));
+  // Log expiry removed the commits before checkpoint 2: only checkpoint 2 can rebuild the state.
+  for (int v = 0; v <= 2; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
+  ASSERT_OK(store_->Put(log_.LogPath(CheckpointFileName(4)), Buf("PAR1 torn write")));
+
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 4);
+  EXPECT_EQ(loaded.checkpoint_version, 2);
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c", "d", "e"}));
+}
+
+TEST_F(DeltaLogTest, LoadFailsNamingTheDamageWhenNothingCanRebuildTheState) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  for (int v = 0; v <= 1; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
+  ASSERT_OK(store_->Put(log_.LogPath(CheckpointFileName(2)), Buf("")));
+
+  auto loaded = log_.Load();
+  EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError, "damaged"));
+  EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError,
+                        "ns/t/_delta_log/00000000000000000002.checkpoint.parquet"));
+  EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError,
+                        "ns/t/_delta_log/00000000000000000000.json is missing"));
+}
+
+TEST_F(DeltaLogTest, ACorruptLastCheckpointHintIsIgnored) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(log_.Checkpoint(snapshot));
+  for (const char* hint : {"{\"version\":", "{\"version\":99,\"size\":1}", ""}) {
+    ASSERT_OK(store_->Put(log_.LogPath("_last_checkpoint"), Buf(hint)));
+    ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+    EXPECT_EQ(loaded.version, 2) << hint;
+    EXPECT_EQ(loaded.checkpoint_version, 2) << hint;
+    EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c"})) << hint;
+  }
+}
+
+TEST_F(DeltaLogTest, AnEmptyOrActionlessCommitFileIsDamageNotAnEmptyCommit) {
+  WriteThreeCommits();
+  const std::string path = log_.LogPath(CommitFileName(1));
+  for (const char* text : {"", "{}\n", " \n\t\n", "{}"}) {
+    ASSERT_OK(store_->Put(path, Buf(text)));
+    auto loaded = log_.Load();
+    EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError, path)) << "'" << text << "'";
+    EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError, "damaged")) << "'" << text << "'";
+  }
+}
+
+TEST_F(DeltaLogTest, UpdateStopsAtAnEmptyCommitFile) {
+  WriteThreeCommits();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  ASSERT_OK(store_->Put(log_.LogPath(CommitFileName(3)), Buf("")));
+  EXPECT_TRUE(FailsWith(log_.Update(&snapshot), arrow::StatusCode::IOError,
+                        log_.LogPath(CommitFileName(3))));
+  EXPECT_EQ(snapshot.version, 2);
+}
+
+TEST_F(DeltaLogTest, ACommitHoldingOnlyCommitInfoIsValid) {
+  WriteThreeCommits();
+  WriteCommit(3, InfoOnly());
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 3);
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c"}));
+}
+
+TEST_F(DeltaLogTest, TryCommitRefusesABodyWithoutActions) {
+  WriteCommit(0, Create());
+  EXPECT_TRUE(IsInvalid(log_.TryCommit(1, SerializeCommit(Commit{})), "no actions"));
+  EXPECT_TRUE(IsMissing(store_->Head(log_.LogPath(CommitFileName(1)))));
+}
+
 TEST_F(DeltaLogTest, UpdateReadsOnlyNewCommits) {
   WriteThreeCommits();
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
   Commit v3;
   v3.adds = {Add("d")};
   WriteCommit(3, v3);
-  WriteCommit(4, Commit{});
+  WriteCommit(4, InfoOnly());
   std::vector<std::string> reads;
   store_->SetFaultHook([&](const std::string& op, const std::string& path) {
     if (op == "get" || op == "list") reads.push_back(op + " " + path);
@@ -285,7 +406,7 @@ TEST_F(DeltaLogTest, UpdateWithoutNewCommitsChangesNothing) {
 TEST_F(DeltaLogTest, UpdatePropagatesReadFailures) {
   WriteThreeCommits();
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
-  WriteCommit(3, Commit{});
+  WriteCommit(3, InfoOnly());
   store_->SetFaultHook([](const std::string& op, const std::string&) {
     return op == "get" ? arrow::Status::IOError("timeout") : arrow::Status::OK();
   });
@@ -337,7 +458,7 @@ TEST(CheckpointTest, WriteThenReadRoundTrips) {
   EXPECT_EQ(body.num_add_files, 2);
   EXPECT_EQ(body.num_actions, 6);  // protocol, metaData, txn, 2 adds, remove
   Snapshot back;
-  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &back));
   EXPECT_EQ(back.protocol.reader_features, s.protocol.reader_features);
   EXPECT_EQ(back.protocol.writer_features, s.protocol.writer_features);
   EXPECT_EQ(back.metadata.id, "id-1");
@@ -365,7 +486,7 @@ TEST(CheckpointTest, TombstonesOlderThanTheCutoffAreDropped) {
   ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, /*tombstone_cutoff_ms=*/1700000005000,
                                                   INT64_MIN));
   Snapshot back;
-  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &back));
   ASSERT_EQ(back.tombstones.size(), 1u);
   EXPECT_EQ(back.tombstones.begin()->first, "recent");
 }
@@ -376,15 +497,39 @@ TEST(CheckpointTest, TxnsOlderThanTheCutoffAreDropped) {
   s.txns["undated"] = {"undated", 2, std::nullopt};
   ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, /*txn_cutoff_ms=*/1700000005000));
   Snapshot back;
-  ASSERT_OK(ReadCheckpoint(body.data, &back));
+  ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &back));
   EXPECT_EQ(back.txns.count("app"), 0u);
   EXPECT_EQ(back.txns.count("fresh"), 1u);
   EXPECT_EQ(back.txns.count("undated"), 1u);
 }
 
-TEST(CheckpointTest, ReadingGarbageFails) {
+TEST(CheckpointTest, ReadingGarbageIsIOErrorNamingTheObject) {
   Snapshot back;
-  EXPECT_FALSE(ReadCheckpoint(Buf("definitely not parquet"), &back).ok());
+  EXPECT_TRUE(FailsWith(ReadCheckpoint(Buf("definitely not parquet"), "t/_delta_log/x.parquet", &back),
+                        arrow::StatusCode::IOError, "t/_delta_log/x.parquet"));
+}
+
+TEST(CheckpointTest, ATruncatedCheckpointIsIOErrorNamingTheObject) {
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(RichSnapshot(), 0, INT64_MIN));
+  Snapshot back;
+  auto cut = SliceBuffer(body.data, 0, body.data->size() / 2);
+  EXPECT_TRUE(FailsWith(ReadCheckpoint(cut, "t/_delta_log/12.checkpoint.parquet", &back),
+                        arrow::StatusCode::IOError, "t/_delta_log/12.checkpoint.parquet"));
+}
+
+TEST(CheckpointTest, ACheckpointWithoutMetadataIsDamaged) {
+  Snapshot s = RichSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto full, WriteCheckpoint(s, 0, INT64_MIN));
+  // A Parquet file of the right shape holding only an add: readable, but not a checkpoint.
+  ASSERT_OK_AND_ASSIGN(auto table, ReadParquetBuffer(full.data, "cp"));
+  ASSERT_OK_AND_ASSIGN(auto one_row, table->CombineChunks());
+  auto add_only = one_row->Slice(3, 1);  // protocol, metaData, txn, then the first add
+  ASSERT_OK_AND_ASSIGN(auto sink, arrow::io::BufferOutputStream::Create());
+  ASSERT_OK(parquet::arrow::WriteTable(*add_only, arrow::default_memory_pool(), sink, 1024));
+  ASSERT_OK_AND_ASSIGN(auto data, sink->Finish());
+  Snapshot back;
+  EXPECT_TRUE(FailsWith(ReadCheckpoint(data, "t/_delta_log/3.checkpoint.parquet", &back),
+                        arrow::StatusCode::IOError, "3.checkpoint.parquet"));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/util/json.h"
 #include "timelake/util/status.h"
+#include "timelake/store/parquet_object.h"
 
 namespace timelake {
 namespace {
@@ -151,13 +152,6 @@ arrow::Result<std::shared_ptr<arrow::Table>> EmptyState(const arrow::Schema& sto
 
 }  // namespace
 
-arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetObject(ObjectStore* store,
-                                                               const std::string& path) {
-  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
-  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
-  ARROW_ASSIGN_OR_RAISE(auto table, reader->ReadTable());
-  return table;
-}
 
 arrow::Result<std::shared_ptr<arrow::Table>> NewestRows(const std::shared_ptr<arrow::Table>& rows,
                                                         const Contract& contract) {
@@ -314,7 +308,7 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   }
   auto newest_of_file = [&](const AddFile& add, int64_t seq) -> arrow::Status {
     ARROW_ASSIGN_OR_RAISE(auto relative, DecodeAddPath(add.path));
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store_.get(), table_path_ + "/" + relative));
+    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store_.get(), table_path_ + "/" + relative));
     ARROW_ASSIGN_OR_RAISE(rows, ConformToStorage(rows, *storage_));
     std::vector<cp::SortKey> keys;
     for (const auto& k : contract_.series_key) keys.emplace_back(k);

@@ -107,8 +107,5 @@ class LastValueIndex {
   std::shared_ptr<arrow::Schema> storage_;
 };
 
-/// Reads a whole Parquet object of `store` into a table.
-arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetObject(ObjectStore* store,
-                                                               const std::string& path);
 
 }  // namespace timelake

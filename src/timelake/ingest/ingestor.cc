@@ -25,9 +25,12 @@ namespace timelake {
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
                                         const arrow::Table& table, const IngestOptions& options) {
   parquet::WriterProperties::Builder builder;
+  // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
+  // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
   builder.compression(parquet::Compression::SNAPPY)
       ->max_row_group_length(options.row_group_rows)
-      ->enable_statistics();
+      ->enable_statistics()
+      ->enable_page_checksum();
   // Measured values (floats) rarely repeat: trying a dictionary for them costs a hash per value
   // and is then abandoned. Keys, labels and integers keep dictionary encoding.
   for (const auto& field : table.schema()->fields()) {

@@ -304,6 +304,11 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
   Commit commit;
   size_t pos = 0;
   int line_no = 0;
+  int64_t actions = 0;
+  auto damaged = [&origin](int line, const std::string& why) {
+    return arrow::Status::IOError("corrupt Delta log file ", origin, " line ", line, ": ", why,
+                                  "; the table's log is damaged");
+  };
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -314,14 +319,15 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
     rapidjson::Document doc;
     doc.Parse(line.data(), line.size());
     if (doc.HasParseError() || !doc.IsObject()) {
-      return arrow::Status::IOError("corrupt Delta log file ", origin, " line ", line_no, ": ",
-                                    doc.HasParseError() ? rapidjson::GetParseError_En(doc.GetParseError())
-                                                        : "not a JSON object");
+      return damaged(line_no, doc.HasParseError() ? rapidjson::GetParseError_En(doc.GetParseError())
+                                                  : "not a JSON object");
     }
+    bool has_action = false;
     for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
       const std::string_view kind(it->name.GetString(), it->name.GetStringLength());
       const Value& v = it->value;
       if (!v.IsObject()) continue;
+      has_action = true;
       if (kind == "add") {
         AddFile a;
         a.path = GetString(v, "path");
@@ -388,6 +394,17 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
       }
       // Unknown actions (cdc, domainMetadata, checkpointMetadata, …) are ignored.
     }
+    // Every line of a commit is one action: `{}` or `{"add": null}` is not a commit's content.
+    if (!has_action) return damaged(line_no, "the line holds no action");
+    ++actions;
+  }
+  // Every commit holds at least one action (a commitInfo alone is a valid commit). An empty or
+  // blank file is what a torn or truncated write leaves; taking it for an empty commit would
+  // silently lose whatever the real commit held.
+  if (actions == 0) {
+    return arrow::Status::IOError("corrupt Delta log file ", origin,
+                                  ": it holds no action (empty or blank); the table's log is "
+                                  "damaged");
   }
   return commit;
 }
@@ -425,6 +442,12 @@ arrow::Result<std::string> DecodeAddPath(const std::string& path) {
 std::string CommitFileName(int64_t version) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%020lld.json", static_cast<long long>(version));
+  return buf;
+}
+
+std::string CheckpointFileName(int64_t version) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%020lld.checkpoint.parquet", static_cast<long long>(version));
   return buf;
 }
 

@@ -89,7 +89,9 @@ struct Commit {
 /// Newline-delimited JSON, commitInfo first, each line ending in '\n'.
 std::string SerializeCommit(const Commit& commit);
 
-/// Parses a commit file. Malformed JSON is Status::IOError naming `origin`.
+/// Parses a commit file. Every non-blank line must be a JSON object holding an action, and the
+/// file must hold at least one action; anything else (malformed JSON, `{}`, an empty or blank
+/// file) is corruption: Status::IOError naming `origin`.
 arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& origin);
 
 /// An `add`/`remove` path (URI-encoded, relative to the table root) as a path relative to the
@@ -101,6 +103,8 @@ std::string UriDecode(const std::string& s);
 
 /// The file name of a commit: 20-digit zero-padded version plus ".json".
 std::string CommitFileName(int64_t version);
+/// The file name of a classic checkpoint: 20-digit zero-padded version plus ".checkpoint.parquet".
+std::string CheckpointFileName(int64_t version);
 
 /// If `name` (a file name, not a path) is a commit or a classic checkpoint file, its version.
 std::optional<int64_t> CommitVersionOf(std::string_view name);

@@ -4,8 +4,9 @@
 #include <arrow/builder.h>
 #include <arrow/io/memory.h>
 #include <arrow/table.h>
-#include <parquet/arrow/reader.h>
 #include <parquet/arrow/writer.h>
+
+#include "timelake/store/parquet_object.h"
 
 namespace timelake {
 namespace {
@@ -247,19 +248,22 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
   }
   auto table = arrow::Table::Make(schema, columns);
   ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
-  auto props = parquet::WriterProperties::Builder().compression(parquet::Compression::SNAPPY)->build();
+  auto props = parquet::WriterProperties::Builder()
+                   .compression(parquet::Compression::SNAPPY)
+                   ->enable_page_checksum()
+                   ->build();
   ARROW_RETURN_NOT_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), sink,
                                                  /*chunk_size=*/64 * 1024, props));
   ARROW_ASSIGN_OR_RAISE(body.data, sink->Finish());
   return body;
 }
 
-arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapshot* snapshot) {
-  auto input = std::make_shared<arrow::io::BufferReader>(data);
-  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const std::string& origin,
+                             Snapshot* snapshot) {
   // Columns we do not understand (stats_parsed, sidecar, …) are simply not looked at.
-  ARROW_ASSIGN_OR_RAISE(auto table, reader->ReadTable());
+  ARROW_ASSIGN_OR_RAISE(auto table, ReadParquetBuffer(data, origin));
   ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
+  bool has_protocol = false, has_metadata = false;
 
   std::shared_ptr<arrow::Array> holder;
   if (const auto* p = StructColumn(*table, "protocol", &holder)) {
@@ -271,6 +275,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
       out.reader_features = ListAt(Child(*p, "readerFeatures"), i);
       out.writer_features = ListAt(Child(*p, "writerFeatures"), i);
       snapshot->protocol = std::move(out);
+      has_protocol = true;
     }
   }
   if (const auto* m = StructColumn(*table, "metaData", &holder)) {
@@ -290,6 +295,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
       out.configuration = MapAt<std::map<std::string, std::string>>(Child(*m, "configuration"), i);
       out.created_time = IntAt(Child(*m, "createdTime"), i);
       snapshot->metadata = std::move(out);
+      has_metadata = true;
     }
   }
   if (const auto* t = StructColumn(*table, "txn", &holder)) {
@@ -338,6 +344,11 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapsho
       std::string key = out.path;
       snapshot->tombstones[key] = std::move(out);
     }
+  }
+  if (!has_protocol || !has_metadata) {
+    return arrow::Status::IOError("checkpoint ", origin, " holds no ",
+                                  has_protocol ? "metaData" : "protocol",
+                                  " action, which every checkpoint must hold; it is damaged");
   }
   return arrow::Status::OK();
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <arrow/buffer.h>
 #include <arrow/result.h>
@@ -25,7 +26,11 @@ struct CheckpointBody {
 arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t tombstone_cutoff_ms,
                                               int64_t txn_cutoff_ms);
 
-/// Loads a checkpoint file's actions into `snapshot` (which should be empty).
-arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, Snapshot* snapshot);
+/// Loads a checkpoint file's actions into `snapshot` (which should be empty). `origin` is the
+/// object the bytes came from. A file that is not readable Parquet (truncated, a page checksum
+/// that does not match) or that lacks the protocol or metaData every checkpoint holds is an
+/// IOError naming `origin`; `snapshot` is then unspecified.
+arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const std::string& origin,
+                             Snapshot* snapshot);
 
 }  // namespace timelake

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include <rapidjson/document.h>
 
@@ -61,35 +62,58 @@ arrow::Result<Snapshot> DeltaLog::Load() {
   }
   const int64_t latest = std::max(commits.empty() ? -1 : *commits.rbegin(),
                                   checkpoints.empty() ? -1 : *checkpoints.rbegin());
-  Snapshot snapshot;
-  int64_t start = 0;
-  if (!checkpoints.empty()) {
-    const int64_t cp = *checkpoints.rbegin();
-    ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(LogPath(CommitFileName(cp).substr(0, 20) +
-                                                          ".checkpoint.parquet")));
-    ARROW_RETURN_NOT_OK(ReadCheckpoint(data, &snapshot));
-    snapshot.version = cp;
-    snapshot.checkpoint_version = cp;
-    start = cp + 1;
-  } else if (!commits.count(0)) {
-    return arrow::Status::IOError("Delta log of '", table_path_,
-                                  "' has neither commit 0 nor a checkpoint; the table is damaged");
-  }
-  for (int64_t v = start; v <= latest; ++v) {
-    if (!commits.count(v)) {
-      return arrow::Status::IOError("Delta log of '", table_path_, "' is missing commit ", v);
+  const int64_t oldest = commits.count(0) ? 0 : checkpoints.empty() ? 0 : *checkpoints.begin();
+
+  // Starting points, best first: every checkpoint from the newest down, then commit 0. A
+  // start that cannot rebuild the state (an unreadable checkpoint, a missing or corrupt commit
+  // after it) gives way to the next, as Delta readers fall back; why each failed is kept for
+  // the error if none succeeds.
+  std::vector<std::string> failures;
+  auto replay = [&](Snapshot* snapshot, int64_t from) -> arrow::Status {
+    for (int64_t v = from; v <= latest; ++v) {
+      if (!commits.count(v)) {
+        return arrow::Status::IOError("commit ", LogPath(CommitFileName(v)), " is missing");
+      }
+      ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &snapshot->head_fingerprint));
+      snapshot->Apply(commit, v);
     }
-    ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &snapshot.head_fingerprint));
-    snapshot.Apply(commit, v);
+    if (from > latest && commits.count(latest)) {
+      // A checkpoint with no commit after it: fingerprint the checkpointed commit.
+      ARROW_RETURN_NOT_OK(ReadCommit(latest, &snapshot->head_fingerprint).status());
+    }
+    return arrow::Status::OK();
+  };
+  for (auto cp = checkpoints.rbegin(); cp != checkpoints.rend(); ++cp) {
+    const std::string path = LogPath(CheckpointFileName(*cp));
+    Snapshot snapshot;
+    arrow::Status st = [&]() -> arrow::Status {
+      ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(path));
+      ARROW_RETURN_NOT_OK(ReadCheckpoint(data, path, &snapshot));
+      snapshot.version = *cp;
+      snapshot.checkpoint_version = *cp;
+      return replay(&snapshot, *cp + 1);
+    }();
+    if (st.ok()) {
+      snapshot.oldest_version = oldest;
+      return snapshot;
+    }
+    failures.push_back("from checkpoint " + std::to_string(*cp) + ": " + st.message());
   }
-  if (start > latest && commits.count(latest)) {
-    // Loaded from a checkpoint with no commit after it: fingerprint the checkpointed commit.
-    ARROW_RETURN_NOT_OK(ReadCommit(latest, &snapshot.head_fingerprint).status());
+  if (commits.count(0)) {
+    Snapshot snapshot;
+    arrow::Status st = replay(&snapshot, 0);
+    if (st.ok()) {
+      snapshot.oldest_version = 0;
+      return snapshot;
+    }
+    failures.push_back("from commit 0: " + st.message());
+  } else {
+    failures.push_back("from commit 0: " + LogPath(CommitFileName(0)) + " is missing");
   }
-  int64_t oldest = checkpoints.empty() ? 0 : *checkpoints.begin();
-  if (commits.count(0)) oldest = 0;
-  snapshot.oldest_version = oldest;
-  return snapshot;
+  std::string why;
+  for (const auto& f : failures) why += (why.empty() ? "" : "; ") + f;
+  return arrow::Status::IOError("the Delta log of '", table_path_, "' is damaged: version ", latest,
+                                " cannot be rebuilt (", why, ")");
 }
 
 arrow::Status DeltaLog::Update(Snapshot* snapshot) {
@@ -142,6 +166,11 @@ arrow::Status DeltaLog::CheckHead(int64_t version, uint64_t fingerprint) {
 }
 
 arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {
+  // Readers take a commit without actions for damage: never write one.
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return arrow::Status::Invalid("refusing to write commit ", version,
+                                  " of '", table_path_, "' with no actions");
+  }
   return store_->PutIfAbsent(LogPath(CommitFileName(version)), arrow::Buffer::FromString(body));
 }
 
@@ -162,8 +191,7 @@ arrow::Status DeltaLog::Checkpoint(const Snapshot& snapshot) {
   const std::string txn_retention = snapshot.Config("delta.setTransactionRetentionDuration");
   const int64_t txn_cutoff = txn_retention.empty() ? INT64_MIN : now - DeltaIntervalMillis(txn_retention, 0);
   ARROW_ASSIGN_OR_RAISE(auto body, WriteCheckpoint(snapshot, tombstone_cutoff, txn_cutoff));
-  const std::string name = CommitFileName(snapshot.version).substr(0, 20) + ".checkpoint.parquet";
-  ARROW_RETURN_NOT_OK(store_->Put(LogPath(name), body.data));
+  ARROW_RETURN_NOT_OK(store_->Put(LogPath(CheckpointFileName(snapshot.version)), body.data));
   const std::string hint = "{\"version\":" + std::to_string(snapshot.version) +
                            ",\"size\":" + std::to_string(body.num_actions) +
                            ",\"sizeInBytes\":" + std::to_string(body.data->size()) +

@@ -1,8 +1,13 @@
 // DeltaLog: reads and writes one table's `_delta_log/` through an ObjectStore.
 //
-// Loading finds the newest checkpoint (using `_last_checkpoint` as a hint, then the listing) and
-// replays the commits after it. Committing writes `<version>.json` with put-if-absent, so of all
-// writers racing for a version exactly one wins; the caller decides what a lost race means.
+// Loading lists the log, reads the newest checkpoint and replays the commits after it. A
+// checkpoint that cannot be read (truncated, corrupt) is skipped for the next older one, and
+// failing all of them the state is replayed from commit 0, as Delta readers do; only when no
+// starting point rebuilds the latest version does loading fail, naming what is damaged.
+// `_last_checkpoint` is written for other engines and never relied on: the listing decides.
+// A commit file must hold at least one action; an empty or blank one is damage, never an empty
+// commit. Committing writes `<version>.json` with put-if-absent, so of all writers racing for a
+// version exactly one wins; the caller decides what a lost race means.
 #pragma once
 
 #include <memory>
@@ -25,7 +30,8 @@ class DeltaLog {
   /// True if the folder holds a Delta log (at least one commit or checkpoint).
   arrow::Result<bool> Exists();
 
-  /// The latest snapshot. Status::KeyError if there is no log.
+  /// The latest snapshot. Status::KeyError if there is no log; Status::IOError naming the
+  /// damaged objects if no checkpoint nor commit 0 leads to the latest version.
   arrow::Result<Snapshot> Load();
 
   /// Advances `snapshot` to the latest committed version, reading only the new commits. First
@@ -36,6 +42,7 @@ class DeltaLog {
   arrow::Status Update(Snapshot* snapshot);
 
   /// Writes `body` as commit `version` if no commit has that version yet; false if one has.
+  /// A body without actions is refused (Status::Invalid): readers would take it for damage.
   arrow::Result<bool> TryCommit(int64_t version, const std::string& body);
 
   /// Checks that commit `version` exists and (when `fingerprint` is not 0) has that fingerprint;

@@ -9,6 +9,7 @@
 
 #include "timelake/index/last_value_index.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/store/parquet_object.h"
 
 namespace timelake {
 namespace {
@@ -113,7 +114,7 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
   RewrittenGroup out;
   std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
   for (const auto& input : group.inputs) {
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetObject(store.get(), table_path + "/" + input.path));
+    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store.get(), table_path + "/" + input.path));
     out.rows_in += rows->num_rows();
     arrow::TableBatchReader reader(*rows);
     ARROW_ASSIGN_OR_RAISE(auto file_batches, reader.ToRecordBatches());

@@ -1,5 +1,6 @@
 #include "timelake/store/local_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 
 #include <arrow/io/file.h>
@@ -223,9 +225,9 @@ arrow::Result<std::shared_ptr<arrow::io::OutputStream>> LocalStore::OpenOutput(
 
 arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> LocalStore::OpenInput(
     const std::string& path) {
-  const std::string full = FullPath(path);
-  if (::access(full.c_str(), F_OK) != 0) return NotFound(path);
-  ARROW_ASSIGN_OR_RAISE(auto file, arrow::io::ReadableFile::Open(full));
+  // Head tells a missing object (NotFound) from one that cannot be reached (an I/O error).
+  ARROW_RETURN_NOT_OK(Head(path).status());
+  ARROW_ASSIGN_OR_RAISE(auto file, arrow::io::ReadableFile::Open(FullPath(path)));
   return file;
 }
 
@@ -233,37 +235,91 @@ arrow::Result<std::vector<ObjectMeta>> LocalStore::List(const std::string& prefi
   std::vector<ObjectMeta> out;
   const auto slash = prefix.rfind('/');
   const std::string dir_rel = slash == std::string::npos ? "" : prefix.substr(0, slash);
-  const std::string dir = FullPath(dir_rel);
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const std::string name = it->path().filename().string();
-    if (name.rfind(kTempPrefix, 0) == 0) continue;
-    std::string rel = it->path().string().substr(root_.size() + 1);
-    if (rel.compare(0, prefix.size(), prefix) != 0) continue;
-    struct stat st {};
-    if (::stat(it->path().c_str(), &st) != 0) continue;  // deleted while listing
-    out.push_back({std::move(rel), static_cast<int64_t>(st.st_size),
-                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 +
-                       st.st_mtim.tv_nsec / 1'000'000});
-  }
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
-  }
+  ARROW_RETURN_NOT_OK(Walk(dir_rel, prefix, /*top=*/true, &out));
   std::sort(out.begin(), out.end(),
             [](const ObjectMeta& a, const ObjectMeta& b) { return a.path < b.path; });
   return out;
 }
 
+arrow::Status LocalStore::Walk(const std::string& dir_rel, const std::string& prefix, bool top,
+                               std::vector<ObjectMeta>* out) {
+  const std::string dir = FullPath(dir_rel);
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    const int err = errno;
+    // A folder that does not exist holds no objects. One that vanished while we walked its
+    // parent was deleted concurrently: its objects are gone too. Anything else (permission
+    // denied, a file where the folder should be, a symlink loop, I/O errors) is a real failure:
+    // reporting it as "no objects" would make a table look missing or empty.
+    if (err == ENOENT || (!top && err == ENOTDIR)) return arrow::Status::OK();
+    return ErrnoStatus("cannot list", dir, err);
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(handle);
+    if (entry == nullptr) {
+      if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
+      break;
+    }
+    const std::string name = entry->d_name;
+    if (name == "." || name == ".." || name.rfind(kTempPrefix, 0) == 0) continue;
+    std::string rel = dir_rel.empty() ? name : dir_rel + "/" + name;
+    struct stat st {};
+    if (::fstatat(::dirfd(handle), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // deleted while listing
+      return ErrnoStatus("cannot stat", dir + "/" + name, errno);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      // Descend only where objects matching the prefix can be.
+      const std::string as_dir = rel + "/";
+      if (as_dir.compare(0, std::min(as_dir.size(), prefix.size()), prefix, 0,
+                         std::min(as_dir.size(), prefix.size())) == 0) {
+        ARROW_RETURN_NOT_OK(Walk(rel, prefix, /*top=*/false, out));
+      }
+      continue;
+    }
+    if (rel.compare(0, prefix.size(), prefix) != 0) continue;
+    if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
+      if (errno == ENOENT) continue;  // a dangling link names no object
+      return ErrnoStatus("cannot stat", dir + "/" + name, errno);
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    out->push_back({std::move(rel), static_cast<int64_t>(st.st_size),
+                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000});
+  }
+  return arrow::Status::OK();
+}
+
 arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::string& prefix) {
   std::vector<std::string> out;
   const std::string dir = FullPath(prefix.empty() ? "" : prefix.substr(0, prefix.size() - 1));
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::end(it); it.increment(ec)) {
-    if (it->is_directory(ec)) out.push_back(it->path().filename().string());
+  DIR* handle = ::opendir(dir.c_str());
+  if (handle == nullptr) {
+    const int err = errno;
+    if (err == ENOENT) return out;  // see Walk: only a missing folder is an empty one
+    return ErrnoStatus("cannot list", dir, err);
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(handle);
+    if (entry == nullptr) {
+      if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
+      break;
+    }
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    bool is_dir = entry->d_type == DT_DIR;
+    if (entry->d_type == DT_UNKNOWN || entry->d_type == DT_LNK) {
+      struct stat st {};
+      if (::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
+        if (errno == ENOENT) continue;  // deleted while listing, or a dangling link
+        return ErrnoStatus("cannot stat", dir + "/" + name, errno);
+      }
+      is_dir = S_ISDIR(st.st_mode);
+    }
+    if (is_dir) out.push_back(name);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -5,10 +5,16 @@
 // fails with EEXIST if the name is taken, atomically), then fsyncs the directory. Temporary files
 // are named ".tmp-<uuid>" so that listings skip them. Streams from OpenOutput also write a temporary
 // file and rename it into place on Close.
+//
+// Only a missing file or folder means "no such object" (NotFound, an empty listing). Every other
+// failure to reach one (permission denied, a file where a folder should be, a symlink loop, I/O
+// errors) is an IOError naming the path, so that an unreadable lake never passes for an empty one.
+// Listings do not descend into symlinked folders; symlinked files are listed.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "timelake/store/object_store.h"
 
@@ -43,6 +49,10 @@ class LocalStore : public ObjectStore {
  private:
   explicit LocalStore(std::string root) : root_(std::move(root)) {}
   std::string FullPath(const std::string& path) const;
+  /// Appends the regular files under folder `dir_rel` whose paths start with `prefix` to `out`.
+  /// `top`: `dir_rel` is the listing's own folder (not one found while walking).
+  arrow::Status Walk(const std::string& dir_rel, const std::string& prefix, bool top,
+                     std::vector<ObjectMeta>* out);
   /// Writes `data` to a fresh temporary file next to `full` and fsyncs it; returns its path.
   arrow::Result<std::string> WriteTemp(const std::string& full,
                                        const std::shared_ptr<arrow::Buffer>& data);

@@ -1,0 +1,51 @@
+#include "timelake/store/parquet_object.h"
+
+#include <arrow/io/memory.h>
+#include <parquet/arrow/reader.h>
+
+#include "timelake/util/status.h"
+
+namespace timelake {
+namespace {
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadAll(
+    std::shared_ptr<arrow::io::RandomAccessFile> input) {
+  parquet::arrow::FileReaderBuilder builder;
+  ARROW_RETURN_NOT_OK(builder.Open(std::move(input), VerifyingReaderProperties()));
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  ARROW_RETURN_NOT_OK(builder.memory_pool(arrow::default_memory_pool())->Build(&reader));
+  return reader->ReadTable();
+}
+
+// Parquet reports corruption as IOError or Invalid (which would reach users as ValueError, as
+// if they had passed a bad argument); either way the object is what is wrong, so say which.
+arrow::Status NameTheObject(const arrow::Status& status, const std::string& origin) {
+  if (status.ok() || IsNotFound(status)) return status;
+  return arrow::Status::IOError("cannot read Parquet object '", origin, "': ", status.message());
+}
+
+}  // namespace
+
+parquet::ReaderProperties VerifyingReaderProperties() {
+  parquet::ReaderProperties props(arrow::default_memory_pool());
+  props.set_page_checksum_verification(true);
+  return props;
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetTable(ObjectStore* store,
+                                                              const std::string& path) {
+  // The store's own errors already name the object (and keep NotFound recognisable).
+  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
+  auto table = ReadAll(std::move(input));
+  if (!table.ok()) return NameTheObject(table.status(), path);
+  return table;
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(
+    const std::shared_ptr<arrow::Buffer>& data, const std::string& origin) {
+  auto table = ReadAll(std::make_shared<arrow::io::BufferReader>(data));
+  if (!table.ok()) return NameTheObject(table.status(), origin);
+  return table;
+}
+
+}  // namespace timelake

@@ -1,0 +1,38 @@
+// Reading Parquet objects out of an ObjectStore.
+//
+// Every Parquet read in the core (checkpoints, last-value index records, data files) goes through
+// here, so that every one of them verifies page checksums where the writer stored them and every
+// failure names the object it came from. A file's bytes are never trusted silently: a page whose
+// CRC does not match fails the read instead of decoding to wrong values. (Pages written without a
+// CRC, as most engines other than timelake write them, are read unverified.)
+//
+// Errors: a failure to open the object is the store's status, which names it (a missing object
+// stays recognisable with IsNotFound()); anything that goes wrong while reading (I/O, a truncated
+// or corrupt file, a checksum mismatch) is an IOError whose message starts with "cannot read
+// Parquet object '<path>'". Thread-safe: no state.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <arrow/buffer.h>
+#include <arrow/result.h>
+#include <arrow/table.h>
+#include <parquet/properties.h>
+
+#include "timelake/store/object_store.h"
+
+namespace timelake {
+
+/// Reader properties for every Parquet read of the core: page checksums are verified.
+parquet::ReaderProperties VerifyingReaderProperties();
+
+/// Reads the whole Parquet object at `path` (relative to the store root) into a table.
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetTable(ObjectStore* store,
+                                                              const std::string& path);
+
+/// Reads a Parquet file held in memory; `origin` is the object it came from, for errors.
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(
+    const std::shared_ptr<arrow::Buffer>& data, const std::string& origin);
+
+}  // namespace timelake
