@@ -147,7 +147,16 @@ void Table::MaybeCheckpoint() {
   const int64_t interval = ParseInt64(snapshot_.Config("delta.checkpointInterval", "10")).value_or(10);
   if (interval <= 0 || snapshot_.version == 0 || snapshot_.version % interval != 0) return;
   // A failed checkpoint costs only replay time; the commit itself has succeeded.
-  if (log_.Checkpoint(snapshot_).ok()) snapshot_.checkpoint_version = snapshot_.version;
+  if (!log_.Checkpoint(snapshot_).ok()) return;
+  // A drop between the commit and here would make the checkpoint revive the dropped folder as a
+  // broken table: take it back if the commit is no longer there.
+  if (!log_.CheckHead(snapshot_.version, snapshot_.head_fingerprint).ok()) {
+    (void)store_->Delete(log_.LogPath(CommitFileName(snapshot_.version).substr(0, 20) +
+                                      ".checkpoint.parquet"));
+    (void)store_->Delete(log_.LogPath("_last_checkpoint"));
+    return;
+  }
+  snapshot_.checkpoint_version = snapshot_.version;
 }
 
 arrow::Status Table::Refresh() {
