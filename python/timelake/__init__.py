@@ -20,51 +20,45 @@ __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
 
 
+# Arguments are checked here, before they reach the core, so that a wrong type or text the core
+# cannot take (a lone surrogate has no UTF-8 form) is a ValueError naming the argument rather than
+# a TypeError from the bindings or a UnicodeEncodeError from pyarrow.
+
+
 def _schema_from_capsule(capsule: Any) -> pa.Schema:
     return pa.schema(_Capsule(capsule))
 
 
-def _as_schema(schema: Any) -> pa.Schema:
-    if isinstance(schema, pa.Schema):
-        return schema
-    inner = getattr(schema, "schema", None)
-    if isinstance(inner, pa.Schema):
-        return inner
-    if hasattr(schema, "__arrow_c_schema__"):
-        return pa.schema(schema)
-    if hasattr(schema, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(schema).schema
-    raise ValueError(
-        f"schema must be a pyarrow.Schema or an object with a .schema (got {type(schema).__name__})"
-    )
-
-
-def _as_reader(data: Any) -> pa.RecordBatchReader:
-    if isinstance(data, pa.RecordBatchReader):
-        return data
-    if isinstance(data, pa.Table):
-        return data.to_reader()
-    if isinstance(data, pa.RecordBatch):
-        return pa.RecordBatchReader.from_batches(data.schema, [data])
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data)
-    if hasattr(data, "__arrow_c_array__"):
-        batch = pa.record_batch(data)
-        return pa.RecordBatchReader.from_batches(batch.schema, [batch])
-    module = type(data).__module__.split(".")[0]
-    if module == "pandas":
-        table = pa.Table.from_pandas(data, preserve_index=False)
-        return table.to_reader()
-    raise ValueError(
-        "append() takes a pyarrow RecordBatch, Table or RecordBatchReader, a polars DataFrame, "
-        f"or any object with __arrow_c_stream__ (got {type(data).__name__})"
-    )
+def _text(value: Any, what: str) -> str:
+    """`value` if it is a str the core can take (encodable as UTF-8), else ValueError."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{what} {value!r} is not valid text ({e.reason}: {value[e.start:e.end]!r} at "
+            f"position {e.start}); use a str without lone surrogates"
+        ) from None
+    return value
 
 
 def _optional_str(value: Any, what: str) -> Optional[str]:
-    if value is None or isinstance(value, str):
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string or None, got {type(value).__name__}")
+    return _text(value, what)
+
+
+def _flag(value: Any, what: str) -> bool:
+    """True or False (numpy booleans too); anything else is a ValueError, not a truth test."""
+    if isinstance(value, bool):
         return value
-    raise ValueError(f"{what} must be a string or None, got {type(value).__name__}")
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise ValueError(f"{what} must be True or False, got {value!r}")
 
 
 def _string_map(values: Optional[Mapping[str, Any]], what: str) -> dict:
@@ -76,14 +70,117 @@ def _string_map(values: Optional[Mapping[str, Any]], what: str) -> dict:
     for key, value in values.items():
         if not isinstance(key, str):
             raise ValueError(f"{what} keys must be strings, got {key!r}")
+        _text(key, f"{what} key")
         if isinstance(value, bool):
             value = "true" if value else "false"
         elif isinstance(value, (int, float)):
             value = str(value)
         elif not isinstance(value, str):
             raise ValueError(f"{what}[{key!r}] must be a string, got {type(value).__name__}")
-        out[key] = value
+        out[key] = _text(value, f"{what}[{key!r}]")
     return out
+
+
+def _column_names(value: Any, what: str) -> Optional[list]:
+    """None, a column name, or an iterable of names -> None or a list of names."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [_text(value, what)]
+    if isinstance(value, (bytes, bytearray, Mapping)):
+        raise ValueError(f"{what} must be a column name or a list of names, got {value!r}")
+    try:
+        names = list(value)
+    except TypeError:
+        raise ValueError(f"{what} must be a column name or a list of names, got {value!r}") from None
+    if not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{what} must be a column name or a list of names, got {value!r}")
+    return [_text(n, what) for n in names]
+
+
+def _schema_capsule(schema: Any) -> Any:
+    """An ArrowSchema capsule of what `schema` describes; any failure is a ValueError."""
+    try:
+        if isinstance(schema, pa.Schema):
+            arrow_schema = schema
+        elif isinstance(getattr(schema, "schema", None), pa.Schema):
+            arrow_schema = schema.schema
+        elif hasattr(schema, "__arrow_c_schema__"):
+            arrow_schema = pa.schema(schema)
+        elif hasattr(schema, "__arrow_c_stream__"):
+            arrow_schema = pa.RecordBatchReader.from_stream(schema).schema
+        else:
+            arrow_schema = None
+        if arrow_schema is not None:
+            return arrow_schema.__arrow_c_schema__()
+    except Exception as e:  # the object's own failure, pyarrow's, or a name pyarrow cannot encode
+        raise ValueError(
+            f"schema: could not read an Arrow schema from {type(schema).__name__} "
+            f"({type(e).__name__}: {e})"
+        ) from e
+    raise ValueError(
+        f"schema must be a pyarrow.Schema or an object with a .schema (got {type(schema).__name__})"
+    )
+
+
+def _as_reader(data: Any) -> pa.RecordBatchReader:
+    try:
+        if isinstance(data, pa.RecordBatchReader):
+            return data
+        if isinstance(data, pa.Table):
+            return data.to_reader()
+        if isinstance(data, pa.RecordBatch):
+            return pa.RecordBatchReader.from_batches(data.schema, [data])
+        if hasattr(data, "__arrow_c_stream__"):
+            return pa.RecordBatchReader.from_stream(data)
+        if hasattr(data, "__arrow_c_array__"):
+            batch = pa.record_batch(data)
+            return pa.RecordBatchReader.from_batches(batch.schema, [batch])
+        module = type(data).__module__.split(".")[0]
+        if module == "pandas":
+            table = pa.Table.from_pandas(data, preserve_index=False)
+            return table.to_reader()
+    except Exception as e:  # a broken __arrow_c_stream__, a capsule of the wrong kind, ...
+        raise ValueError(
+            f"append() could not read {type(data).__name__} as Arrow data ({type(e).__name__}: {e})"
+        ) from e
+    raise ValueError(
+        "append() takes a pyarrow RecordBatch, Table or RecordBatchReader, a polars DataFrame, "
+        f"or any object with __arrow_c_stream__ (got {type(data).__name__})"
+    )
+
+
+class _InputStream:
+    """The batches of a reader, remembering the exception its producer raised.
+
+    The Arrow C stream interface carries a producer's failure to the core as a message only.
+    append() re-raises the producer's own exception instead (the same object, as a for loop
+    over the reader would), and a KeyboardInterrupt raised inside a Python generator stays one.
+    """
+
+    __slots__ = ("_reader", "error")
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self._reader = reader
+        self.error: Optional[BaseException] = None
+
+    def __iter__(self) -> "_InputStream":
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        try:
+            return self._reader.read_next_batch()
+        except StopIteration:
+            raise
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def take_error(self) -> Optional[BaseException]:
+        """The producer's exception, forgotten here: it must not stay referenced from this
+        object, which the exported reader holds (a cycle the garbage collector cannot see)."""
+        error, self.error = self.error, None
+        return error
 
 
 class Table:
@@ -118,14 +215,41 @@ class Table:
     def append(self, data: Any, batch_id: Optional[str] = None, maintain: Optional[bool] = None) -> dict:
         """Appends rows; returns rows, files, bytes, version, commit_ms, attempts, duplicate."""
         batch_id = _optional_str(batch_id, "batch_id")
-        if maintain is not None and not isinstance(maintain, bool):
-            raise ValueError(f"maintain must be True, False or None, got {maintain!r}")
+        if maintain is not None:
+            try:
+                maintain = _flag(maintain, "maintain")
+            except ValueError:
+                raise ValueError(f"maintain must be True, False or None, got {maintain!r}") from None
         reader = _as_reader(data)
-        return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain)
+        stream = None
+        if isinstance(data, pa.RecordBatchReader) or (
+            hasattr(data, "__arrow_c_stream__") and not isinstance(data, (pa.Table, pa.RecordBatch))
+        ):
+            # Batches a producer of the caller's makes (a generator, another library's stream)
+            # may fail: keep its exception to re-raise it as is.
+            stream = _InputStream(reader)
+            reader = pa.RecordBatchReader.from_batches(reader.schema, stream)
+        try:
+            return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain)
+        except BaseException:
+            error = stream.take_error() if stream is not None else None
+            # pyarrow's exceptions are its rendering of a failure that crossed another C stream
+            # inside the caller's object: the core's rendering of it is the contract's type.
+            if error is None or isinstance(error, pa.ArrowException):
+                del error
+                raise
+        # Raised outside the except block (the core's rendering is no context of it), and without
+        # a reference from this frame (its traceback holds the frame).
+        try:
+            raise error
+        finally:
+            del error
 
     def maintain(self, compact: bool = True, retention: bool = True, expire: bool = True) -> dict:
         """Compacts, applies retention and expires old snapshots; returns what it did."""
-        return self._core.maintain(bool(compact), bool(retention), bool(expire))
+        return self._core.maintain(
+            _flag(compact, "compact"), _flag(retention, "retention"), _flag(expire, "expire")
+        )
 
     def info(self) -> dict:
         """Contract, size, snapshots, manifests and last-value-index figures."""
@@ -147,6 +271,7 @@ class Lake:
             location = os.fspath(location)
         if not isinstance(location, str):
             raise ValueError(f"location must be a path or URL string, got {type(location).__name__}")
+        location = _text(location, "location")
         options = _string_map(storage_options, "storage_options")
         self._core = _core.Lake.open(location, options)
         self._handles: dict = {}
@@ -169,18 +294,12 @@ class Lake:
         properties: Optional[Mapping[str, Any]] = None,
     ) -> Table:
         """Creates a table and returns it at version 0."""
-        if not isinstance(name, str):
-            raise ValueError(f"table name must be a string, got {type(name).__name__}")
-        arrow_schema = _as_schema(schema)
-        if isinstance(series_key, str):
-            series_key = [series_key]
-        elif series_key is not None:
-            series_key = list(series_key)
-            if not all(isinstance(k, str) for k in series_key):
-                raise ValueError(f"series_key must be a column name or a list of names, got {series_key!r}")
+        name = _text(name, "table name")
+        capsule = _schema_capsule(schema)
+        series_key = _column_names(series_key, "series_key")
         core = self._core.create_table(
             name,
-            arrow_schema.__arrow_c_schema__(),
+            capsule,
             _optional_str(time_column, "time_column"),
             series_key,
             _optional_str(chunk, "chunk"),
@@ -192,9 +311,7 @@ class Lake:
 
     def table(self, name: str) -> Table:
         """The table at its latest version; KeyError if it does not exist."""
-        if not isinstance(name, str):
-            raise ValueError(f"table name must be a string, got {type(name).__name__}")
-        return Table(self, self._core.table(name))
+        return Table(self, self._core.table(_text(name, "table name")))
 
     def tables(self) -> list:
         """Every table as ``namespace.table``, sorted."""
@@ -202,8 +319,7 @@ class Lake:
 
     def drop_table(self, name: str) -> None:
         """Deletes the table and all its files; KeyError if it does not exist."""
-        if not isinstance(name, str):
-            raise ValueError(f"table name must be a string, got {type(name).__name__}")
+        name = _text(name, "table name")
         self._core.drop_table(name)
         self._handles.pop(self._qualify(name).lower(), None)
         catalog = getattr(self._local, "catalog", None)

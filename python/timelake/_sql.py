@@ -26,6 +26,8 @@ from urllib.parse import unquote
 import duckdb
 import pyarrow as pa
 
+from ._types import restore_declared
+
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # DuckDB's time_bucket on TIMESTAMPTZ goes through ICU calendars (it honours the session time
@@ -308,8 +310,8 @@ def _restore_types(result: pa.Table, catalog: _Catalog, storage_of) -> pa.Table:
         declared = catalog.declared.get(field.name)
         if declared is not None and field.type != declared.type and field.type == storage_of(declared.type):
             try:
-                column = column.cast(declared.type, safe=True)
-                field = pa.field(field.name, declared.type, field.nullable)
+                column = restore_declared(column, declared.type)
+                field = pa.field(field.name, column.type, field.nullable)
                 changed = True
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 pass
@@ -514,12 +516,10 @@ def run_latest(lake: Any, name: str) -> pa.Table:
     try:
         rows = pa.table(_Stream(handle.latest()))
         declared = pa.schema(_Capsule(handle.schema_capsule()))
-        columns = []
-        for field in declared:
-            column = rows.column(field.name)
-            if column.type != field.type:
-                column = column.cast(field.type, safe=True)
-            columns.append(column)
-        return pa.Table.from_arrays(columns, schema=declared)
+        columns = [restore_declared(rows.column(field.name), field.type) for field in declared]
+        schema = pa.schema(
+            [field.with_type(column.type) for field, column in zip(declared, columns)], declared.metadata
+        )
+        return pa.Table.from_arrays(columns, schema=schema)
     except (pa.ArrowException, UnicodeError) as e:
         raise RuntimeError(f"latest({name!r}): the last-value index could not be read as the declared schema: {e}") from None

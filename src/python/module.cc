@@ -3,9 +3,12 @@
 // Arrow data crosses as Arrow C stream/schema PyCapsules (no libarrow_python). Every call into the
 // core releases the GIL. Core statuses become the exceptions of the API contract here:
 // table not found -> KeyError, AlreadyExists -> FileExistsError, Invalid/TypeError -> ValueError,
-// anything else -> RuntimeError.
+// Cancelled -> KeyboardInterrupt (or whatever the signal handler raised), anything else ->
+// RuntimeError. Long calls (append, maintain) get an InterruptCheck that runs Python's signal
+// handlers between batches, so Ctrl-C stops them.
 #include <Python.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <type_traits>
@@ -33,7 +36,62 @@ using namespace nb::literals;
 namespace timelake {
 namespace {
 
-[[noreturn]] void Raise(const arrow::Status& status) {
+/// Ctrl-C for one core call. The check it hands to the core runs Python's signal handlers, at
+/// most every kInterval (each run takes the GIL), and keeps the exception a handler raised
+/// (KeyboardInterrupt for SIGINT) so that the call raises it when it returns. Handlers run in the
+/// main thread only: calls from other threads get no check. Construct and destroy with the GIL.
+class PythonInterrupt {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{50};
+
+  PythonInterrupt() {
+    nb::object main = nb::module_::import_("threading").attr("main_thread")().attr("ident");
+    main_thread_ = nb::cast<unsigned long>(main) == PyThread_get_thread_ident();
+  }
+  ~PythonInterrupt() {
+    Py_XDECREF(type_);
+    Py_XDECREF(value_);
+    Py_XDECREF(traceback_);
+  }
+  PythonInterrupt(const PythonInterrupt&) = delete;
+  PythonInterrupt& operator=(const PythonInterrupt&) = delete;
+
+  /// The check for the core's options; valid while this object lives.
+  InterruptCheck check() {
+    if (!main_thread_) return {};
+    return [this] { return Check(); };
+  }
+
+  /// If `status` is the cancellation this check caused, sets the handler's exception as the
+  /// current Python error and returns true.
+  bool Restore(const arrow::Status& status) {
+    if (!status.IsCancelled() || type_ == nullptr) return false;
+    PyErr_Restore(type_, value_, traceback_);
+    type_ = value_ = traceback_ = nullptr;
+    return true;
+  }
+
+ private:
+  arrow::Status Check() {  // without the GIL, on the thread that made the call
+    if (type_ != nullptr) return arrow::Status::Cancelled("interrupted");
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return arrow::Status::OK();
+    next_ = now + kInterval;
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return arrow::Status::OK();
+    PyErr_Fetch(&type_, &value_, &traceback_);
+    return arrow::Status::Cancelled("interrupted");
+  }
+
+  bool main_thread_ = false;
+  std::chrono::steady_clock::time_point next_{};
+  PyObject* type_ = nullptr;
+  PyObject* value_ = nullptr;
+  PyObject* traceback_ = nullptr;
+};
+
+[[noreturn]] void Raise(const arrow::Status& status, PythonInterrupt* interrupt = nullptr) {
+  if (interrupt != nullptr && interrupt->Restore(status)) throw nb::python_error();
   PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {
     case arrow::StatusCode::KeyError:
@@ -44,9 +102,17 @@ namespace {
     case arrow::StatusCode::TypeError:
       type = PyExc_ValueError;
       break;
+    case arrow::StatusCode::Cancelled: type = PyExc_KeyboardInterrupt; break;
     default: break;
   }
-  PyErr_SetString(type, status.message().c_str());
+  // Messages may quote user bytes (names with NULs, paths that are not UTF-8): keep all of it,
+  // escaping what is not UTF-8, rather than failing with a UnicodeDecodeError.
+  const std::string& message = status.message();
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) throw nb::python_error();
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
   throw nb::python_error();
 }
 
@@ -62,8 +128,9 @@ T Unwrap(arrow::Result<T> result) {
 
 /// Runs `call` (a core operation returning a Status or Result) without the GIL, then turns a
 /// failure into the contract's Python exception and a Result into its value (GIL held again).
+/// With `interrupt`, a cancellation it caused raises the signal handler's exception.
 template <typename F>
-auto Released(F&& call) {
+auto Released(F&& call, PythonInterrupt* interrupt = nullptr) {
   using R = decltype(call());
   std::optional<R> out;
   {
@@ -71,15 +138,17 @@ auto Released(F&& call) {
     out.emplace(call());
   }
   if constexpr (std::is_same_v<R, arrow::Status>) {
-    Check(*out);
+    if (!out->ok()) Raise(*out, interrupt);
   } else {
-    return Unwrap(std::move(*out));
+    if (!out->ok()) Raise(out->status(), interrupt);
+    return std::move(*out).ValueUnsafe();
   }
 }
 
 void* CapsulePointer(nb::handle capsule, const char* name) {
   if (!PyCapsule_IsValid(capsule.ptr(), name)) {
-    PyErr_Format(PyExc_TypeError, "expected a PyCapsule named '%s'", name);
+    PyErr_Format(PyExc_ValueError, "expected a PyCapsule named '%s', got %s", name,
+                 Py_TYPE(capsule.ptr())->tp_name);
     throw nb::python_error();
   }
   return PyCapsule_GetPointer(capsule.ptr(), name);
@@ -177,12 +246,16 @@ NB_MODULE(_core, m) {
              auto* stream = static_cast<ArrowArrayStream*>(
                  CapsulePointer(stream_capsule, "arrow_array_stream"));
              auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
+             PythonInterrupt interrupt;
              // The reader is released without the GIL too: a producer may hold it for long.
-             AppendResult r = Released([&] {
-               auto result = t.Append(reader.get(), AppendOptions{batch_id, maintain});
-               reader.reset();
-               return result;
-             });
+             AppendResult r = Released(
+                 [&] {
+                   auto result =
+                       t.Append(reader.get(), AppendOptions{batch_id, maintain, interrupt.check()});
+                   reader.reset();
+                   return result;
+                 },
+                 &interrupt);
              nb::dict d;
              d["rows"] = r.rows;
              d["files"] = r.files;
@@ -197,8 +270,9 @@ NB_MODULE(_core, m) {
            "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())
       .def("maintain",
            [](Table& t, bool compact, bool retention, bool expire) {
-             return MaintainDict(
-                 Released([&] { return t.Maintain(MaintainOptions{compact, retention, expire}); }));
+             PythonInterrupt interrupt;
+             MaintainOptions options{compact, retention, expire, interrupt.check()};
+             return MaintainDict(Released([&] { return t.Maintain(options); }, &interrupt));
            },
            "compact"_a = true, "retention"_a = true, "expire"_a = true)
       .def("info",

@@ -88,6 +88,10 @@ arrow::Result<std::shared_ptr<Lake>> Lake::Open(
     }
   }
   if (location.empty()) return arrow::Status::Invalid("lake location must not be empty");
+  if (location.find('\0') != std::string::npos) {
+    // The file system would silently cut the path at the NUL and open another folder.
+    return arrow::Status::Invalid("lake location must not contain a NUL character");
+  }
   const auto scheme_end = location.find("://");
   std::string path;
   if (scheme_end == std::string::npos) {

@@ -61,7 +61,12 @@ arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::str
 }  // namespace
 
 Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
-    : store_(store), table_path_(table_path), name_(std::move(name)), log_(store, table_path) {}
+    : store_(store),
+      table_path_(table_path),
+      name_(std::move(name)),
+      log_(store, table_path),
+      mutex_("table handle '" + name_ + "'",
+             "use a second handle for the table, from lake.table('" + name_ + "')") {}
 
 arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> store,
                                                   std::string table_path, std::string name) {
@@ -83,7 +88,9 @@ std::string Table::BatchAppId(const std::string& batch_id) { return "timelake:" 
 std::string Table::location() const { return store_->RootUrl() + "/" + table_path_; }
 
 int64_t Table::version() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // From inside this thread's own operation (its input stream), that operation is suspended.
+  if (mutex_.HeldByThisThread()) return snapshot_.version;
+  auto lock = mutex_.Acquire("version");
   return snapshot_.version;
 }
 
@@ -160,7 +167,7 @@ void Table::MaybeCheckpoint() {
 }
 
 arrow::Status Table::Refresh() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
   if (snapshot_.metadata.id != metadata_id_ || !declared_) return LoadDerived();
   return arrow::Status::OK();
@@ -168,7 +175,7 @@ arrow::Status Table::Refresh() {
 
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
   if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
   ARROW_RETURN_NOT_OK(CheckWritable());
@@ -183,7 +190,9 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
     }
   }
 
-  Ingestor ingestor(store_, table_path_, contract_, declared_, storage_, ingest_options_);
+  IngestOptions ingest_options = ingest_options_;
+  ingest_options.interrupt = options.interrupt;
+  Ingestor ingestor(store_, table_path_, contract_, declared_, storage_, ingest_options);
   std::vector<WrittenFile> files;
   {
     arrow::Status st = ingestor.Consume(reader);
@@ -195,6 +204,7 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
         st = finished.status();
       }
     }
+    if (st.ok()) st = CheckInterrupt(options.interrupt);  // the last chance before committing
     if (!st.ok()) {
       ingestor.Abort();
       return st;
@@ -393,7 +403,7 @@ RemoveFile Table::RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("latest"));
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
   if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
   if (!contract_.is_time_series()) {
@@ -405,7 +415,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
 }
 
 arrow::Result<TableInfo> Table::Info() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("info"));
   TableInfo info;
   info.contract = contract_;
   for (const auto& [path, add] : snapshot_.files) {
@@ -427,7 +437,7 @@ arrow::Result<TableInfo> Table::Info() {
 }
 
 arrow::Result<ScanPlan> Table::Scan() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("scan"));
   ScanPlan plan;
   plan.version = snapshot_.version;
   plan.declared = declared_;

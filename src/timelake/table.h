@@ -4,7 +4,13 @@
 // advance the handle to the version they create; refresh() advances it to the latest version.
 // A handle may be used from several threads: operations on one handle are serialised, and
 // concurrent handles (in this or other processes or hosts) coordinate through put-if-absent
-// commits only.
+// commits only. An operation called on a handle from inside another operation of the same handle
+// on the same thread (from the input stream of an append) fails with Status::ExecutionError
+// instead of deadlocking; version() alone answers there.
+//
+// Append and Maintain take an InterruptCheck in their options: they call it between input
+// batches, before committing and between compaction groups (and while waiting for the handle),
+// and stop with its status. What a stopped operation wrote but did not commit is deleted.
 #pragma once
 
 #include <functional>
@@ -21,18 +27,22 @@
 #include "timelake/index/last_value_index.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
+#include "timelake/util/interrupt.h"
+#include "timelake/util/operation_lock.h"
 
 namespace timelake {
 
 struct AppendOptions {
   std::optional<std::string> batch_id;
   std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
+  InterruptCheck interrupt;      // see the top of this file
 };
 
 struct MaintainOptions {
   bool compact = true;
   bool retention = true;
   bool expire = true;
+  InterruptCheck interrupt;  // see the top of this file
 };
 
 struct MaintainResult {
@@ -130,8 +140,9 @@ class Table {
   arrow::Status MaintainLocked(const MaintainOptions& options, bool inline_only, MaintainResult* result);
   /// Commits the removal of every chunk that ended before now - retention.
   arrow::Status DropExpiredChunks(MaintainResult* result);
-  /// Rewrites crowded chunks (bounded to one group when `inline_only`).
-  arrow::Status Compact(bool inline_only, MaintainResult* result);
+  /// Rewrites crowded chunks (bounded to one group when `inline_only`); `interrupt` is checked
+  /// before and after rewriting each group.
+  arrow::Status Compact(bool inline_only, const InterruptCheck& interrupt, MaintainResult* result);
 
   /// What a committer does after losing a race (the snapshot has been advanced to the winners).
   enum class AfterLostRace { kRetry, kAbandon };
@@ -164,7 +175,7 @@ class Table {
   std::string table_path_;
   std::string name_;
   DeltaLog log_;
-  std::mutex mutex_;
+  OperationLock mutex_;
   Snapshot snapshot_;
   std::string metadata_id_;  // the metaData.id the derived fields were computed from
   std::shared_ptr<arrow::Schema> declared_;

@@ -14,7 +14,7 @@ namespace timelake {
 bool Table::AutoMaintain() const { return snapshot_.Config("timelake.autoMaintain") == "true"; }
 
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
   const auto started = std::chrono::steady_clock::now();
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
   if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
@@ -29,12 +29,18 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
                                     MaintainResult* result) {
   ARROW_RETURN_NOT_OK(CheckWritable());
   const bool time_series = contract_.is_time_series();
+  // Every step commits (or deletes) on its own: an interruption between steps leaves the
+  // table consistent.
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
   if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
-  if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, result));
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+  if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, options.interrupt, result));
   if (options.expire && !inline_only) {
     // Listing the log and the data folder is not bounded work: full maintain() only.
     const int64_t now_ms = NowMillis();
+    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
     ARROW_ASSIGN_OR_RAISE(auto expired, ExpireLog(store_.get(), table_path_, snapshot_, now_ms));
+    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
     ARROW_ASSIGN_OR_RAISE(auto vacuumed, Vacuum(store_.get(), table_path_, snapshot_, now_ms));
     result->snapshots_expired += expired.snapshots_expired;
     result->objects_deleted += expired.objects_deleted + vacuumed.objects_deleted;
@@ -43,6 +49,7 @@ arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_
     }
   }
   if (!time_series) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
   // Fold the last-value index once enough records piled up (always on a full maintain).
   ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
   // Inline upkeep folds once reading the index costs enough: many records, files that no record
@@ -91,7 +98,8 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
                                 "' lost ", kMaxCommitAttempts, " commit races in a row");
 }
 
-arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
+arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
+                             MaintainResult* result) {
   CompactionOptions options;
   options.target_file_bytes =
       ParseInt64(snapshot_.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
@@ -101,11 +109,16 @@ arrow::Status Table::Compact(bool inline_only, MaintainResult* result) {
     options.min_files = 16;
   }
   for (const auto& group : PlanCompaction(snapshot_, contract_, options)) {
+    ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
     ARROW_ASSIGN_OR_RAISE(auto rewritten,
                           RewriteGroup(store_, table_path_, contract_, declared_, storage_, group));
     auto delete_outputs = [&] {
       for (const auto& f : rewritten.outputs) (void)store_->Delete(table_path_ + "/" + f.path);
     };
+    if (arrow::Status st = CheckInterrupt(interrupt); !st.ok()) {
+      delete_outputs();  // rewritten but not committed
+      return st;
+    }
     // Deduplication changes what readers see; merging files alone does not.
     const bool data_change = rewritten.rows_out != rewritten.rows_in;
     const int64_t now_ms = NowMillis();

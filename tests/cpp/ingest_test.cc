@@ -147,6 +147,130 @@ TEST_F(AlignTest, UnsignedColumnIsStoredWidened) {
   EXPECT_TRUE(out->column(1)->Equals(*Json(arrow::int16(), "[0, 255]")));
 }
 
+// `bytes` as an array of string type `type` without checking them, as pyarrow (`.view()`) and
+// C stream producers can hand them over.
+template <typename Builder>
+std::shared_ptr<arrow::Array> Unchecked(const std::shared_ptr<arrow::DataType>& type,
+                                        const std::vector<std::string>& bytes) {
+  Builder builder;
+  for (const auto& b : bytes) EXPECT_OK(builder.Append(b));
+  return builder.Finish().ValueOrDie()->View(type).ValueOrDie();
+}
+
+const std::vector<std::string> kBadUtf8 = {"fine", "\xff\xfe", "also fine"};
+
+class AlignUtf8Test : public AlignTest {
+ protected:
+  // Declares `value` with `type` and aligns a batch whose `value` column is `values`.
+  arrow::Result<std::shared_ptr<arrow::RecordBatch>> AlignValues(
+      const std::shared_ptr<arrow::DataType>& type, const std::shared_ptr<arrow::Array>& values) {
+    Declare({field("ts", kUtcMicros, false), field("value", type)});
+    auto in_schema = arrow::schema({field("ts", kUtcMicros), field("value", values->type())});
+    auto ts = Json(kUtcMicros, "[1, 2, 3]")->Slice(0, values->length());
+    return Align(arrow::RecordBatch::Make(in_schema, values->length(), {ts, values}));
+  }
+};
+
+TEST_F(AlignUtf8Test, InvalidUtf8StringIsInvalidNamingTheColumn) {
+  auto out = AlignValues(arrow::utf8(), Unchecked<arrow::BinaryBuilder>(arrow::utf8(), kBadUtf8));
+  EXPECT_TRUE(IsInvalid(out, "column 'value' has a string that is not valid UTF-8"));
+}
+
+TEST_F(AlignUtf8Test, InvalidUtf8LargeStringIsInvalid) {
+  auto values = Unchecked<arrow::LargeBinaryBuilder>(arrow::large_utf8(), kBadUtf8);
+  EXPECT_TRUE(IsInvalid(AlignValues(arrow::large_utf8(), values), "UTF-8"));
+  EXPECT_TRUE(IsInvalid(AlignValues(arrow::utf8(), values), "UTF-8"));  // cast on the way
+}
+
+TEST_F(AlignUtf8Test, InvalidUtf8StringViewIsInvalid) {
+  auto values = Unchecked<arrow::BinaryViewBuilder>(arrow::utf8_view(), kBadUtf8);
+  EXPECT_TRUE(IsInvalid(AlignValues(arrow::utf8_view(), values), "UTF-8"));
+  EXPECT_TRUE(IsInvalid(AlignValues(arrow::utf8(), values), "UTF-8"));
+}
+
+TEST_F(AlignUtf8Test, InvalidUtf8InADictionaryIsInvalid) {
+  auto type = arrow::dictionary(arrow::int8(), arrow::utf8());
+  auto values = arrow::DictionaryArray::FromArrays(
+                    type, Json(arrow::int8(), "[0, 1, 0]"),
+                    Unchecked<arrow::BinaryBuilder>(arrow::utf8(), {"ok", "\xc3\x28"}))
+                    .ValueOrDie();
+  EXPECT_TRUE(IsInvalid(AlignValues(type, values), "UTF-8"));
+  EXPECT_TRUE(IsInvalid(AlignValues(arrow::utf8(), values), "UTF-8"));
+}
+
+TEST_F(AlignUtf8Test, InvalidUtf8InsideAStructIsInvalidNamingTheColumn) {
+  auto strings = Unchecked<arrow::BinaryBuilder>(arrow::utf8(), kBadUtf8);
+  auto values = arrow::StructArray::Make({strings}, {field("label", arrow::utf8())}).ValueOrDie();
+  EXPECT_TRUE(IsInvalid(AlignValues(values->type(), values), "column 'value'"));
+}
+
+TEST_F(AlignUtf8Test, InvalidUtf8InsideAListIsInvalid) {
+  auto strings = Unchecked<arrow::BinaryBuilder>(arrow::utf8(), kBadUtf8);
+  auto values = arrow::ListArray::FromArrays(*Json(arrow::int32(), "[0, 1, 2, 3]"), *strings)
+                    .ValueOrDie();
+  EXPECT_TRUE(IsInvalid(AlignValues(values->type(), values), "UTF-8"));
+}
+
+TEST_F(AlignUtf8Test, ValidUtf8IsKept) {
+  auto values = Unchecked<arrow::BinaryBuilder>(arrow::utf8(), {"caf\xc3\xa9", "", "\xe2\x82\xac"});
+  ASSERT_OK_AND_ASSIGN(auto out, AlignValues(arrow::utf8(), values));
+  EXPECT_TRUE(out->column(1)->Equals(*values));
+}
+
+TEST_F(AlignTest, MalformedOffsetsAreInvalidNamingTheColumn) {
+  auto good = Json(arrow::utf8(), R"(["a", "b"])");
+  auto data = good->data()->Copy();
+  auto offsets = std::make_shared<arrow::Buffer>(
+      reinterpret_cast<const uint8_t*>("\0\0\0\0\x09\0\0\0\x01\0\0\0"), 12);
+  data->buffers[1] = offsets;  // decreasing and out of range
+  auto bad = arrow::MakeArray(data);
+  auto in = arrow::RecordBatch::Make(
+      arrow::schema({field("ts", kUtcMicros), field("sensor", arrow::utf8())}), 2,
+      {Json(kUtcMicros, "[1, 2]"), bad});
+  EXPECT_TRUE(IsInvalid(Align(in), "column 'sensor' holds malformed Arrow data"));
+}
+
+TEST_F(AlignTest, NestedDictionaryTakesMoreDistinctValuesThanItsIndexType) {
+  // A list of int8-indexed dictionary strings is stored as a list of strings: one batch may bring
+  // any number of distinct values.
+  Declare({field("ts", kUtcMicros, false),
+           field("tags", arrow::list(arrow::dictionary(arrow::int8(), arrow::utf8())))});
+  arrow::StringBuilder strings;
+  for (int i = 0; i < 300; ++i) ASSERT_OK(strings.Append("tag" + std::to_string(i)));
+  auto values = strings.Finish().ValueOrDie();
+  auto tags =
+      arrow::ListArray::FromArrays(*Json(arrow::int32(), "[0, 300]"), *values).ValueOrDie();
+  auto in = arrow::RecordBatch::Make(
+      arrow::schema({field("ts", kUtcMicros), field("tags", tags->type())}), 1,
+      {Json(kUtcMicros, "[1]"), tags});
+  ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+  EXPECT_TRUE(out->column(1)->type()->Equals(*arrow::list(arrow::utf8())));
+  EXPECT_EQ(std::static_pointer_cast<arrow::ListArray>(out->column(1))->value_length(0), 300);
+}
+
+TEST_F(AlignTest, DictionaryBatchesWithDifferentDictionariesAreStoredDecoded) {
+  // Each batch may carry its own dictionary; together they exceed what int8 indices can address.
+  Declare({field("ts", kUtcMicros, false),
+           field("sensor", arrow::dictionary(arrow::int8(), arrow::utf8()))});
+  auto type = arrow::dictionary(arrow::int8(), arrow::utf8());
+  for (int b = 0; b < 3; ++b) {
+    arrow::StringBuilder names;
+    for (int i = 0; i < 100; ++i) ASSERT_OK(names.Append("s" + std::to_string(b * 100 + i)));
+    arrow::Int8Builder indices;
+    for (int i = 0; i < 100; ++i) ASSERT_OK(indices.Append(static_cast<int8_t>(i)));
+    auto dict = arrow::DictionaryArray::FromArrays(type, indices.Finish().ValueOrDie(),
+                                                   names.Finish().ValueOrDie())
+                    .ValueOrDie();
+    auto ts = arrow::MakeArrayFromScalar(arrow::TimestampScalar(1, kUtcMicros), 100).ValueOrDie();
+    auto in = arrow::RecordBatch::Make(
+        arrow::schema({field("ts", kUtcMicros), field("sensor", type)}), 100, {ts, dict});
+    ASSERT_OK_AND_ASSIGN(auto out, Align(in));
+    EXPECT_TRUE(out->column(1)->type()->Equals(*arrow::utf8()));
+    EXPECT_EQ(std::static_pointer_cast<arrow::StringArray>(out->column(1))->GetString(99),
+              "s" + std::to_string(b * 100 + 99));
+  }
+}
+
 // --- Arrange --------------------------------------------------------------------------------
 
 const auto kRows = arrow::schema(

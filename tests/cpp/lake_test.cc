@@ -252,6 +252,10 @@ TEST(LakeOpenTest, UnknownStorageOptionIsInvalidNamingIt) {
   EXPECT_TRUE(IsInvalid(Lake::Open("memory://x", {{"aws_regoin", "eu"}}), "aws_regoin"));
 }
 
+TEST(LakeOpenTest, LocationWithNulIsInvalidRatherThanCutShort) {
+  EXPECT_TRUE(IsInvalid(Lake::Open(std::string("/tmp/lake\0other", 15), {}), "NUL"));
+}
+
 TEST(LakeOpenTest, UnknownSchemeIsInvalid) {
   EXPECT_TRUE(IsInvalid(Lake::Open("ftp://host/lake", {}), "ftp"));
 }

@@ -91,6 +91,18 @@ TEST(StorageSchemaTest, TimeOfDayIsInvalidNamingTheColumn) {
   EXPECT_TRUE(IsInvalid(StorageSchemaOf(*schema), "opens_at"));
 }
 
+TEST(StorageSchemaTest, DecimalWithNegativeScaleIsInvalidNamingTheColumn) {
+  auto schema = arrow::schema({field("price", arrow::decimal128(5, -2))});
+  EXPECT_TRUE(IsInvalid(StorageSchemaOf(*schema), "price"));
+  EXPECT_TRUE(IsInvalid(StorageSchemaOf(*arrow::schema({field("p", arrow::decimal256(5, -1))})),
+                        "scale"));
+}
+
+TEST(StorageSchemaTest, StructWithoutFieldsIsInvalidNamingThePath) {
+  auto schema = arrow::schema({field("s", arrow::struct_({field("empty", arrow::struct_({}))}))});
+  EXPECT_TRUE(IsInvalid(StorageSchemaOf(*schema), "s.empty"));
+}
+
 TEST(StorageSchemaTest, Uint64IsInvalid) {
   EXPECT_TRUE(IsInvalid(StorageSchemaOf(*arrow::schema({field("big", arrow::uint64())})), "big"));
 }

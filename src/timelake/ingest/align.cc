@@ -7,13 +7,61 @@
 namespace timelake {
 namespace {
 
-// The declared type the user's values must fit, with dictionaries replaced by their values
-// (dictionary encoding is a storage detail the user's input need not match).
+// The declared type the user's values must fit, with dictionaries replaced by their values at
+// any depth (dictionary encoding is a storage detail the input need not match, and casting into
+// a declared dictionary would refuse a batch with more distinct values than its index type
+// holds, although they are stored decoded).
 std::shared_ptr<arrow::DataType> ValueTypeOf(const std::shared_ptr<arrow::DataType>& t) {
-  if (t->id() == arrow::Type::DICTIONARY) {
-    return static_cast<const arrow::DictionaryType&>(*t).value_type();
+  using arrow::Type;
+  auto field_of = [](const std::shared_ptr<arrow::Field>& f) {
+    return f->WithType(ValueTypeOf(f->type()));
+  };
+  switch (t->id()) {
+    case Type::DICTIONARY:
+      return ValueTypeOf(static_cast<const arrow::DictionaryType&>(*t).value_type());
+    case Type::LIST:
+      return arrow::list(field_of(static_cast<const arrow::ListType&>(*t).value_field()));
+    case Type::LARGE_LIST:
+      return arrow::large_list(field_of(static_cast<const arrow::LargeListType&>(*t).value_field()));
+    case Type::LIST_VIEW:
+      return arrow::list_view(field_of(static_cast<const arrow::ListViewType&>(*t).value_field()));
+    case Type::LARGE_LIST_VIEW:
+      return arrow::large_list_view(
+          field_of(static_cast<const arrow::LargeListViewType&>(*t).value_field()));
+    case Type::FIXED_SIZE_LIST: {
+      const auto& l = static_cast<const arrow::FixedSizeListType&>(*t);
+      return arrow::fixed_size_list(field_of(l.value_field()), l.list_size());
+    }
+    case Type::MAP: {
+      const auto& m = static_cast<const arrow::MapType&>(*t);
+      return std::make_shared<arrow::MapType>(field_of(m.key_field()), field_of(m.item_field()),
+                                              m.keys_sorted());
+    }
+    case Type::STRUCT: {
+      arrow::FieldVector fields;
+      for (const auto& f : t->fields()) fields.push_back(field_of(f));
+      return arrow::struct_(std::move(fields));
+    }
+    default:
+      return t;
   }
-  return t;
+}
+
+// Arrays that cross the Arrow C stream interface are not validated on import, and pyarrow lets
+// users build strings that are not UTF-8. Parquet and every query engine reject such values
+// later, on every read: refuse them here, with the column's name. Full validation covers strings
+// at any depth (structs, lists, maps, dictionary values), string views and large strings,
+// dictionary indices and offsets, in one pass over the batch.
+arrow::Status CheckWellFormed(const arrow::Array& values, const std::string& column) {
+  arrow::Status st = values.ValidateFull();
+  if (st.ok()) return st;
+  if (st.message().find("UTF8") != std::string::npos) {
+    return arrow::Status::Invalid("column '", column,
+                                  "' has a string that is not valid UTF-8 (", st.message(),
+                                  "); decode or clean the text, or declare the column as binary");
+  }
+  return arrow::Status::Invalid("column '", column, "' holds malformed Arrow data (",
+                                st.message(), "); check the producer of the input");
 }
 
 arrow::Result<std::shared_ptr<arrow::Array>> SafeCast(const std::shared_ptr<arrow::Array>& values,
@@ -83,6 +131,7 @@ arrow::Result<std::shared_ptr<arrow::RecordBatch>> BatchAligner::Align(
       ARROW_ASSIGN_OR_RAISE(column, arrow::MakeArrayOfNull(storage_type, batch.num_rows()));
     } else {
       column = batch.column(source_index_[i]);
+      ARROW_RETURN_NOT_OK(CheckWellFormed(*column, field->name()));
       ARROW_ASSIGN_OR_RAISE(column, SafeCast(column, ValueTypeOf(field->type()), field->name(),
                                              "the declared type"));
       ARROW_ASSIGN_OR_RAISE(column, SafeCast(column, storage_type, field->name(), "the stored type"));

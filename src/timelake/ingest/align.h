@@ -4,8 +4,8 @@
 // with Arrow's safe casts (no overflow, no truncation, no lossy float→int), then to the storage
 // type, which must also be lossless (a nanosecond timestamp that is not a whole microsecond is
 // refused). Missing nullable columns become nulls. A column the table does not have, a missing
-// non-nullable column, an impossible or unsafe cast and a null time are Status::Invalid, naming
-// the column.
+// non-nullable column, an impossible or unsafe cast, a null time, a string that is not UTF-8 (at
+// any depth) and otherwise malformed arrays are Status::Invalid, naming the column.
 #pragma once
 
 #include <memory>

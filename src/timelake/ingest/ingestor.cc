@@ -86,6 +86,7 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
   ARROW_ASSIGN_OR_RAISE(auto aligner, BatchAligner::Make(declared_, storage_, *reader->schema(),
                                                          contract_.time_column));
   for (;;) {
+    ARROW_RETURN_NOT_OK(CheckInterrupt(options_.interrupt));
     std::shared_ptr<arrow::RecordBatch> batch;
     ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
     if (!batch) break;

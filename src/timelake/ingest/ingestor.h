@@ -18,12 +18,14 @@
 #include "timelake/contract.h"
 #include "timelake/log/actions.h"
 #include "timelake/store/object_store.h"
+#include "timelake/util/interrupt.h"
 
 namespace timelake {
 
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;
+  InterruptCheck interrupt;  // checked before each input batch; its error stops Consume()
 };
 
 /// A data file written by the ingestor, not yet committed.
@@ -49,7 +51,8 @@ class Ingestor {
            std::shared_ptr<arrow::Schema> declared, std::shared_ptr<arrow::Schema> storage,
            IngestOptions options = {});
 
-  /// Reads `reader` to its end. Status::Invalid for input that does not fit the table.
+  /// Reads `reader` to its end. Status::Invalid for input that does not fit the table; the
+  /// interrupt check's status if it asks to stop (then Abort() deletes what was written).
   arrow::Status Consume(arrow::RecordBatchReader* reader);
   /// Writes what is still buffered and returns every file written.
   arrow::Result<std::vector<WrittenFile>> Finish();

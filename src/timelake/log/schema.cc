@@ -26,6 +26,11 @@ arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& c
                                   "(integers, floats, bool, string, binary, date, timestamp, "
                                   "decimal, list, struct, map)");
   };
+  auto bad_scale = [&](int32_t scale) {
+    return arrow::Status::Invalid("column '", column, "' has type ", t->ToString(),
+                                  ": a Delta Lake decimal needs a scale from 0 to its precision, "
+                                  "not ", scale, "; rescale the values first");
+  };
   switch (t->id()) {
     case Type::BOOL:
     case Type::INT8:
@@ -37,8 +42,13 @@ arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& c
     case Type::STRING:
     case Type::BINARY:
     case Type::DATE32:
-    case Type::DECIMAL128:
       return t;
+    case Type::DECIMAL128: {
+      // Delta (like Parquet and every engine reading it) needs 0 <= scale <= precision.
+      const auto& d = static_cast<const arrow::Decimal128Type&>(*t);
+      if (d.scale() < 0 || d.scale() > d.precision()) return bad_scale(d.scale());
+      return t;
+    }
     case Type::UINT8: return arrow::int16();
     case Type::UINT16: return arrow::int32();
     case Type::UINT32: return arrow::int64();
@@ -59,6 +69,7 @@ arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& c
     case Type::DECIMAL256: {
       const auto& d = static_cast<const arrow::Decimal256Type&>(*t);
       if (d.precision() > 38) return unsupported();
+      if (d.scale() < 0 || d.scale() > d.precision()) return bad_scale(d.scale());
       return arrow::decimal128(d.precision(), d.scale());
     }
     case Type::DICTIONARY:
@@ -80,6 +91,11 @@ arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& c
                                               arrow::field("value", item, m.item_field()->nullable()));
     }
     case Type::STRUCT: {
+      if (t->num_fields() == 0) {
+        return arrow::Status::Invalid("column '", column,
+                                      "' is a struct without fields, which Parquet cannot store; "
+                                      "give it a field or leave the column out");
+      }
       arrow::FieldVector fields;
       for (const auto& f : t->fields()) {
         ARROW_ASSIGN_OR_RAISE(auto ft, StorageType(column + "." + f->name(), f->type()));
