@@ -57,7 +57,9 @@ arrow::Result<Snapshot> DeltaLog::Load() {
     if (auto v = CommitVersionOf(name)) commits.insert(*v);
     if (auto v = CheckpointVersionOf(name)) checkpoints.insert(*v);
   }
-  if (commits.empty() && checkpoints.empty()) {
+  // Without commit 0 and without a checkpoint there is no start to read from: no table, or only
+  // the stray commit of a writer whose table was just dropped (it takes it back at once).
+  if (checkpoints.empty() && !commits.count(0)) {
     return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
   }
   const int64_t latest = std::max(commits.empty() ? -1 : *commits.rbegin(),
