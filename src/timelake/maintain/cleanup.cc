@@ -54,8 +54,7 @@ arrow::Result<CleanupResult> ExpireLog(ObjectStore* store, const std::string& ta
 arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table_path,
                                     const Snapshot& snapshot, int64_t now_ms) {
   CleanupResult result;
-  const int64_t cutoff =
-      now_ms - DeltaIntervalMillis(snapshot.Config("delta.deletedFileRetentionDuration"), 7 * kDay);
+  const int64_t cutoff = now_ms - snapshot.DeletedFileRetentionMs();
   const std::string root = table_path + "/";
   ARROW_ASSIGN_OR_RAISE(auto listing, store->List(root + "data/"));
   for (const auto& meta : listing) {
