@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "timelake/log/delta_log.h"
 #include "timelake/store/memory_store.h"
 
 namespace timelake::testing {
@@ -74,6 +75,68 @@ TEST(DeletedFileRetentionTest, IsTheConfiguredDurationButNeverUnderSevenDaysWhil
   EXPECT_EQ(s.DeletedFileRetentionMs(), 7 * kDayMs);
   s.metadata.configuration["timelake.retentionDurationCheck"] = "false";
   EXPECT_EQ(s.DeletedFileRetentionMs(), kDayMs);
+}
+
+// --- log expiry ------------------------------------------------------------------------------
+
+class ExpireLogTest : public ::testing::Test {
+ protected:
+  // Commits 0..12 of a table whose log retention is zero, checkpoints at 5 and 10.
+  void SetUp() override {
+    for (int64_t v = 0; v <= 12; ++v) {
+      Commit c;
+      c.commit_info = CommitInfo{};
+      c.commit_info->operation = "WRITE";
+      if (v == 0) {
+        c.protocol = Protocol{};
+        c.metadata = Metadata{};
+        c.metadata->id = "id";
+        c.metadata->configuration = {{"delta.logRetentionDuration", "interval 0 seconds"}};
+      }
+      AddFile a;
+      a.path = "data/" + std::to_string(v) + ".parquet";
+      c.adds.push_back(a);
+      ASSERT_OK(log_.TryCommit(v, SerializeCommit(c)).status());
+      ASSERT_OK(log_.Update(&snapshot_));
+      if (v == 5 || v == 10) ASSERT_OK(log_.Checkpoint(snapshot_));
+    }
+  }
+  std::vector<int64_t> CommitsLeft() {
+    std::vector<int64_t> out;
+    for (const auto& meta : store_->List("t/_delta_log/").ValueOrDie()) {
+      auto slash = meta.path.rfind('/');
+      if (auto v = CommitVersionOf(meta.path.substr(slash + 1))) out.push_back(*v);
+    }
+    return out;
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  DeltaLog log_{store_, "t"};
+  Snapshot snapshot_;
+};
+
+TEST_F(ExpireLogTest, KeepsEverythingFromTheNewestCheckpointOn) {
+  ASSERT_OK_AND_ASSIGN(auto result, ExpireLog(store_.get(), "t", snapshot_, NowMillis() + 1000));
+  EXPECT_EQ(result.oldest_version, 10);
+  EXPECT_EQ(CommitsLeft(), (std::vector<int64_t>{10, 11, 12}));
+}
+
+TEST_F(ExpireLogTest, NeverMakesADamagedCheckpointTheStartOfTheLog) {
+  ASSERT_OK(store_->Put(log_.LogPath(CheckpointFileName(10)), Buf("PAR1 torn")));
+  ASSERT_OK_AND_ASSIGN(auto result, ExpireLog(store_.get(), "t", snapshot_, NowMillis() + 1000));
+  EXPECT_EQ(result.oldest_version, 5);  // the readable one before it
+  EXPECT_EQ(CommitsLeft(), (std::vector<int64_t>{5, 6, 7, 8, 9, 10, 11, 12}));
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());  // still rebuildable
+  EXPECT_EQ(loaded.version, 12);
+  EXPECT_EQ(loaded.files.size(), 13u);
+}
+
+TEST_F(ExpireLogTest, DeletesNothingWhenNoOldCheckpointCanBeRead) {
+  ASSERT_OK(store_->Put(log_.LogPath(CheckpointFileName(10)), Buf("")));
+  ASSERT_OK(store_->Put(log_.LogPath(CheckpointFileName(5)), Buf("")));
+  ASSERT_OK_AND_ASSIGN(auto result, ExpireLog(store_.get(), "t", snapshot_, NowMillis() + 1000));
+  EXPECT_EQ(result.objects_deleted, 0);
+  EXPECT_EQ(CommitsLeft().size(), 13u);
 }
 
 }  // namespace
