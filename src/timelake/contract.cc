@@ -10,6 +10,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "timelake/log/snapshot.h"
 #include "timelake/util/time.h"
 #include "timelake/util/json.h"
 
@@ -22,11 +23,48 @@ constexpr const char* kChunk = "timelake.chunk";
 constexpr const char* kRetention = "timelake.retention";
 constexpr const char* kDedup = "timelake.dedup";
 
+constexpr const char* kRetentionCheck = kRetentionCheckKey;
+
 // Keys a user may set through `properties` under the timelake namespace.
 const std::set<std::string>& UserTimelakeKeys() {
-  static const std::set<std::string> keys = {"timelake.autoMaintain", "timelake.targetFileSize"};
+  static const std::set<std::string> keys = {"timelake.autoMaintain", "timelake.targetFileSize",
+                                             kRetentionCheck};
   return keys;
 }
+
+// Delta duration properties timelake acts on.
+const std::set<std::string>& IntervalKeys() {
+  static const std::set<std::string> keys = {"delta.deletedFileRetentionDuration",
+                                             "delta.logRetentionDuration",
+                                             "delta.setTransactionRetentionDuration"};
+  return keys;
+}
+
+// Delta properties that switch on a table feature timelake does not implement, and the value
+// that leaves it off. Stored verbatim they would make the table claim a feature its protocol and
+// its files do not have: other engines would misread it, and timelake may refuse to open it.
+struct FeatureSwitch {
+  const char* key;
+  const char* off;
+  const char* feature;
+};
+constexpr FeatureSwitch kFeatureSwitches[] = {
+    {"delta.enableChangeDataFeed", "false", "changeDataFeed"},
+    {"delta.enableDeletionVectors", "false", "deletionVectors"},
+    {"delta.enableRowTracking", "false", "rowTracking"},
+    {"delta.enableTypeWidening", "false", "typeWidening"},
+    {"delta.enableInCommitTimestamps", "false", "inCommitTimestamp"},
+    {"delta.enableIcebergCompatV1", "false", "icebergCompatV1"},
+    {"delta.enableIcebergCompatV2", "false", "icebergCompatV2"},
+    {"delta.columnMapping.mode", "none", "columnMapping"},
+    {"delta.checkpointPolicy", "classic", "v2Checkpoint"},
+};
+// Key prefixes (and keys) that ask for protocol changes or features outright.
+constexpr const char* kFeatureRequests[] = {"delta.feature.", "delta.constraints.",
+                                            "delta.minReaderVersion", "delta.minWriterVersion",
+                                            "delta.universalFormat.enabledFormats"};
+
+bool IsTrueOrFalse(const std::string& v) { return v == "true" || v == "false"; }
 
 std::string JoinNames(const arrow::Schema& schema) {
   std::string out;
@@ -78,7 +116,8 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
     if (key.rfind("timelake.", 0) == 0 && !UserTimelakeKeys().count(key)) {
       return arrow::Status::Invalid("unknown table property '", key,
                                     "': the timelake.* namespace is reserved; settable keys are "
-                                    "timelake.autoMaintain and timelake.targetFileSize");
+                                    "timelake.autoMaintain, timelake.targetFileSize and ",
+                                    kRetentionCheck);
     }
     int64_t n = 0;
     if ((key == "delta.checkpointInterval" || key == "timelake.targetFileSize") &&
@@ -86,9 +125,48 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
       return arrow::Status::Invalid("table property '", key, "' must be a positive integer, got '",
                                     value, "'");
     }
-    if (key == "timelake.autoMaintain" && value != "true" && value != "false") {
-      return arrow::Status::Invalid("table property 'timelake.autoMaintain' must be \"true\" or "
-                                    "\"false\", got '", value, "'");
+    if ((key == "timelake.autoMaintain" || key == kRetentionCheck || key == "delta.appendOnly") &&
+        !IsTrueOrFalse(value)) {
+      return arrow::Status::Invalid("table property '", key, "' must be \"true\" or \"false\", got '",
+                                    value, "'");
+    }
+    if (IntervalKeys().count(key)) {
+      auto parsed = ParseDeltaInterval(value);
+      if (!parsed.ok()) {
+        return arrow::Status::Invalid("table property '", key, "': ", parsed.status().message());
+      }
+    }
+    for (const auto& f : kFeatureSwitches) {
+      if (key == f.key && value != f.off) {
+        return arrow::Status::Invalid(
+            "table property '", key, "' = '", value, "' needs the Delta table feature '", f.feature,
+            "', which timelake does not implement; leave it out (or set it to '", f.off, "')");
+      }
+    }
+    for (const char* request : kFeatureRequests) {
+      if (key.rfind(request, 0) == 0) {
+        return arrow::Status::Invalid("table property '", key,
+                                      "' asks for a Delta protocol version or table feature; "
+                                      "timelake chooses the protocol from the schema and "
+                                      "implements no optional features but timestampNtz");
+      }
+    }
+  }
+  // Vacuum deletes removed data files once they are this old, and never-committed files too.
+  // A reader still scanning an older snapshot, or a writer whose files are not committed yet,
+  // needs them for as long as it runs: Delta refuses less than 7 days unless told otherwise.
+  auto deleted = properties.find("delta.deletedFileRetentionDuration");
+  auto check = properties.find(kRetentionCheck);
+  const bool checked = check == properties.end() || check->second != "false";
+  if (deleted != properties.end() && checked) {
+    const int64_t ms = ParseDeltaInterval(deleted->second).ValueOrDie();  // validated above
+    if (ms < kMinDeletedFileRetentionMs) {
+      return arrow::Status::Invalid(
+          "table property 'delta.deletedFileRetentionDuration' = '", deleted->second,
+          "' is below the safe minimum of 7 days: maintain() would delete data files that a "
+          "concurrent reader or writer may still need. Use at least \"interval 7 days\", or, if "
+          "no reader or writer ever runs longer than the duration, set '", kRetentionCheck,
+          "' to \"false\"");
     }
   }
   return arrow::Status::OK();
@@ -197,6 +275,16 @@ arrow::Result<Contract> MakeContract(const arrow::Schema& declared, const Contra
     }
   }
   ARROW_RETURN_NOT_OK(ValidateProperties(options.properties));
+  auto append_only = options.properties.find("delta.appendOnly");
+  if (append_only != options.properties.end() && append_only->second == "true" &&
+      (c.retention_us > 0 || c.dedup != DedupPolicy::kNone)) {
+    // Delta's appendOnly forbids removing rows (a remove with dataChange: true), which is what
+    // retention does, and what compaction does when deduplication drops rows.
+    return arrow::Status::Invalid(
+        "table property 'delta.appendOnly' = 'true' forbids removing rows, but ",
+        c.retention_us > 0 ? "retention drops old chunks" : "dedup drops duplicate rows",
+        "; leave one of them out");
+  }
   return c;
 }
 

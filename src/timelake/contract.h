@@ -51,8 +51,12 @@ std::map<std::string, std::string> ContractConfiguration(const Contract& contrac
 /// (written by another engine) is a plain table.
 arrow::Result<Contract> ContractFromConfiguration(const std::map<std::string, std::string>& config);
 
-/// Checks user-supplied table properties: `timelake.*` keys must be ones timelake knows, and the
-/// Delta keys timelake interprets must hold valid values.
+/// Checks user-supplied table properties (Status::Invalid naming the key and what it expects):
+/// `timelake.*` keys must be ones timelake knows; the keys timelake interprets must hold valid
+/// values (positive integers, "true"/"false", Delta intervals "interval <n> <unit>");
+/// `delta.deletedFileRetentionDuration` must be at least kMinDeletedFileRetentionMs (7 days) unless
+/// `timelake.retentionDurationCheck` is "false"; properties that switch on Delta table features
+/// timelake does not implement are refused.
 arrow::Status ValidateProperties(const std::map<std::string, std::string>& properties);
 
 std::string ChunkWidthName(ChunkWidth chunk);  // "hour", "day", "month", "" for none

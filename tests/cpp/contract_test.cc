@@ -149,6 +149,88 @@ TEST(ValidatePropertiesTest, KnownTimelakeKeysNeedValidValues) {
   EXPECT_TRUE(IsInvalid(ValidateProperties({{"timelake.targetFileSize", "-1"}}), "-1"));
 }
 
+TEST(ValidatePropertiesTest, DurationPropertiesMustBeDeltaIntervals) {
+  for (const char* key : {"delta.deletedFileRetentionDuration", "delta.logRetentionDuration",
+                          "delta.setTransactionRetentionDuration"}) {
+    for (const char* bad : {"7 days", "interval 7", "interval seven days", "interval 1 month",
+                            "interval -1 days", "INTERVAL 7 DAYS", "interval 7 days 2 hours", "",
+                            "interval 7 fortnights", "7d"}) {
+      auto st = ValidateProperties({{key, bad}, {"timelake.retentionDurationCheck", "false"}});
+      EXPECT_TRUE(IsInvalid(st, key)) << key << " = '" << bad << "'";
+      EXPECT_TRUE(IsInvalid(st, "interval <n> <unit>")) << key << " = '" << bad << "'";
+    }
+    EXPECT_OK(ValidateProperties({{key, "interval 30 days"}}));
+    EXPECT_OK(ValidateProperties({{key, "interval 2 weeks"}}));
+  }
+}
+
+TEST(ValidatePropertiesTest, DeletedFileRetentionUnderSevenDaysIsRefused) {
+  for (const char* short_one : {"interval 0 seconds", "interval 6 days", "interval 167 hours"}) {
+    auto st = ValidateProperties({{"delta.deletedFileRetentionDuration", short_one}});
+    EXPECT_TRUE(IsInvalid(st, "7 days")) << short_one;
+    EXPECT_TRUE(IsInvalid(st, "timelake.retentionDurationCheck")) << short_one;
+  }
+  EXPECT_OK(ValidateProperties({{"delta.deletedFileRetentionDuration", "interval 168 hours"}}));
+  EXPECT_OK(ValidateProperties({{"delta.deletedFileRetentionDuration", "interval 1 week"}}));
+  EXPECT_OK(ValidateProperties({{"delta.deletedFileRetentionDuration", "interval 7 days"},
+                                {"timelake.retentionDurationCheck", "true"}}));
+}
+
+TEST(ValidatePropertiesTest, TheRetentionCheckCanBeTurnedOffExplicitly) {
+  EXPECT_OK(ValidateProperties({{"delta.deletedFileRetentionDuration", "interval 0 seconds"},
+                                {"timelake.retentionDurationCheck", "false"}}));
+  EXPECT_TRUE(IsInvalid(ValidateProperties({{"timelake.retentionDurationCheck", "off"}}),
+                        "timelake.retentionDurationCheck"));
+}
+
+TEST(ValidatePropertiesTest, PropertiesSwitchingOnUnimplementedFeaturesAreRefused) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"delta.columnMapping.mode", "name"},
+           {"delta.enableChangeDataFeed", "true"},
+           {"delta.enableDeletionVectors", "true"},
+           {"delta.checkpointPolicy", "v2"},
+           {"delta.feature.deletionVectors", "supported"},
+           {"delta.constraints.positive", "value > 0"},
+           {"delta.minWriterVersion", "7"}}) {
+    EXPECT_TRUE(IsInvalid(ValidateProperties({{key, value}}), key)) << key;
+  }
+  EXPECT_OK(ValidateProperties({{"delta.columnMapping.mode", "none"},
+                                {"delta.enableChangeDataFeed", "false"},
+                                {"delta.checkpointPolicy", "classic"}}));
+}
+
+TEST(ValidatePropertiesTest, AppendOnlyIsABoolean) {
+  EXPECT_TRUE(IsInvalid(ValidateProperties({{"delta.appendOnly", "yes"}}), "delta.appendOnly"));
+}
+
+TEST(MakeContractTest, AppendOnlyConflictsWithWhatRemovesRows) {
+  ContractOptions o;
+  o.properties = {{"delta.appendOnly", "true"}};
+  EXPECT_OK(MakeContract(*Readings(), o));
+  o.retention = "90d";
+  EXPECT_TRUE(IsInvalid(MakeContract(*Readings(), o), "retention"));
+  o.retention.reset();
+  o.dedup = "last";
+  EXPECT_TRUE(IsInvalid(MakeContract(*Readings(), o), "dedup"));
+}
+
+TEST(ParseDeltaIntervalTest, AcceptsTheFormEveryEngineReads) {
+  EXPECT_EQ(ParseDeltaInterval("interval 7 days").ValueOrDie(), 7 * 86'400'000LL);
+  EXPECT_EQ(ParseDeltaInterval("interval 1 day").ValueOrDie(), 86'400'000LL);
+  EXPECT_EQ(ParseDeltaInterval("interval 2 weeks").ValueOrDie(), 14 * 86'400'000LL);
+  EXPECT_EQ(ParseDeltaInterval("interval 36 hours").ValueOrDie(), 36 * 3'600'000LL);
+  EXPECT_EQ(ParseDeltaInterval("interval 90 minutes").ValueOrDie(), 90 * 60'000LL);
+  EXPECT_EQ(ParseDeltaInterval("interval 0 seconds").ValueOrDie(), 0);
+  EXPECT_EQ(ParseDeltaInterval("interval 1500 milliseconds").ValueOrDie(), 1500);
+  EXPECT_EQ(ParseDeltaInterval("interval 2500 microseconds").ValueOrDie(), 2);
+  EXPECT_EQ(ParseDeltaInterval("  interval   7  days ").ValueOrDie(), 7 * 86'400'000LL);
+}
+
+TEST(ParseDeltaIntervalTest, RejectsOverflowAndNanoseconds) {
+  EXPECT_TRUE(IsInvalid(ParseDeltaInterval("interval 99999999999999999 weeks")));
+  EXPECT_TRUE(IsInvalid(ParseDeltaInterval("interval 5 nanoseconds")));  // Spark cannot read it
+}
+
 TEST(ValidatePropertiesTest, OtherKeysPassThrough) {
   EXPECT_OK(ValidateProperties({{"delta.appendOnly", "true"}, {"owner", "ops"}}));
 }

@@ -7,6 +7,7 @@
 #include <rapidjson/document.h>
 
 #include "test_util.h"
+#include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
 
@@ -178,6 +179,33 @@ TEST_F(IngestorTest, FailedWriteFailsFinishAndAbortCleansUp) {
   ingestor.Abort();
   store_->SetFaultHook(nullptr);
   EXPECT_TRUE(DataObjects().empty());
+}
+
+TEST_F(IngestorTest, SeriesKeyTagsAreCutLikeTheStringStats) {
+  const std::string prefix(32, 's');
+  auto batch = Batch(declared_, {"[" + Ts(1, 1) + "," + Ts(1, 2) + "]",
+                                 "[\"" + prefix + "-alpha\", \"" + prefix + "-omega\"]", "[1.0, 2.0]"});
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {batch});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 1u);
+  const AddFile add = ToAddAction(files[0], true, 0);
+  EXPECT_EQ(add.tags.at(kMinKeyTag), prefix);
+  EXPECT_EQ(add.tags.at(kMaxKeyTag), prefix + "\xF4\x8F\xBF\xBF");
+  // Still bounds: every key of the file lies within [minKey, maxKey].
+  EXPECT_LE(add.tags.at(kMinKeyTag), prefix + "-alpha");
+  EXPECT_GE(add.tags.at(kMaxKeyTag), prefix + "-omega");
+}
+
+TEST_F(IngestorTest, ShortAndIntegerSeriesKeyTagsAreWhole) {
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {TwoDays()});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  const AddFile add = ToAddAction(files[0], true, 0);
+  EXPECT_EQ(add.tags.at(kMinKeyTag), "a");
+  EXPECT_EQ(add.tags.at(kMaxKeyTag), "b");
 }
 
 TEST_F(IngestorTest, WriteParquetFileReturnsTheObjectSize) {

@@ -84,6 +84,63 @@ TEST(FileStatsTest, TimestampsBefore1970RoundOutward) {
   EXPECT_EQ(MaxText(doc), "1970-01-01T00:00:00.000Z");
 }
 
+TEST(FileStatsTest, TheLastMicrosecondOfYear9999HasTheProtocolsTruncatedMax) {
+  const int64_t last = Micros(9999, 12, 31, 23, 59, 59, 999999);
+  std::string text;
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(last) + "]", &text);
+  EXPECT_EQ(MinText(doc), "9999-12-31T23:59:59.999Z");
+  // Ceiled it would be year 10000, which Spark and delta-rs cannot parse. Truncated is what the
+  // protocol specifies; readers add 1 ms to a max before comparing.
+  EXPECT_EQ(MaxText(doc), "9999-12-31T23:59:59.999Z");
+  EXPECT_EQ(text.find("10000"), std::string::npos) << text;
+}
+
+TEST(FileStatsTest, MaxesJustBelowTheLastMillisecondAreStillCeiled) {
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(Micros(9999, 12, 31, 23, 59, 59, 998001)) + "]");
+  EXPECT_EQ(MaxText(doc), "9999-12-31T23:59:59.999Z");
+}
+
+TEST(FileStatsTest, TheLastMillisecondOfYear9999IsAnExactMax) {
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(Micros(9999, 12, 31, 23, 59, 59, 999000)) + "]");
+  EXPECT_EQ(MaxText(doc), "9999-12-31T23:59:59.999Z");
+}
+
+TEST(FileStatsTest, InstantsOutsideYears1To9999HaveNoMinOrMax) {
+  const int64_t before_year_1 = Micros(0, 6, 1);
+  const int64_t after_9999 = Micros(10000, 1, 2);
+  auto doc = StatsOf(kUtcMicros, "[" + std::to_string(before_year_1) + ", " +
+                                     std::to_string(after_9999) + "]");
+  EXPECT_FALSE(doc["minValues"].HasMember("c"));
+  EXPECT_FALSE(doc["maxValues"].HasMember("c"));
+  auto first = StatsOf(kUtcMicros, "[" + std::to_string(Micros(1, 1, 1)) + "]");
+  EXPECT_EQ(MinText(first), "0001-01-01T00:00:00.000Z");
+}
+
+TEST(FileStatsTest, DatesOutsideYears1To9999HaveNoMinOrMax) {
+  const auto day = [](int64_t y, int m, int d) { return std::to_string(DaysFromCivil(y, m, d)); };
+  auto doc = StatsOf(arrow::date32(), "[" + day(9999, 12, 31) + ", " + day(10000, 1, 1) + "]");
+  EXPECT_FALSE(doc["maxValues"].HasMember("c"));
+  auto ok = StatsOf(arrow::date32(), "[" + day(9999, 12, 31) + "]");
+  EXPECT_EQ(MaxText(ok), "9999-12-31");
+}
+
+TEST(StatStringTest, CutsLikeTheStringStats) {
+  EXPECT_EQ(StatString("short", true), "short");
+  EXPECT_EQ(StatString(std::string(40, 'k'), false), std::string(32, 'k'));
+  EXPECT_EQ(StatString(std::string(40, 'k'), true), std::string(32, 'k') + "\xF4\x8F\xBF\xBF");
+  EXPECT_EQ(StatString(std::string(32, 'k'), true), std::string(32, 'k'));  // nothing cut
+}
+
+TEST(StatStringTest, AMaxWithNoShortUpperBoundIsKeptWhole) {
+  // Past the cut the value goes on with U+10FFFF and more: prefix + U+10FFFF is below it.
+  const std::string value = std::string(32, 'k') + "\xF4\x8F\xBF\xBF" + "x";
+  EXPECT_EQ(StatString(value, true), value);
+  EXPECT_EQ(StatString(value, false), std::string(32, 'k'));
+  // Exactly prefix + U+10FFFF: the cut max equals the value, a bound.
+  const std::string exact = std::string(32, 'k') + "\xF4\x8F\xBF\xBF";
+  EXPECT_EQ(StatString(exact, true), exact);
+}
+
 TEST(FileStatsTest, NaiveTimestampsHaveNoZone) {
   auto doc = StatsOf(arrow::timestamp(arrow::TimeUnit::MICRO), "[1735787045678000]");
   EXPECT_EQ(MinText(doc), "2025-01-02T03:04:05.678");

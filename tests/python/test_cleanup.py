@@ -13,6 +13,7 @@ import timelake
 NO_RETENTION = {
     "delta.deletedFileRetentionDuration": "interval 0 seconds",
     "delta.logRetentionDuration": "interval 0 seconds",
+    "timelake.retentionDurationCheck": "false",  # below 7 days only when asked for explicitly
 }
 
 

@@ -72,7 +72,10 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ToParquet(const arrow::Table& tabl
   auto metadata = arrow::key_value_metadata({kFilesKey}, {buffer.GetString()});
   auto with_files = table.ReplaceSchemaMetadata(metadata);
   ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
-  auto props = parquet::WriterProperties::Builder().compression(parquet::Compression::ZSTD)->build();
+  auto props = parquet::WriterProperties::Builder()
+                   .compression(parquet::Compression::ZSTD)
+                   ->enable_page_checksum()
+                   ->build();
   auto arrow_props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
   ARROW_RETURN_NOT_OK(parquet::arrow::WriteTable(*with_files, arrow::default_memory_pool(), sink,
                                                  /*chunk_size=*/1 << 20, props, arrow_props));

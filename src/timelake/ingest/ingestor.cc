@@ -65,8 +65,10 @@ AddFile ToAddAction(const WrittenFile& f, bool data_change, int64_t modification
     add.tags[kMinTimeTag] = std::to_string(f.min_time);
     add.tags[kMaxTimeTag] = std::to_string(f.max_time);
     if (!f.min_key.empty() || !f.max_key.empty()) {
-      add.tags[kMinKeyTag] = f.min_key;
-      add.tags[kMaxKeyTag] = f.max_key;
+      // Cut like the string stats, so that long keys do not bloat every log entry; cut bounds
+      // keep the read path's "key ranges apart" test sound.
+      add.tags[kMinKeyTag] = StatString(f.min_key, /*is_max=*/false);
+      add.tags[kMaxKeyTag] = StatString(f.max_key, /*is_max=*/true);
     }
   }
   return add;

@@ -36,6 +36,12 @@ bool TruncateUtf8(std::string* s, size_t n) {
   return false;
 }
 
+constexpr const char* kMaxCodePoint = "\xF4\x8F\xBF\xBF";  // U+10FFFF
+
+// The range of dates and instants Delta readers parse (Spark: 0001-01-01 to 9999-12-31).
+const int64_t kFirstStatDay = DaysFromCivil(1, 1, 1);
+const int64_t kLastStatDay = DaysFromCivil(9999, 12, 31);
+
 std::string FormatDate(int32_t days) {
   const CivilDate d = CivilFromDays(days);
   char buf[32];
@@ -61,14 +67,25 @@ bool WriteValue(Writer& w, const std::string& key, const arrow::Scalar& s, bool 
       w.Double(v);
       return true;
     }
-    case Type::DATE32:
+    case Type::DATE32: {
+      const int32_t days = static_cast<const arrow::Date32Scalar&>(s).value;
+      if (days < kFirstStatDay || days > kLastStatDay) return false;
       w.Key(key);
-      w.String(FormatDate(static_cast<const arrow::Date32Scalar&>(s).value));
+      w.String(FormatDate(days));
       return true;
+    }
     case Type::TIMESTAMP: {
       const auto& ts = static_cast<const arrow::TimestampScalar&>(s);
       int64_t micros = ts.value;  // storage timestamps are microseconds
-      int64_t ms = is_max ? -FloorDiv(-micros, 1000) : FloorDiv(micros, 1000);
+      int64_t ms = FloorDiv(micros, 1000);
+      // The protocol's max is the value truncated to the millisecond, and compliant readers add
+      // 1 ms before comparing (Spark, Delta Kernel, delta-rs ≥ 0.25). Ceiling it as well keeps
+      // readers that do not adjust correct too, except where that would reach year 10000
+      // (9999-12-31T23:59:59.999001 and later), which no reader parses: there the truncated
+      // value is the right max. Instants outside years 0001–9999 get no stat at all.
+      if (is_max && ms * 1000 != micros && FloorDiv(ms + 1, 86'400'000) <= kLastStatDay) ++ms;
+      const int64_t day = FloorDiv(ms, 86'400'000);
+      if (day < kFirstStatDay || day > kLastStatDay) return false;
       std::string text = FormatIsoMillis(ms * 1000);
       if (static_cast<const arrow::TimestampType&>(*s.type).timezone().empty()) text.pop_back();
       w.Key(key);
@@ -76,10 +93,8 @@ bool WriteValue(Writer& w, const std::string& key, const arrow::Scalar& s, bool 
       return true;
     }
     case Type::STRING: {
-      std::string v(static_cast<const arrow::StringScalar&>(s).view());
-      if (TruncateUtf8(&v, kMaxStringChars) && is_max) v += "\xF4\x8F\xBF\xBF";
       w.Key(key);
-      w.String(v);
+      w.String(StatString(static_cast<const arrow::StringScalar&>(s).view(), is_max));
       return true;
     }
     case Type::DECIMAL128: {
@@ -192,6 +207,15 @@ void WriteNullCounts(Writer& w, const Level& level) {
 }
 
 }  // namespace
+
+std::string StatString(std::string_view value, bool is_max) {
+  std::string out(value);
+  if (!TruncateUtf8(&out, kMaxStringChars) || !is_max) return out;
+  out += kMaxCodePoint;
+  // A value going on with U+10FFFF after the cut has no short upper bound: keep it whole.
+  if (out < value) return std::string(value);
+  return out;
+}
 
 arrow::Result<std::string> FileStatsJson(const arrow::Table& table, int max_indexed_columns) {
   Level top;

@@ -188,8 +188,9 @@ arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprin
 
 arrow::Status DeltaLog::Checkpoint(const Snapshot& snapshot) {
   const int64_t now = NowMillis();
-  const int64_t tombstone_cutoff =
-      now - DeltaIntervalMillis(snapshot.Config("delta.deletedFileRetentionDuration"), 7 * 86'400'000LL);
+  // Tombstones stay as long as vacuum keeps the files: a dropped tombstone would make a removed
+  // file look never-committed, and vacuum would judge it by its (older) modification time.
+  const int64_t tombstone_cutoff = now - snapshot.DeletedFileRetentionMs();
   const std::string txn_retention = snapshot.Config("delta.setTransactionRetentionDuration");
   const int64_t txn_cutoff = txn_retention.empty() ? INT64_MIN : now - DeltaIntervalMillis(txn_retention, 0);
   ARROW_ASSIGN_OR_RAISE(auto body, WriteCheckpoint(snapshot, tombstone_cutoff, txn_cutoff));

@@ -19,7 +19,10 @@ inline constexpr const char* kOrderTag = "timelake.order";      // write order w
 inline constexpr const char* kChunkTag = "timelake.chunk";      // chunk label
 inline constexpr const char* kMinTimeTag = "timelake.minTime";  // exact microseconds
 inline constexpr const char* kMaxTimeTag = "timelake.maxTime";
-inline constexpr const char* kMinKeyTag = "timelake.minKey";  // one string/integer series key
+// Range of a series key that is one string or integer column (integers in decimal). Strings are
+// cut like the string stats (at most 32 characters; a cut max ends in U+10FFFF): bounds, not
+// values, so compare them only to decide that two files' key ranges cannot meet.
+inline constexpr const char* kMinKeyTag = "timelake.minKey";
 inline constexpr const char* kMaxKeyTag = "timelake.maxKey";
 
 // Tags on the `remove` actions timelake writes: why the file went (the last-value index tells

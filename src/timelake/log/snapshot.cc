@@ -1,5 +1,9 @@
 #include "timelake/log/snapshot.h"
 
+#include <algorithm>
+
+#include "timelake/util/time.h"
+
 namespace timelake {
 
 void Snapshot::Apply(const Commit& commit, int64_t commit_version) {
@@ -20,6 +24,13 @@ void Snapshot::Apply(const Commit& commit, int64_t commit_version) {
 std::string Snapshot::Config(const std::string& key, const std::string& fallback) const {
   auto it = metadata.configuration.find(key);
   return it == metadata.configuration.end() ? fallback : it->second;
+}
+
+int64_t Snapshot::DeletedFileRetentionMs() const {
+  const int64_t configured =
+      DeltaIntervalMillis(Config("delta.deletedFileRetentionDuration"), kMinDeletedFileRetentionMs);
+  if (Config(kRetentionCheckKey) == "false") return configured;
+  return std::max(configured, kMinDeletedFileRetentionMs);
 }
 
 }  // namespace timelake

@@ -13,6 +13,12 @@
 
 namespace timelake {
 
+/// Vacuum never deletes a removed or never-committed data file younger than this (7 days, Delta's
+/// own check), whatever `delta.deletedFileRetentionDuration` says, unless the table sets
+/// kRetentionCheckKey to "false": readers and writers still running may need such files.
+inline constexpr int64_t kMinDeletedFileRetentionMs = 7 * 86'400'000LL;
+inline constexpr const char* kRetentionCheckKey = "timelake.retentionDurationCheck";
+
 struct Snapshot {
   int64_t version = -1;
   Protocol protocol;
@@ -35,6 +41,10 @@ struct Snapshot {
 
   /// The configuration value for `key`, or `fallback` when the table does not set it.
   std::string Config(const std::string& key, const std::string& fallback = "") const;
+
+  /// How long removed data files are kept, in milliseconds: `delta.deletedFileRetentionDuration`
+  /// (default 7 days), raised to kMinDeletedFileRetentionMs unless the safety check is off.
+  int64_t DeletedFileRetentionMs() const;
 };
 
 }  // namespace timelake

@@ -3,6 +3,8 @@
 #include <map>
 
 #include "timelake/log/actions.h"
+#include "timelake/log/checkpoint.h"
+#include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -30,10 +32,19 @@ arrow::Result<CleanupResult> ExpireLog(ObjectStore* store, const std::string& ta
     if (auto v = CheckpointVersionOf(name)) checkpoints.emplace(*v, meta);
   }
   // The newest checkpoint old enough to be the new start of the log (and not beyond the
-  // snapshot, which is the newest state this process has verified).
+  // snapshot, which is the newest state this process has verified) that can actually be read:
+  // deleting the commits before a damaged checkpoint would leave nothing to rebuild the table.
   int64_t keep_from = -1;
-  for (const auto& [v, meta] : checkpoints) {
-    if (v <= snapshot.version && meta.modified_ms <= cutoff) keep_from = v;
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && keep_from < 0; ++it) {
+    const auto& [v, meta] = *it;
+    if (v > snapshot.version || meta.modified_ms > cutoff) continue;
+    auto data = store->Get(meta.path);
+    if (!data.ok()) {
+      if (IsNotFound(data.status())) continue;  // removed meanwhile: not a start to keep
+      return data.status();
+    }
+    Snapshot probe;
+    if (ReadCheckpoint(*data, meta.path, &probe).ok()) keep_from = v;
   }
   if (keep_from <= 0) return result;
   result.oldest_version = keep_from;
@@ -54,8 +65,7 @@ arrow::Result<CleanupResult> ExpireLog(ObjectStore* store, const std::string& ta
 arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table_path,
                                     const Snapshot& snapshot, int64_t now_ms) {
   CleanupResult result;
-  const int64_t cutoff =
-      now_ms - DeltaIntervalMillis(snapshot.Config("delta.deletedFileRetentionDuration"), 7 * kDay);
+  const int64_t cutoff = now_ms - snapshot.DeletedFileRetentionMs();
   const std::string root = table_path + "/";
   ARROW_ASSIGN_OR_RAISE(auto listing, store->List(root + "data/"));
   for (const auto& meta : listing) {

@@ -1,12 +1,15 @@
 // Cleanup: expiring old log entries and vacuuming data files no snapshot needs.
 //
 // Log expiry deletes commits and checkpoints older than `delta.logRetentionDuration` (default
-// 30 days), always keeping the newest checkpoint at or before the cutoff and everything after it,
-// so every version from that checkpoint on stays readable. Vacuum deletes data files that the
+// 30 days), always keeping the newest readable checkpoint at or before the cutoff and everything
+// after it, so every version from that checkpoint on stays readable (a damaged checkpoint is never
+// made the start of the log). Vacuum deletes data files that the
 // current snapshot does not reference: removed files once their tombstone is older than
-// `delta.deletedFileRetentionDuration` (default 7 days), and files no commit ever referenced (a
-// writer that crashed before committing) once they are that old too, so in-flight writers are
-// never hurt. Both only ever delete; a crash midway leaves the table readable.
+// `delta.deletedFileRetentionDuration` (default 7 days, and never less than 7 days unless the
+// table sets `timelake.retentionDurationCheck` to "false": Snapshot::DeletedFileRetentionMs), and
+// files no commit ever referenced (a writer that crashed before committing) once they are that old
+// too, so in-flight writers are never hurt. Both only ever delete; a crash midway leaves the table
+// readable.
 #pragma once
 
 #include <cstdint>

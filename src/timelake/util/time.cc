@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <cctype>
+#include <vector>
 
 #include <arrow/status.h>
 
@@ -88,13 +90,69 @@ int64_t DeltaIntervalMillis(const std::string& text, int64_t fallback_ms) {
   if (std::sscanf(s.c_str(), "%lld %31s", &n, unit) != 2) return fallback_ms;
   std::string u(unit);
   if (!u.empty() && u.back() == 's') u.pop_back();
-  if (u == "millisecond") return n;
-  if (u == "second") return n * 1000;
-  if (u == "minute") return n * 60'000;
-  if (u == "hour") return n * 3'600'000;
-  if (u == "day") return n * 86'400'000;
-  if (u == "week") return n * 7 * 86'400'000;
-  return fallback_ms;
+  int64_t unit_ms = 0;
+  if (u == "millisecond") {
+    unit_ms = 1;
+  } else if (u == "second") {
+    unit_ms = 1000;
+  } else if (u == "minute") {
+    unit_ms = 60'000;
+  } else if (u == "hour") {
+    unit_ms = 3'600'000;
+  } else if (u == "day") {
+    unit_ms = 86'400'000;
+  } else if (u == "week") {
+    unit_ms = 7 * 86'400'000LL;
+  } else {
+    return fallback_ms;
+  }
+  if (n < 0 || n > INT64_MAX / 4 / unit_ms) return fallback_ms;
+  return n * unit_ms;
+}
+
+arrow::Result<int64_t> ParseDeltaInterval(std::string_view text) {
+  auto bad = [&] {
+    return arrow::Status::Invalid(
+        "'", text, "' is not a Delta interval: write \"interval <n> <unit>\" in lower case, with "
+        "a whole number n and a unit of microseconds, milliseconds, seconds, minutes, "
+        "hours, days or weeks, such as \"interval 7 days\"");
+  };
+  // Whitespace-separated words, as delta-kernel-rs splits them.
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i) words.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  if (words.size() != 3 || words[0] != "interval") return bad();
+  int64_t n = 0;
+  auto [ptr, ec] = std::from_chars(words[1].data(), words[1].data() + words[1].size(), n);
+  if (ec != std::errc() || ptr != words[1].data() + words[1].size() || n < 0) return bad();
+  std::string_view unit = words[2];
+  if (unit.size() > 1 && unit.back() == 's') unit.remove_suffix(1);
+  // Milliseconds per unit (microseconds divide instead). Spark does not know nanoseconds.
+  int64_t per = 0;
+  if (unit == "microsecond") {
+    return n / 1000;
+  } else if (unit == "millisecond") {
+    per = 1;
+  } else if (unit == "second") {
+    per = 1000;
+  } else if (unit == "minute") {
+    per = 60'000;
+  } else if (unit == "hour") {
+    per = 3'600'000;
+  } else if (unit == "day") {
+    per = 86'400'000;
+  } else if (unit == "week") {
+    per = 7 * 86'400'000LL;
+  } else {
+    return bad();
+  }
+  if (n > INT64_MAX / 4 / per) return bad();  // far beyond any clock, and safe to subtract
+  return n * per;
 }
 
 }  // namespace timelake

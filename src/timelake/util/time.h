@@ -43,7 +43,15 @@ std::string FormatIsoMillis(int64_t micros);
 arrow::Result<int64_t> ParseDuration(std::string_view text);
 
 /// Parses a Delta interval property ("interval 7 days", "30 days", "1 hour") into milliseconds;
-/// `fallback_ms` if the text is empty or not understood.
+/// `fallback_ms` if the text is empty, not understood or out of range. Lenient: for reading
+/// tables any engine wrote.
 int64_t DeltaIntervalMillis(const std::string& text, int64_t fallback_ms);
+
+/// Strictly parses a Delta interval property in the one form every Delta engine reads (Spark
+/// accepts more; delta-rs and delta-kernel-rs accept only this): "interval <n> <unit>", lower
+/// case, `n` a whole number >= 0, `unit` one of microsecond, millisecond, second, minute, hour,
+/// day, week (or their plurals). Returns milliseconds, rounded down. Anything else
+/// (months and years included, which Delta does not allow) is Status::Invalid naming the text.
+arrow::Result<int64_t> ParseDeltaInterval(std::string_view text);
 
 }  // namespace timelake
