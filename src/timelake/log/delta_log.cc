@@ -119,7 +119,10 @@ arrow::Result<Snapshot> DeltaLog::Load() {
 }
 
 arrow::Status DeltaLog::Update(Snapshot* snapshot) {
-  arrow::Status head = CheckHead(snapshot->version, snapshot->head_fingerprint);
+  // An empty snapshot (version -1) has no head to check.
+  arrow::Status head = snapshot->version < 0
+                           ? arrow::Status::OK()
+                           : CheckHead(snapshot->version, snapshot->head_fingerprint);
   if (IsTableNotFound(head)) {
     // Gone or different: either the table was dropped (and maybe created again), or the handle
     // is so old that log expiry removed its head. The table's identity tells them apart.
