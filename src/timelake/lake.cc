@@ -1,12 +1,16 @@
 #include "timelake/lake.h"
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <set>
 
 #include <arrow/compute/initialize.h>
 #include <arrow/type.h>
 
 #include "timelake/log/delta_log.h"
+#include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
@@ -21,6 +25,11 @@ constexpr size_t kMaxIdentifierBytes = 128;
 // Folders of dropped tables, renamed out of sight before their files are deleted. The leading
 // dot keeps them from ever parsing as a table name.
 constexpr const char* kDroppedPrefix = ".dropped-";
+// Short-lived locks that make creations of names equal ignoring case take turns (a folder at the
+// lake root whose name is no identifier, so it is never taken for a namespace).
+constexpr const char* kNameLocks = ".timelake/create-locks/";
+constexpr int64_t kNameLockWaitMs = 10'000;
+constexpr int64_t kNameLockStaleMs = 30'000;
 
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -166,6 +175,14 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
   ARROW_ASSIGN_OR_RAISE(auto contract, MakeContract(*schema, options));
   ARROW_ASSIGN_OR_RAISE(auto storage, StorageSchemaOf(*schema));
+  // Tables whose names differ only in case must not both come to exist: creations of such names
+  // take turns, so the check below and the commit that creates the table are one step.
+  ARROW_ASSIGN_OR_RAISE(auto lock, LockName(table_name));
+  struct Unlock {
+    ObjectStore* store;
+    std::string path;
+    ~Unlock() { (void)store->Delete(path); }
+  } unlock{store_.get(), lock};
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
   auto already = [&](const TableName& existing) {
@@ -214,22 +231,6 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
 
   ARROW_ASSIGN_OR_RAISE(bool won, log.TryCommit(0, SerializeCommit(commit)));
   if (!won) return already(table_name);
-  // A creator racing for a name that differs only in case passed the check above too. Both now
-  // see each other's commit 0; the later one (by commit timestamp, then txnId) withdraws.
-  ARROW_ASSIGN_OR_RAISE(twins, CaseTwins(table_name));
-  for (const auto& twin : twins) {
-    auto theirs = DeltaLog(store_, twin.path()).ReadCommit(0);
-    bool they_are_first = true;  // a twin whose commit 0 is gone is older than ours
-    if (theirs.ok() && theirs->commit_info) {
-      const auto& t = *theirs->commit_info;
-      they_are_first = t.timestamp != info.timestamp ? t.timestamp < info.timestamp
-                                                     : t.txn_id < info.txn_id;
-    }
-    if (they_are_first) {
-      (void)DropTable(table_name.qualified());
-      return already(twin);
-    }
-  }
   return Table::Open(store_, table_name.path(), table_name.qualified());
 }
 
@@ -282,6 +283,30 @@ arrow::Status Lake::DropTable(const std::string& name) {
     if (store_->DeletePrefix(hidden).ok()) break;
   }
   return arrow::Status::OK();
+}
+
+arrow::Result<std::string> Lake::LockName(const TableName& name) {
+  const std::string path = std::string(kNameLocks) + Lower(name.ns) + "." + Lower(name.table);
+  const int64_t deadline = NowMillis() + kNameLockWaitMs;
+  for (int attempt = 0;; ++attempt) {
+    ARROW_ASSIGN_OR_RAISE(bool won, store_->PutIfAbsent(path, arrow::Buffer::FromString(
+                                                                   std::to_string(NowMillis()))));
+    if (won) return path;
+    // A lock older than any creation takes was left by a creator that died: break it.
+    auto held = store_->Get(path);
+    if (held.ok()) {
+      auto since = ParseInt64((*held)->ToString());
+      if (!since || NowMillis() - *since > kNameLockStaleMs) (void)store_->Delete(path);
+    } else if (!IsNotFound(held.status())) {
+      return held.status();
+    }
+    if (NowMillis() > deadline) {
+      return arrow::Status::IOError("cannot create table '", name.qualified(),
+                                    "': another process has been creating a table of that name "
+                                    "for ", kNameLockWaitMs / 1000, " s; retry");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, 1 + attempt)));
+  }
 }
 
 void Lake::SweepDropped(const std::string& ns) {

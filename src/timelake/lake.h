@@ -65,6 +65,10 @@ class Lake {
   arrow::Result<TableName> Resolve(const std::string& name);
   /// Existing tables other than `name` whose names equal it ignoring case.
   arrow::Result<std::vector<TableName>> CaseTwins(const TableName& name);
+  /// Takes the lock that creations of names equal to `name` ignoring case share (waiting for a
+  /// running creation; breaking a lock left by a creator that died); returns its path, which the
+  /// caller deletes to release it.
+  arrow::Result<std::string> LockName(const TableName& name);
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;

@@ -207,7 +207,7 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
     if (st.ok()) st = CheckInterrupt(options.interrupt);  // the last chance before committing
     if (!st.ok()) {
       ingestor.Abort();
-      return st;
+      return DroppedOr(st);
     }
   }
   if (files.empty() && !options.batch_id) {
@@ -251,7 +251,7 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   if (!st.ok()) {
     // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
     if (!outcome.outcome_unknown) ingestor.Abort();
-    return st;
+    return DroppedOr(st);
   }
   if (!outcome.version) {
     ingestor.Abort();
@@ -355,6 +355,13 @@ arrow::Status Table::CommitRebasing(Commit* commit,
 }
 
 void Table::AfterCommit() { MaybeCheckpoint(); }
+
+arrow::Status Table::DroppedOr(arrow::Status st) {
+  // Bad input and Ctrl-C say what they are; a storage failure may be the table vanishing.
+  if (st.ok() || st.IsInvalid() || st.IsCancelled() || IsTableNotFound(st)) return st;
+  arrow::Status head = log_.CheckHead(snapshot_.version, snapshot_.head_fingerprint);
+  return IsTableNotFound(head) ? head : st;
+}
 
 void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq) {
   if (!contract_.is_time_series() || files.empty()) return;

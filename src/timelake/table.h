@@ -164,6 +164,10 @@ class Table {
   static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
                              const char* reason);
   bool AutoMaintain() const;
+  /// `st`, or TableDropped when `st` is a storage failure and the table is gone: a folder
+  /// renamed away by a drop makes writes into it fail with "no such file".
+  /// REQUIRES: mutex_ held.
+  arrow::Status DroppedOr(arrow::Status st);
   /// Post-commit hook of every commit: a checkpoint when one is due. Never fails the commit.
   void AfterCommit();
   /// Post-commit hook of commits that add files: writes the index record of commit `version`

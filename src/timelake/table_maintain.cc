@@ -19,7 +19,7 @@ arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
   if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
   MaintainResult result;
-  ARROW_RETURN_NOT_OK(MaintainLocked(options, /*inline_only=*/false, &result));
+  ARROW_RETURN_NOT_OK(DroppedOr(MaintainLocked(options, /*inline_only=*/false, &result)));
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;

@@ -219,6 +219,14 @@ TEST_F(LakeTest, OldHandleWhoseHeadCommitExpiredIsNotTakenForDropped) {
   EXPECT_EQ(result.version, 13);
 }
 
+TEST_F(LakeTest, CreationLockLeftByADeadCreatorIsBrokenAndReleasedAfterwards) {
+  ASSERT_OK(store_->Put(".timelake/create-locks/ns.sensor", Buf("1000")));  // from 1970
+  ASSERT_OK(lake_->CreateTable("ns.Sensor", Readings(), {}).status());
+  EXPECT_TRUE(Objects(".timelake/").empty());
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_EQ(tables, (std::vector<std::string>{"ns.Sensor"}));
+}
+
 TEST_F(LakeTest, NamesDifferingOnlyInCaseAreOneTable) {
   ASSERT_OK(lake_->CreateTable("ns.Sensor", Readings(), {}).status());
   EXPECT_TRUE(FailsWith(lake_->CreateTable("ns.sensor", Readings(), {}),

@@ -297,7 +297,6 @@ CASE_CREATOR = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(strict=False, reason="open defect after merging the input-safety branch (issue 5 note): fails intermittently, under investigation")
 def test_racing_creates_of_case_twins_leave_exactly_one(tmp_path):
     go = tmp_path / "go"
     procs = [
@@ -364,7 +363,6 @@ MODEL_WORKER = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(strict=False, reason="open defect after merging the input-safety branch (issue 5 note): fails intermittently, under investigation")
 def test_model_latest_equals_newest_row_per_series_after_any_history(tmp_path):
     """Several processes append, maintain, drop and recreate at random; then, and after a
     maintain, latest() must equal SELECT of the newest row per series."""
