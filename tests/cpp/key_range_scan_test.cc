@@ -6,6 +6,7 @@
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
+#include "lake_fixture.h"
 #include "test_util.h"
 #include "timelake/lake.h"
 #include "timelake/log/file_tags.h"
@@ -19,13 +20,12 @@ using arrow::field;
 
 const std::string kPrefix(32, 'p');  // longer keys share exactly the part the tags keep
 
-class KeyRangeScanTest : public ::testing::Test {
+class KeyRangeScanTest : public LakeFixture {
  protected:
   void SetUp() override {
     ContractOptions options;
-    options.series_key = std::vector<std::string>{"sensor"};
     options.dedup = "last";
-    table_ = lake_->CreateTable("t", schema_, options).ValueOrDie();
+    CreateTable(options);
   }
 
   // Appends one row per key, all at hours 1..n of 2025-01-01 (so every file overlaps in time).
@@ -51,12 +51,6 @@ class KeyRangeScanTest : public ::testing::Test {
     return out;
   }
 
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
-  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
-  std::shared_ptr<arrow::Schema> schema_ =
-      arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
-                     field("sensor", arrow::utf8()), field("value", arrow::float64())});
-  std::shared_ptr<Table> table_;
 };
 
 TEST_F(KeyRangeScanTest, TheSameLongKeyInTwoFilesIsDeduplicated) {

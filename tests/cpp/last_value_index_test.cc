@@ -9,6 +9,7 @@
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
+#include "lake_fixture.h"
 #include "test_util.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/lake.h"
@@ -21,13 +22,9 @@ namespace {
 
 using arrow::field;
 
-class LastValueIndexTest : public ::testing::Test {
+class LastValueIndexTest : public LakeFixture {
  protected:
-  void SetUp() override {
-    ContractOptions options;
-    options.series_key = std::vector<std::string>{"sensor"};
-    table_ = lake_->CreateTable("t", schema_, options).ValueOrDie();
-  }
+  void SetUp() override { CreateTable(); }
 
   // Appends one row for `sensor` at 2025-01-`day` `hour`:00 with `value`.
   int64_t Append(const std::string& sensor, int day, int hour, double value, Table* table = nullptr) {
@@ -49,11 +46,6 @@ class LastValueIndexTest : public ::testing::Test {
     return out;
   }
 
-  std::vector<std::string> Objects(const std::string& prefix) {
-    std::vector<std::string> out;
-    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
-    return out;
-  }
   std::string IndexDir() { return "default/t/_timelake/lvi/"; }
   std::string RecordOf(int64_t version) {
     for (const auto& path : Objects(IndexDir())) {
@@ -88,12 +80,6 @@ class LastValueIndexTest : public ::testing::Test {
     return add;
   }
 
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
-  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
-  std::shared_ptr<arrow::Schema> schema_ =
-      arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
-                     field("sensor", arrow::utf8()), field("value", arrow::float64())});
-  std::shared_ptr<Table> table_;
 };
 
 TEST_F(LastValueIndexTest, LatestIsTheNewestRowOfEverySeries) {

@@ -13,6 +13,7 @@
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
+#include "lake_fixture.h"
 #include "test_util.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/lake.h"
@@ -73,13 +74,9 @@ struct StopOnCall {
   }
 };
 
-class TableInterruptTest : public ::testing::Test {
+class TableInterruptTest : public LakeFixture {
  protected:
-  void SetUp() override {
-    ContractOptions options;
-    options.series_key = std::vector<std::string>{"sensor"};
-    table_ = lake_->CreateTable("t", schema_, options).ValueOrDie();
-  }
+  void SetUp() override { CreateTable(); }
 
   // One row on each of `days` of January 2025 for sensor "a".
   std::shared_ptr<arrow::RecordBatch> Rows(std::vector<int> days, int hour = 0) {
@@ -93,21 +90,10 @@ class TableInterruptTest : public ::testing::Test {
     return Batch(schema_, {ts + "]", sensors + "]", values + "]"});
   }
 
-  std::vector<std::string> Objects(const std::string& prefix) {
-    std::vector<std::string> out;
-    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
-    return out;
-  }
   std::vector<std::string> DataFiles() { return Objects("default/t/data/"); }
   size_t LiveFiles() { return lake_->OpenTable("t").ValueOrDie()->Scan().ValueOrDie().files.size(); }
   int64_t LatestVersion() { return lake_->OpenTable("t").ValueOrDie()->version(); }
 
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
-  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
-  std::shared_ptr<arrow::Schema> schema_ =
-      arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
-                     field("sensor", arrow::utf8()), field("value", arrow::float64())});
-  std::shared_ptr<Table> table_;
 };
 
 TEST_F(TableInterruptTest, HandleCalledFromItsOwnAppendStreamFailsInsteadOfDeadlocking) {

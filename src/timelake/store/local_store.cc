@@ -40,6 +40,23 @@ arrow::Status EnsureDir(const std::string& dir) {
   return arrow::Status::OK();
 }
 
+// Calls `visit(name)` for every entry of the open folder `handle` (at `dir`) but "." and "..",
+// stopping at the first failure; a failed read of the folder is an error naming it.
+template <typename Visit>
+arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(handle);
+    if (entry == nullptr) {
+      if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
+      return arrow::Status::OK();
+    }
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    ARROW_RETURN_NOT_OK(visit(name));
+  }
+}
+
 arrow::Status FsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("cannot open directory", dir, errno);
@@ -255,19 +272,12 @@ arrow::Status LocalStore::Walk(const std::string& dir_rel, const std::string& pr
     return ErrnoStatus("cannot list", dir, err);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
-  for (;;) {
-    errno = 0;
-    const struct dirent* entry = ::readdir(handle);
-    if (entry == nullptr) {
-      if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
-      break;
-    }
-    const std::string name = entry->d_name;
-    if (name == "." || name == ".." || name.rfind(kTempPrefix, 0) == 0) continue;
+  return ForEachEntry(handle, dir, [&](const std::string& name) -> arrow::Status {
+    if (name.rfind(kTempPrefix, 0) == 0) return arrow::Status::OK();
     std::string rel = dir_rel.empty() ? name : dir_rel + "/" + name;
     struct stat st {};
     if (::fstatat(::dirfd(handle), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT) continue;  // deleted while listing
+      if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing
       return ErrnoStatus("cannot stat", dir + "/" + name, errno);
     }
     if (S_ISDIR(st.st_mode)) {
@@ -277,18 +287,18 @@ arrow::Status LocalStore::Walk(const std::string& dir_rel, const std::string& pr
                          std::min(as_dir.size(), prefix.size())) == 0) {
         ARROW_RETURN_NOT_OK(Walk(rel, prefix, /*top=*/false, out));
       }
-      continue;
+      return arrow::Status::OK();
     }
-    if (rel.compare(0, prefix.size(), prefix) != 0) continue;
+    if (rel.compare(0, prefix.size(), prefix) != 0) return arrow::Status::OK();
     if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
-      if (errno == ENOENT) continue;  // a dangling link names no object
+      if (errno == ENOENT) return arrow::Status::OK();  // a dangling link names no object
       return ErrnoStatus("cannot stat", dir + "/" + name, errno);
     }
-    if (!S_ISREG(st.st_mode)) continue;
+    if (!S_ISREG(st.st_mode)) return arrow::Status::OK();
     out->push_back({std::move(rel), static_cast<int64_t>(st.st_size),
                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000});
-  }
-  return arrow::Status::OK();
+    return arrow::Status::OK();
+  });
 }
 
 arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::string& prefix) {
@@ -301,26 +311,15 @@ arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::stri
     return ErrnoStatus("cannot list", dir, err);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
-  for (;;) {
-    errno = 0;
-    const struct dirent* entry = ::readdir(handle);
-    if (entry == nullptr) {
-      if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
-      break;
+  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name) -> arrow::Status {
+    struct stat st {};
+    if (::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
+      if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing, or dangling
+      return ErrnoStatus("cannot stat", dir + "/" + name, errno);
     }
-    const std::string name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    bool is_dir = entry->d_type == DT_DIR;
-    if (entry->d_type == DT_UNKNOWN || entry->d_type == DT_LNK) {
-      struct stat st {};
-      if (::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
-        if (errno == ENOENT) continue;  // deleted while listing, or a dangling link
-        return ErrnoStatus("cannot stat", dir + "/" + name, errno);
-      }
-      is_dir = S_ISDIR(st.st_mode);
-    }
-    if (is_dir) out.push_back(name);
-  }
+    if (S_ISDIR(st.st_mode)) out.push_back(name);
+    return arrow::Status::OK();
+  }));
   std::sort(out.begin(), out.end());
   return out;
 }
