@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import weakref
 import tempfile
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
@@ -126,13 +127,19 @@ class _Catalog:
     """
 
     def __init__(self, lake: Any) -> None:
-        self.lake = lake
+        # The lake holds its catalogs (per thread); a weak reference back keeps that from being a
+        # cycle, so a Lake and its core handles go as soon as the user drops the Lake.
+        self._lake = weakref.ref(lake)
         self.con = _confined_connection(_lake_directory(lake.location))
         self._views: Dict[str, Tuple[int, pa.Schema, Optional[str], Any]] = {}
         self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
         self.declared: Dict[str, pa.Field] = {}
+
+    @property
+    def lake(self) -> Any:
+        return self._lake()
 
     def begin(self, namespace: str) -> None:
         """Starts a statement: result-type hints are per statement."""
