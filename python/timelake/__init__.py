@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 
@@ -150,37 +150,24 @@ def _as_reader(data: Any) -> pa.RecordBatchReader:
     )
 
 
-class _InputStream:
-    """The batches of a reader, remembering the exception its producer raised.
+def _recording(reader: pa.RecordBatchReader, errors: list) -> Iterator[pa.RecordBatch]:
+    """The batches of a reader, appending to `errors` the exception its producer raised.
 
-    The Arrow C stream interface carries a producer's failure to the core as a message only.
-    append() re-raises the producer's own exception instead (the same object, as a for loop
-    over the reader would), and a KeyboardInterrupt raised inside a Python generator stays one.
+    The Arrow C stream interface carries a producer's failure to the core as a message only;
+    append() re-raises the producer's own exception instead (the same object, as a for loop over
+    the reader would), and a KeyboardInterrupt raised while Python runs the producer stays one.
+    A generator, primed by the caller: every later resumption, where Python may raise a pending
+    KeyboardInterrupt, is inside the try block (a method would be entered outside it).
     """
-
-    __slots__ = ("_reader", "error")
-
-    def __init__(self, reader: pa.RecordBatchReader) -> None:
-        self._reader = reader
-        self.error: Optional[BaseException] = None
-
-    def __iter__(self) -> "_InputStream":
-        return self
-
-    def __next__(self) -> pa.RecordBatch:
-        try:
-            return self._reader.read_next_batch()
-        except StopIteration:
-            raise
-        except BaseException as e:
-            self.error = e
-            raise
-
-    def take_error(self) -> Optional[BaseException]:
-        """The producer's exception, forgotten here: it must not stay referenced from this
-        object, which the exported reader holds (a cycle the garbage collector cannot see)."""
-        error, self.error = self.error, None
-        return error
+    try:
+        yield None  # primed
+        while True:
+            yield reader.read_next_batch()
+    except StopIteration:
+        return
+    except BaseException as e:
+        errors.append(e)
+        raise
 
 
 class Table:
@@ -221,18 +208,23 @@ class Table:
             except ValueError:
                 raise ValueError(f"maintain must be True, False or None, got {maintain!r}") from None
         reader = _as_reader(data)
-        stream = None
+        errors: list = []
         if isinstance(data, pa.RecordBatchReader) or (
             hasattr(data, "__arrow_c_stream__") and not isinstance(data, (pa.Table, pa.RecordBatch))
         ):
             # Batches a producer of the caller's makes (a generator, another library's stream)
             # may fail: keep its exception to re-raise it as is.
-            stream = _InputStream(reader)
-            reader = pa.RecordBatchReader.from_batches(reader.schema, stream)
+            batches = _recording(reader, errors)
+            next(batches)
+            reader = pa.RecordBatchReader.from_batches(reader.schema, batches)
+            del batches
         try:
             return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain)
         except BaseException:
-            error = stream.take_error() if stream is not None else None
+            # The list must not keep the exception: the exported reader (not seen by the garbage
+            # collector) holds the generator, which holds the list.
+            error = errors[0] if errors else None  # the first: the producer's own
+            errors.clear()
             # pyarrow's exceptions are its rendering of a failure that crossed another C stream
             # inside the caller's object: the core's rendering of it is the contract's type.
             if error is None or isinstance(error, pa.ArrowException):
@@ -240,6 +232,7 @@ class Table:
                 raise
         # Raised outside the except block (the core's rendering is no context of it), and without
         # a reference from this frame (its traceback holds the frame).
+        del reader
         try:
             raise error
         finally:

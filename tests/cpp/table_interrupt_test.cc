@@ -43,7 +43,9 @@ class CallbackReader : public arrow::RecordBatchReader {
   CallbackReader(std::shared_ptr<arrow::Schema> schema,
                  std::vector<std::shared_ptr<arrow::RecordBatch>> batches,
                  std::function<void(size_t)> before_batch)
-      : schema_(std::move(schema)), batches_(std::move(batches)), before_(std::move(before_batch)) {}
+      : schema_(std::move(schema)),
+        batches_(std::move(batches)),
+        before_(std::move(before_batch)) {}
   std::shared_ptr<arrow::Schema> schema() const override { return schema_; }
   arrow::Status ReadNext(std::shared_ptr<arrow::RecordBatch>* batch) override {
     if (next_ >= batches_.size()) {
@@ -91,7 +93,9 @@ class TableInterruptTest : public LakeFixture {
   }
 
   std::vector<std::string> DataFiles() { return Objects("default/t/data/"); }
-  size_t LiveFiles() { return lake_->OpenTable("t").ValueOrDie()->Scan().ValueOrDie().files.size(); }
+  size_t LiveFiles() {
+    return lake_->OpenTable("t").ValueOrDie()->Scan().ValueOrDie().files.size();
+  }
   int64_t LatestVersion() { return lake_->OpenTable("t").ValueOrDie()->version(); }
 
 };

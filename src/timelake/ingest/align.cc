@@ -22,7 +22,8 @@ std::shared_ptr<arrow::DataType> ValueTypeOf(const std::shared_ptr<arrow::DataTy
     case Type::LIST:
       return arrow::list(field_of(static_cast<const arrow::ListType&>(*t).value_field()));
     case Type::LARGE_LIST:
-      return arrow::large_list(field_of(static_cast<const arrow::LargeListType&>(*t).value_field()));
+      return arrow::large_list(
+          field_of(static_cast<const arrow::LargeListType&>(*t).value_field()));
     case Type::LIST_VIEW:
       return arrow::list_view(field_of(static_cast<const arrow::ListViewType&>(*t).value_field()));
     case Type::LARGE_LIST_VIEW:
