@@ -296,6 +296,10 @@ arrow::Status Table::CommitRebasing(Commit* commit,
     commit->commit_info->timestamp = NowMillis();
     prepare(commit, version);
     const std::string body = SerializeCommit(*commit);
+    // Never put a version into a folder whose version-1 is not this handle's head: after a drop
+    // (and a create at the same path) that would leave a stray version, and a gap, in another
+    // table's log for as long as it takes to notice. The check after the put covers the rest.
+    ARROW_RETURN_NOT_OK(log_.CheckHead(version - 1, snapshot_.head_fingerprint));
     auto won = log_.TryCommit(version, body);
     if (!won.ok()) {
       // The put may have landed even though it reported an error (a lost reply, a failed folder
