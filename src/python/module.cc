@@ -264,7 +264,11 @@ NB_MODULE(_core, m) {
              d["commit_ms"] = r.commit_ms;
              d["attempts"] = r.attempts;
              d["duplicate"] = r.duplicate;
-             if (r.maintenance) d["maintenance"] = MaintainDict(*r.maintenance);
+             if (r.maintenance) {
+               nb::dict maintenance = MaintainDict(*r.maintenance);
+               if (r.maintenance_error) maintenance["error"] = *r.maintenance_error;
+               d["maintenance"] = maintenance;
+             }
              return d;
            },
            "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())

@@ -14,6 +14,7 @@
 #include "timelake/log/schema.h"
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/txn/committer.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -229,8 +230,16 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   metadata.created_time = info.timestamp;
   commit.metadata = metadata;
 
-  ARROW_ASSIGN_OR_RAISE(bool won, log.TryCommit(0, SerializeCommit(commit)));
-  if (!won) return already(table_name);
+  // Version 0 through the same committer as every other commit (a put whose reply was lost is
+  // recognised as this creation), without rebasing: a winner created the table first.
+  Snapshot empty;
+  PendingCommit pending;
+  pending.commit = std::move(commit);
+  pending.intent.kind = CommitKind::kCreate;
+  pending.rebase = false;
+  CommitOutcome outcome;
+  ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
+  if (!outcome.version) return already(table_name);
   return Table::Open(store_, table_name.path(), table_name.qualified());
 }
 

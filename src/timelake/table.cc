@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <random>
 #include <set>
-#include <thread>
 
 #include <arrow/type.h>
 #include <arrow/type_traits.h>
@@ -65,6 +63,7 @@ Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::st
       table_path_(table_path),
       name_(std::move(name)),
       log_(store, table_path),
+      committer_(&log_, name_),
       mutex_("table handle '" + name_ + "'",
              "use a second handle for the table, from lake.table('" + name_ + "')") {}
 
@@ -150,20 +149,21 @@ bool Table::HasBatch(const std::string& batch_id) const {
   return *it->second.last_updated >= NowMillis() - window_ms;
 }
 
-void Table::MaybeCheckpoint() {
+arrow::Status Table::MaybeCheckpoint() {
   const int64_t interval = ParseInt64(snapshot_.Config("delta.checkpointInterval", "10")).value_or(10);
-  if (interval <= 0 || snapshot_.version == 0 || snapshot_.version % interval != 0) return;
-  // A failed checkpoint costs only replay time; the commit itself has succeeded.
-  if (!log_.Checkpoint(snapshot_).ok()) return;
+  if (interval <= 0 || snapshot_.version == 0 || snapshot_.version % interval != 0) {
+    return arrow::Status::OK();
+  }
+  ARROW_RETURN_NOT_OK(log_.Checkpoint(snapshot_));
   // A drop between the commit and here would make the checkpoint revive the dropped folder as a
   // broken table: take it back if the commit is no longer there.
-  if (!log_.CheckHead(snapshot_.version, snapshot_.head_fingerprint).ok()) {
-    (void)store_->Delete(log_.LogPath(CommitFileName(snapshot_.version).substr(0, 20) +
-                                      ".checkpoint.parquet"));
-    (void)store_->Delete(log_.LogPath("_last_checkpoint"));
-    return;
+  if (arrow::Status head = log_.CheckHead(snapshot_.version, snapshot_.head_fingerprint);
+      !head.ok()) {
+    (void)log_.store().DeleteCheckpoint(snapshot_.version);
+    return head;
   }
   snapshot_.checkpoint_version = snapshot_.version;
+  return arrow::Status::OK();
 }
 
 arrow::Status Table::Refresh() {
@@ -234,30 +234,26 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
 
   commit.commit_info = info;
 
+  PendingCommit pending;
+  pending.commit = std::move(commit);
+  pending.intent.kind = CommitKind::kAppend;
+  if (options.batch_id) pending.intent.txn_app_ids.insert(BatchAppId(*options.batch_id));
+  pending.prepare = [](Commit* c, int64_t version) {
+    for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+  };
   const auto started = std::chrono::steady_clock::now();
   CommitOutcome outcome;
-  bool duplicate = false;
-  arrow::Status st = CommitRebasing(
-      &commit,
-      [](Commit* c, int64_t version) {
-        for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
-      },
-      [&]() -> arrow::Result<AfterLostRace> {
-        // A winner that recorded the same batch id makes this append a duplicate.
-        duplicate = options.batch_id && HasBatch(*options.batch_id);
-        return duplicate ? AfterLostRace::kAbandon : AfterLostRace::kRetry;
-      },
-      &outcome);
-  if (!st.ok()) {
+  if (arrow::Status st = CommitPending(&pending, &outcome); !st.ok()) {
     // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
     if (!outcome.outcome_unknown) ingestor.Abort();
     return DroppedOr(st);
   }
   if (!outcome.version) {
+    // A concurrent append recorded the same batch id: this one is its duplicate.
     ingestor.Abort();
     AppendResult dup;
     dup.version = snapshot_.version;
-    dup.duplicate = duplicate;
+    dup.duplicate = outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn;
     dup.attempts = outcome.attempts;
     return dup;
   }
@@ -266,99 +262,44 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   result.commit_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   // The append is acknowledged: from here on nothing may turn it into an error.
-  AfterCommit();
-  RecordNewest(files, result.version, result.version);
+  PostCommitHooks hooks = HooksAfter(&files, result.version, result.version);
   if (options.maintain.value_or(AutoMaintain())) {
-    MaintainResult maintenance;
-    arrow::Status upkeep = MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance);
-    if (!upkeep.ok()) {
-      result.maintenance = maintenance;
-      result.maintenance_error = upkeep.message();
-    } else if (maintenance.partitions_dropped + maintenance.partitions_compacted +
-                   maintenance.snapshots_expired + maintenance.objects_deleted > 0) {
-      result.maintenance = maintenance;
-    }
+    hooks.Add("inline maintenance", [&]() -> arrow::Status {
+      MaintainResult maintenance;
+      arrow::Status upkeep = MaintainLocked(MaintainOptions{}, /*inline_only=*/true, &maintenance);
+      if (!upkeep.ok() || maintenance.partitions_dropped + maintenance.partitions_compacted +
+                                  maintenance.snapshots_expired + maintenance.objects_deleted >
+                              0) {
+        result.maintenance = maintenance;
+      }
+      return upkeep;
+    });
+  }
+  if (auto failures = hooks.Run(); !failures.empty()) {
+    std::string message;
+    for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
+    if (!result.maintenance) result.maintenance = MaintainResult{};
+    result.maintenance_error = message;
   }
   return result;
 }
 
-arrow::Status Table::CommitRebasing(Commit* commit,
-                                    const std::function<void(Commit*, int64_t)>& prepare,
-                                    const std::function<arrow::Result<AfterLostRace>()>& on_lost_race,
-                                    CommitOutcome* out) {
-  std::mt19937_64 rng(std::random_device{}());
-  const std::string txn_id = commit->commit_info->txn_id;
-  const std::string operation = commit->commit_info->operation;
-  for (int attempt = 1;; ++attempt) {
-    out->attempts = attempt;
-    const int64_t version = snapshot_.version + 1;
-    commit->commit_info->read_version = snapshot_.version;
-    commit->commit_info->timestamp = NowMillis();
-    prepare(commit, version);
-    const std::string body = SerializeCommit(*commit);
-    // Never put a version into a folder whose version-1 is not this handle's head: after a drop
-    // (and a create at the same path) that would leave a stray version, and a gap, in another
-    // table's log for as long as it takes to notice. The check after the put covers the rest.
-    ARROW_RETURN_NOT_OK(log_.CheckHead(version - 1, snapshot_.head_fingerprint));
-    auto won = log_.TryCommit(version, body);
-    if (!won.ok()) {
-      // The put may have landed even though it reported an error (a lost reply, a failed folder
-      // fsync): look at what the version holds before deciding anything.
-      auto landed = log_.ReadCommit(version);
-      if (landed.ok() && landed->commit_info && landed->commit_info->txn_id == txn_id) {
-        won = true;
-      } else if (landed.ok()) {
-        won = false;  // another writer's commit: an ordinary lost race
-      } else if (IsNotFound(landed.status())) {
-        return arrow::Status::IOError(operation, " commit of version ", version, " to table '",
-                                      name_, "' failed: ", won.status().message());
-      } else {
-        out->outcome_unknown = true;
-        return arrow::Status::IOError(operation, " commit of version ", version, " to table '",
-                                      name_, "' failed and its outcome is unknown: ",
-                                      won.status().message(), "; retry (with the same batch_id "
-                                      "for appends, so that it lands exactly once)");
-      }
-    }
-    if (*won) {
-      // The commit counts only if it follows this handle's snapshot in the same table: if the
-      // table was dropped (and maybe created again) meanwhile, the put created a stray version
-      // in the new folder. Take it back; nothing else can have built on it yet.
-      arrow::Status same_table = log_.CheckHead(version - 1, snapshot_.head_fingerprint);
-      if (!same_table.ok()) {
-        (void)store_->Delete(log_.LogPath(CommitFileName(version)));
-        return same_table;
-      }
-      snapshot_.Apply(*commit, version);
-      snapshot_.head_fingerprint = CommitFingerprint(body);
-      out->version = version;
-      return arrow::Status::OK();
-    }
-    // Lost the race for `version`. Back off first (with jitter, so racing writers spread out),
-    // then read every commit that landed meanwhile and rebase onto the newest: retrying a version
-    // computed before the pause would mostly lose again.
-    if (attempt >= kMaxCommitAttempts) {
-      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
-                                    "' lost ", attempt, " commit races in a row; retry later");
-    }
-    const int64_t cap_us = std::min<int64_t>(100'000, 500LL << std::min(attempt, 8));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
-    const Protocol protocol_before = snapshot_.protocol;
-    const std::string schema_before = snapshot_.metadata.schema_string;
-    const std::string id_before = snapshot_.metadata.id;
-    ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
-    if (snapshot_.metadata.id != id_before || snapshot_.metadata.schema_string != schema_before ||
-        snapshot_.protocol.min_writer_version != protocol_before.min_writer_version ||
-        snapshot_.protocol.min_reader_version != protocol_before.min_reader_version) {
-      return arrow::Status::IOError("commit conflict that could not be rebased: table '", name_,
-                                    "' changed its schema or protocol concurrently; retry");
-    }
-    ARROW_ASSIGN_OR_RAISE(AfterLostRace next, on_lost_race());
-    if (next == AfterLostRace::kAbandon) return arrow::Status::OK();
-  }
+arrow::Status Table::CommitPending(PendingCommit* pending, CommitOutcome* out) {
+  return committer_.Commit(&snapshot_, pending, out);
 }
 
-void Table::AfterCommit() { MaybeCheckpoint(); }
+PostCommitHooks Table::HooksAfter(const std::vector<WrittenFile>* files, int64_t version,
+                                  int64_t seq) {
+  PostCommitHooks hooks;
+  hooks.Add("checkpoint", [this] { return MaybeCheckpoint(); });
+  if (files != nullptr) {
+    hooks.Add("last-value index", [this, files, version, seq] {
+      return RecordNewest(*files, version, seq);
+    });
+  }
+  return hooks;
+}
+
 
 arrow::Status Table::DroppedOr(arrow::Status st) {
   // Bad input and Ctrl-C say what they are; a storage failure may be the table vanishing.
@@ -367,25 +308,28 @@ arrow::Status Table::DroppedOr(arrow::Status st) {
   return IsTableNotFound(head) ? head : st;
 }
 
-void Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq) {
-  if (!contract_.is_time_series() || files.empty()) return;
+arrow::Status Table::RecordNewest(const std::vector<WrittenFile>& files, int64_t version,
+                                  int64_t seq) {
+  if (!contract_.is_time_series() || files.empty()) return arrow::Status::OK();
   std::vector<std::shared_ptr<arrow::Table>> newest;
   std::vector<std::string> paths;
   for (const auto& f : files) {
-    if (!f.newest) return;
-    auto with_seq = WithSequence(f.newest, seq);
-    if (!with_seq.ok()) return;
-    newest.push_back(*with_seq);
+    // A file without its newest rows (written by an older path) leaves the commit unrecorded:
+    // latest() then reads its files.
+    if (!f.newest) return arrow::Status::OK();
+    ARROW_ASSIGN_OR_RAISE(auto with_seq, WithSequence(f.newest, seq));
+    newest.push_back(std::move(with_seq));
     paths.push_back(f.path);
   }
-  auto merged = MergeNewest(newest, contract_);
-  if (!merged.ok() || !index_->Record(version, paths, *merged).ok()) return;
+  ARROW_ASSIGN_OR_RAISE(auto merged, MergeNewest(newest, contract_));
+  ARROW_RETURN_NOT_OK(index_->Record(version, paths, merged));
   // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
   // one base, so latest() never reads more than that many records.
   if (version % kIndexFoldInterval == 0 && snapshot_.version == version) {
-    auto state = index_->Read(snapshot_);
-    if (state.ok()) (void)index_->Fold(*state);
+    ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
+    ARROW_RETURN_NOT_OK(index_->Fold(state).status());
   }
+  return arrow::Status::OK();
 }
 
 CommitInfo Table::NewCommitInfo(const std::string& operation) const {
@@ -439,6 +383,10 @@ arrow::Result<TableInfo> Table::Info() {
     info.index_series = state.rows->num_rows();
     info.index_version = state.version;
     info.index_bytes = state.bytes;
+  }
+  if (snapshot_.oldest_version < 0) {
+    // A table opened from its last checkpoint has not listed the older log yet.
+    ARROW_ASSIGN_OR_RAISE(snapshot_.oldest_version, log_.OldestVersion());
   }
   info.snapshots = snapshot_.version - snapshot_.oldest_version + 1;
   info.manifests = snapshot_.checkpoint_version >= 0

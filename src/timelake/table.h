@@ -27,6 +27,8 @@
 #include "timelake/index/last_value_index.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
+#include "timelake/txn/committer.h"
+#include "timelake/txn/post_commit.h"
 #include "timelake/util/interrupt.h"
 #include "timelake/util/operation_lock.h"
 
@@ -128,14 +130,13 @@ class Table {
   static std::string BatchAppId(const std::string& batch_id);
 
   /// Lost commit races in a row after which a commit gives up.
-  static constexpr int kMaxCommitAttempts = 64;
+  static constexpr int kMaxCommitAttempts = Committer::kMaxAttempts;
 
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
   arrow::Status LoadDerived();  // schema and contract from snapshot_.metadata
   arrow::Status CheckWritable() const;
   bool HasBatch(const std::string& batch_id) const;
-  void MaybeCheckpoint();
   /// The maintenance steps, with the handle's lock held. `inline_only` keeps the work bounded.
   arrow::Status MaintainLocked(const MaintainOptions& options, bool inline_only, MaintainResult* result);
   /// Commits the removal of every chunk that ended before now - retention.
@@ -144,21 +145,8 @@ class Table {
   /// before and after rewriting each group.
   arrow::Status Compact(bool inline_only, const InterruptCheck& interrupt, MaintainResult* result);
 
-  /// What a committer does after losing a race (the snapshot has been advanced to the winners).
-  enum class AfterLostRace { kRetry, kAbandon };
-  struct CommitOutcome {
-    std::optional<int64_t> version;  // the version committed; unset if the commit was abandoned
-    int attempts = 0;
-    bool outcome_unknown = false;  // the error left open whether the commit landed
-  };
-  /// Commits `commit` at the version after the handle's snapshot, rebasing over concurrent
-  /// commits: `prepare` fills in what depends on the version; after each lost race the snapshot
-  /// is advanced and `on_lost_race` decides. A winner that changed the schema or protocol, a
-  /// storage error, and kMaxCommitAttempts lost races fail the commit. A put that reported an
-  /// error but landed is recognised by its commitInfo.txnId.
-  arrow::Status CommitRebasing(Commit* commit, const std::function<void(Commit*, int64_t)>& prepare,
-                               const std::function<arrow::Result<AfterLostRace>()>& on_lost_race,
-                               CommitOutcome* out);
+  /// Commits `pending` through the committer, on top of the handle's snapshot.
+  arrow::Status CommitPending(PendingCommit* pending, CommitOutcome* out);
   CommitInfo NewCommitInfo(const std::string& operation) const;
   /// A `remove` for `add`, tagged with why timelake removed it (kRemovedByCompaction/Retention).
   static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
@@ -168,17 +156,21 @@ class Table {
   /// renamed away by a drop makes writes into it fail with "no such file".
   /// REQUIRES: mutex_ held.
   arrow::Status DroppedOr(arrow::Status st);
-  /// Post-commit hook of every commit: a checkpoint when one is due. Never fails the commit.
-  void AfterCommit();
+  /// Post-commit hook of every commit: a checkpoint when one is due (taken back if the table
+  /// was dropped meanwhile).
+  arrow::Status MaybeCheckpoint();
   /// Post-commit hook of commits that add files: writes the index record of commit `version`
-  /// for `files` (whose rows carry sequence number `seq`) and folds the index when due. Best
-  /// effort: a missing record only makes latest() read those files.
-  void RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq);
+  /// for `files` (whose rows carry sequence number `seq`) and folds the index when due. A
+  /// missing record only makes latest() read those files.
+  arrow::Status RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq);
+  /// The hooks every commit that adds `files` runs once acknowledged (see txn/post_commit.h).
+  PostCommitHooks HooksAfter(const std::vector<WrittenFile>* files, int64_t version, int64_t seq);
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
   std::string name_;
   DeltaLog log_;
+  Committer committer_;
   OperationLock mutex_;
   Snapshot snapshot_;
   std::string metadata_id_;  // the metaData.id the derived fields were computed from

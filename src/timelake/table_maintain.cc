@@ -7,6 +7,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/maintain/cleanup.h"
 #include "timelake/maintain/compaction.h"
+#include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -83,19 +84,22 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
                                                    FormatIsoMillis(cutoff)}};
     info.metrics = {{"numRemovedFiles", static_cast<int64_t>(commit.removes.size())}};
     commit.commit_info = info;
+    PendingCommit pending;
+    pending.intent.kind = CommitKind::kRetention;
+    for (const auto& remove : commit.removes) pending.intent.removes.insert(remove.path);
+    pending.commit = std::move(commit);
     CommitOutcome outcome;
-    // After a lost race the plan is redone against the winners (they may have removed files).
-    ARROW_RETURN_NOT_OK(CommitRebasing(
-        &commit, [](Commit*, int64_t) {},
-        []() -> arrow::Result<AfterLostRace> { return AfterLostRace::kAbandon; }, &outcome));
+    ARROW_RETURN_NOT_OK(CommitPending(&pending, &outcome));
     if (outcome.version) {
-      AfterCommit();
+      (void)HooksAfter(nullptr, *outcome.version, 0).Run();  // best effort, see post_commit.h
       result->partitions_dropped += static_cast<int64_t>(chunks.size());
       return arrow::Status::OK();
     }
+    // Abandoned: a winner removed some of the same files. Plan again against the winners.
   }
-  return arrow::Status::IOError("commit conflict that could not be rebased: retention on '", name_,
-                                "' lost ", kMaxCommitAttempts, " commit races in a row");
+  return CommitConflict("commit conflict: retention on '" + name_ + "' was overtaken by " +
+                        std::to_string(kMaxCommitAttempts) +
+                        " concurrent removals in a row; retry later");
 }
 
 arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
@@ -138,25 +142,22 @@ arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
                     {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
                     {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
     commit.commit_info = info;
+    // Appends never conflict; a winner that removed one of the inputs (another compaction,
+    // retention) abandons this group: the next maintain plans again.
+    PendingCommit pending;
+    pending.intent.kind = CommitKind::kCompaction;
+    for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
+    pending.commit = std::move(commit);
     CommitOutcome outcome;
-    arrow::Status st = CommitRebasing(
-        &commit, [](Commit*, int64_t) {},
-        [&]() -> arrow::Result<AfterLostRace> {
-          // Appends never conflict; a winner that removed one of the inputs (another compaction,
-          // retention) does: give this group up, the next maintain replans.
-          for (const auto& input : group.inputs) {
-            if (!snapshot_.files.count(input.path)) return AfterLostRace::kAbandon;
-          }
-          return AfterLostRace::kRetry;
-        },
-        &outcome);
+    arrow::Status st = CommitPending(&pending, &outcome);
     if (!st.ok() || !outcome.version) {
       if (!outcome.outcome_unknown) delete_outputs();
       ARROW_RETURN_NOT_OK(st);
       continue;
     }
-    AfterCommit();
-    RecordNewest(rewritten.outputs, *outcome.version, group.seq);
+    // Best effort (see post_commit.h): a missing index record only makes latest() read the
+    // outputs.
+    (void)HooksAfter(&rewritten.outputs, *outcome.version, group.seq).Run();
     result->partitions_compacted += 1;
     result->files_rewritten += static_cast<int64_t>(group.inputs.size());
     result->files_written += static_cast<int64_t>(rewritten.outputs.size());

@@ -249,8 +249,13 @@ TEST_F(DeltaLogTest, LoadWorksWhenCommitsBeforeTheCheckpointAreDeleted) {
   for (int v = 0; v <= 2; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
   ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
   EXPECT_EQ(loaded.version, 2);
-  EXPECT_EQ(loaded.oldest_version, 2);
+  EXPECT_EQ(loaded.oldest_version, -1);  // opened from the checkpoint: not listed yet
+  EXPECT_EQ(log_.OldestVersion().ValueOrDie(), 2);
   EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c"}));
+  // Without the hint the whole log is listed, and the oldest version is known at once.
+  ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
+  ASSERT_OK_AND_ASSIGN(loaded, log_.Load());
+  EXPECT_EQ(loaded.oldest_version, 2);
 }
 
 TEST_F(DeltaLogTest, LoadReplaysCommitsAfterTheCheckpoint) {

@@ -122,6 +122,21 @@ def test_inline_maintenance_compacts_once_a_chunk_is_crowded(lake):
     assert t.info()["size"]["files"] == 1
 
 
+def test_failed_inline_maintenance_is_reported_in_the_result_not_raised(lake):
+    # Inline upkeep runs after the commit: its failure must neither raise (the rows are
+    # committed; a retry without a batch id would double them) nor go unreported.
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    _append_small_batches(t, 15, overlap=False)
+    victim = data_files(table_dir(t))[0]
+    victim.write_bytes(b"PAR1 damaged")  # the compaction of its chunk cannot read it
+    result = t.append(iot_table([(T0 + dt.timedelta(days=0, hours=20), "a", 1.0)]), maintain=True)
+    assert result["rows"] == 1 and result["version"] == 16
+    assert "error" in result["maintenance"]
+    assert victim.name in result["maintenance"]["error"]
+    assert result["maintenance"]["partitions_compacted"] == 0
+    assert t.info()["size"]["files"] == 16
+
+
 def test_compaction_racing_appends_loses_nothing(lake, lake_path):
     import timelake
 

@@ -13,11 +13,6 @@
 namespace timelake {
 namespace {
 
-std::string FileName(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // "ns/table" -> "ns.table", for messages.
 std::string DisplayName(const std::string& table_path) {
   std::string out = table_path;
@@ -34,43 +29,21 @@ uint64_t CommitFingerprint(std::string_view bytes) {
 }
 
 DeltaLog::DeltaLog(std::shared_ptr<ObjectStore> store, std::string table_path)
-    : store_(std::move(store)), table_path_(std::move(table_path)) {}
+    : store_(store), table_path_(table_path), log_store_(store, table_path) {}
 
-std::string DeltaLog::LogPath(const std::string& name) const {
-  return table_path_ + "/_delta_log/" + name;
-}
+std::string DeltaLog::LogPath(const std::string& name) const { return log_store_.Path(name); }
 
-arrow::Result<bool> DeltaLog::Exists() {
-  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(LogPath("")));
-  for (const auto& meta : listing) {
-    const std::string name = FileName(meta.path);
-    if (CommitVersionOf(name) || CheckpointVersionOf(name)) return true;
-  }
-  return false;
-}
+arrow::Result<bool> DeltaLog::Exists() { return log_store_.Exists(); }
 
-arrow::Result<Snapshot> DeltaLog::Load() {
-  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(LogPath("")));
-  std::set<int64_t> commits, checkpoints;
-  for (const auto& meta : listing) {
-    const std::string name = FileName(meta.path);
-    if (auto v = CommitVersionOf(name)) commits.insert(*v);
-    if (auto v = CheckpointVersionOf(name)) checkpoints.insert(*v);
-  }
-  // Without commit 0 and without a checkpoint there is no start to read from: no table, or only
-  // the stray commit of a writer whose table was just dropped (it takes it back at once).
-  if (checkpoints.empty() && !commits.count(0)) {
-    return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
-  }
+arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bool from_zero,
+                                          std::vector<std::string>* failures) {
+  const auto& commits = versions.commits;
+  const auto& checkpoints = versions.checkpoints;
   const int64_t latest = std::max(commits.empty() ? -1 : *commits.rbegin(),
                                   checkpoints.empty() ? -1 : *checkpoints.rbegin());
-  const int64_t oldest = commits.count(0) ? 0 : checkpoints.empty() ? 0 : *checkpoints.begin();
-
   // Starting points, best first: every checkpoint from the newest down, then commit 0. A
   // start that cannot rebuild the state (an unreadable checkpoint, a missing or corrupt commit
-  // after it) gives way to the next, as Delta readers fall back; why each failed is kept for
-  // the error if none succeeds.
-  std::vector<std::string> failures;
+  // after it) gives way to the next, as Delta readers fall back.
   auto replay = [&](Snapshot* snapshot, int64_t from) -> arrow::Status {
     for (int64_t v = from; v <= latest; ++v) {
       if (!commits.count(v)) {
@@ -86,39 +59,71 @@ arrow::Result<Snapshot> DeltaLog::Load() {
     return arrow::Status::OK();
   };
   for (auto cp = checkpoints.rbegin(); cp != checkpoints.rend(); ++cp) {
-    const std::string path = LogPath(CheckpointFileName(*cp));
     Snapshot snapshot;
     arrow::Status st = [&]() -> arrow::Status {
-      ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(path));
-      ARROW_RETURN_NOT_OK(ReadCheckpoint(data, path, &snapshot));
+      ARROW_ASSIGN_OR_RAISE(auto data, log_store_.GetCheckpoint(*cp));
+      ARROW_RETURN_NOT_OK(ReadCheckpoint(data, LogPath(CheckpointFileName(*cp)), &snapshot));
       snapshot.version = *cp;
       snapshot.checkpoint_version = *cp;
       return replay(&snapshot, *cp + 1);
     }();
-    if (st.ok()) {
-      snapshot.oldest_version = oldest;
-      return snapshot;
-    }
-    failures.push_back("from checkpoint " + std::to_string(*cp) + ": " + st.message());
+    if (st.ok()) return snapshot;
+    failures->push_back("from checkpoint " + std::to_string(*cp) + ": " + st.message());
   }
+  if (!from_zero) return arrow::Status::IOError("no checkpoint leads to version ", latest);
   if (commits.count(0)) {
     Snapshot snapshot;
     arrow::Status st = replay(&snapshot, 0);
-    if (st.ok()) {
-      snapshot.oldest_version = 0;
-      return snapshot;
-    }
-    failures.push_back("from commit 0: " + st.message());
+    if (st.ok()) return snapshot;
+    failures->push_back("from commit 0: " + st.message());
   } else {
-    failures.push_back("from commit 0: " + LogPath(CommitFileName(0)) + " is missing");
+    failures->push_back("from commit 0: " + LogPath(CommitFileName(0)) + " is missing");
   }
   std::string why;
-  for (const auto& f : failures) why += (why.empty() ? "" : "; ") + f;
+  for (const auto& f : *failures) why += (why.empty() ? "" : "; ") + f;
   return arrow::Status::IOError("the Delta log of '", table_path_, "' is damaged: version ", latest,
                                 " cannot be rebuilt (", why, ")");
 }
 
+arrow::Result<Snapshot> DeltaLog::Load() {
+  std::vector<std::string> failures;
+  // The fast way: list from the checkpoint `_last_checkpoint` names. Only the versions from
+  // there on are seen, so the oldest version stays unknown (-1) until someone asks.
+  if (auto hint = log_store_.LastCheckpointHint()) {
+    ARROW_ASSIGN_OR_RAISE(auto recent, log_store_.ListVersions(*hint));
+    if (recent.checkpoints.count(*hint)) {
+      auto snapshot = Rebuild(recent, /*from_zero=*/false, &failures);
+      if (snapshot.ok()) {
+        snapshot->oldest_version = -1;
+        return snapshot;
+      }
+    }
+    // A stale hint (its checkpoint gone, or unreadable like every newer one): list it all.
+  }
+  ARROW_ASSIGN_OR_RAISE(auto versions, log_store_.ListVersions(0));
+  // Without commit 0 and without a checkpoint there is no start to read from: no table, or only
+  // the stray commit of a writer whose table was just dropped (it takes it back at once).
+  if (versions.checkpoints.empty() && !versions.commits.count(0)) {
+    return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto snapshot, Rebuild(versions, /*from_zero=*/true, &failures));
+  snapshot.oldest_version = versions.commits.count(0) ? 0 : *versions.checkpoints.begin();
+  return snapshot;
+}
+
+arrow::Result<int64_t> DeltaLog::OldestVersion() {
+  ARROW_ASSIGN_OR_RAISE(auto versions, log_store_.ListVersions(0));
+  if (versions.commits.count(0) || versions.checkpoints.empty()) return 0;
+  return *versions.checkpoints.begin();
+}
+
 arrow::Status DeltaLog::Update(Snapshot* snapshot) {
+  return UpdateVisiting(snapshot, nullptr, nullptr);
+}
+
+arrow::Status DeltaLog::UpdateVisiting(Snapshot* snapshot, const CommitVisitor& visit,
+                                       bool* reloaded) {
+  if (reloaded) *reloaded = false;
   // An empty snapshot (version -1) has no head to check.
   arrow::Status head = snapshot->version < 0
                            ? arrow::Status::OK()
@@ -130,6 +135,7 @@ arrow::Status DeltaLog::Update(Snapshot* snapshot) {
     if (latest.ok() && latest->metadata.id == snapshot->metadata.id &&
         latest->version >= snapshot->version) {
       *snapshot = std::move(*latest);
+      if (reloaded) *reloaded = true;
       return arrow::Status::OK();
     }
     return head;
@@ -142,6 +148,7 @@ arrow::Status DeltaLog::Update(Snapshot* snapshot) {
       if (IsNotFound(commit.status())) return arrow::Status::OK();
       return commit.status();
     }
+    if (visit) ARROW_RETURN_NOT_OK(visit(snapshot->version + 1, *commit, *snapshot));
     snapshot->Apply(*commit, snapshot->version + 1);
     snapshot->head_fingerprint = fingerprint;
   }
@@ -154,8 +161,7 @@ arrow::Status DeltaLog::CheckHead(int64_t version, uint64_t fingerprint) {
     if (meta.ok()) return arrow::Status::OK();
     if (!IsNotFound(meta.status())) return meta.status();
     // Without its JSON commit the version still stands if a checkpoint holds it.
-    auto checkpoint = store_->Head(LogPath(CommitFileName(version).substr(0, 20) +
-                                           ".checkpoint.parquet"));
+    auto checkpoint = store_->Head(LogPath(CheckpointFileName(version)));
     if (checkpoint.ok()) return arrow::Status::OK();
     if (!IsNotFound(checkpoint.status())) return checkpoint.status();
     return TableDropped(DisplayName(table_path_));
@@ -176,12 +182,12 @@ arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body
     return arrow::Status::Invalid("refusing to write commit ", version,
                                   " of '", table_path_, "' with no actions");
   }
-  return store_->PutIfAbsent(LogPath(CommitFileName(version)), arrow::Buffer::FromString(body));
+  return log_store_.PutCommit(version, body);
 }
 
 arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprint) {
   const std::string path = LogPath(CommitFileName(version));
-  ARROW_ASSIGN_OR_RAISE(auto data, store_->Get(path));
+  ARROW_ASSIGN_OR_RAISE(auto data, log_store_.GetCommit(version));
   const std::string_view bytes(reinterpret_cast<const char*>(data->data()),
                                static_cast<size_t>(data->size()));
   ARROW_ASSIGN_OR_RAISE(auto commit, ParseCommit(bytes, path));
@@ -197,12 +203,12 @@ arrow::Status DeltaLog::Checkpoint(const Snapshot& snapshot) {
   const std::string txn_retention = snapshot.Config("delta.setTransactionRetentionDuration");
   const int64_t txn_cutoff = txn_retention.empty() ? INT64_MIN : now - DeltaIntervalMillis(txn_retention, 0);
   ARROW_ASSIGN_OR_RAISE(auto body, WriteCheckpoint(snapshot, tombstone_cutoff, txn_cutoff));
-  ARROW_RETURN_NOT_OK(store_->Put(LogPath(CheckpointFileName(snapshot.version)), body.data));
+  ARROW_RETURN_NOT_OK(log_store_.PutCheckpoint(snapshot.version, body.data));
   const std::string hint = "{\"version\":" + std::to_string(snapshot.version) +
                            ",\"size\":" + std::to_string(body.num_actions) +
                            ",\"sizeInBytes\":" + std::to_string(body.data->size()) +
                            ",\"numOfAddFiles\":" + std::to_string(body.num_add_files) + "}";
-  return store_->Put(LogPath("_last_checkpoint"), arrow::Buffer::FromString(hint));
+  return log_store_.PutLastCheckpoint(hint);
 }
 
 }  // namespace timelake

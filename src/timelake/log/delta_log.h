@@ -1,19 +1,24 @@
 // DeltaLog: reads and writes one table's `_delta_log/` through an ObjectStore.
 //
-// Loading lists the log, reads the newest checkpoint and replays the commits after it. A
-// checkpoint that cannot be read (truncated, corrupt) is skipped for the next older one, and
-// failing all of them the state is replayed from commit 0, as Delta readers do; only when no
-// starting point rebuilds the latest version does loading fail, naming what is damaged.
-// `_last_checkpoint` is written for other engines and never relied on: the listing decides.
+// Loading reads `_last_checkpoint`, lists the log from the version it names on (never the whole
+// log), reads the newest checkpoint found and replays the commits after it: the cost of opening
+// a table follows the commits since the last checkpoint, not the length of its history. When
+// `_last_checkpoint` is missing, names a checkpoint that is gone, or every checkpoint from there
+// on is unreadable, the whole log is listed and every checkpoint tried from the newest down, then
+// commit 0, as Delta readers fall back; only when no starting point rebuilds the latest version
+// does loading fail, naming what is damaged.
 // A commit file must hold at least one action; an empty or blank one is damage, never an empty
 // commit. Committing writes `<version>.json` with put-if-absent, so of all writers racing for a
 // version exactly one wins; the caller decides what a lost race means.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "timelake/log/actions.h"
+#include "timelake/log/log_store.h"
 #include "timelake/log/snapshot.h"
 #include "timelake/store/object_store.h"
 
@@ -41,6 +46,15 @@ class DeltaLog {
   /// maybe created again) and the result is TableDropped (a KeyError).
   arrow::Status Update(Snapshot* snapshot);
 
+  /// Called by UpdateVisiting() with each new commit and the snapshot before it is applied.
+  using CommitVisitor =
+      std::function<arrow::Status(int64_t version, const Commit& commit, const Snapshot& before)>;
+  /// Update() that shows each new commit to `visit` first; a non-OK status from it stops there
+  /// (the snapshot then stays at the version before that commit). When the handle's head expired
+  /// and the snapshot had to be reloaded, the commits in between cannot be shown: `*reloaded`
+  /// is set (when given) and `visit` is not called for them.
+  arrow::Status UpdateVisiting(Snapshot* snapshot, const CommitVisitor& visit, bool* reloaded);
+
   /// Writes `body` as commit `version` if no commit has that version yet; false if one has.
   /// A body without actions is refused (Status::Invalid): readers would take it for damage.
   arrow::Result<bool> TryCommit(int64_t version, const std::string& body);
@@ -56,12 +70,23 @@ class DeltaLog {
   /// Writes a checkpoint of `snapshot` at its version, then `_last_checkpoint`.
   arrow::Status Checkpoint(const Snapshot& snapshot);
 
+  /// The oldest version the log can still rebuild (commit 0, or the oldest checkpoint once log
+  /// expiry removed the commits before it). Lists the whole log.
+  arrow::Result<int64_t> OldestVersion();
+
+  LogStore& store() { return log_store_; }
   const std::string& table_path() const { return table_path_; }
   std::string LogPath(const std::string& name) const;
 
  private:
+  /// Rebuilds the latest version from the versions in `versions`, trying each checkpoint from
+  /// the newest down and then (when `from_zero`) commit 0; `failures` collects why starts failed.
+  arrow::Result<Snapshot> Rebuild(const LogStore::Versions& versions, bool from_zero,
+                                  std::vector<std::string>* failures);
+
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
+  LogStore log_store_;
 };
 
 }  // namespace timelake

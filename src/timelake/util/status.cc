@@ -19,7 +19,42 @@ class TableNotFoundDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "table not found"; }
 };
 
+class CommitConflictDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::CommitConflict";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "commit conflict"; }
+};
+
+class OutcomeUnknownDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::OutcomeUnknown";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "outcome unknown"; }
+};
+
+bool HasDetail(const arrow::Status& status, const char* type_id) {
+  return status.detail() != nullptr && std::string(status.detail()->type_id()) == type_id;
+}
+
 }  // namespace
+
+arrow::Status CommitConflict(const std::string& message) {
+  return arrow::Status(arrow::StatusCode::IOError, message,
+                       std::make_shared<CommitConflictDetail>());
+}
+
+bool IsCommitConflict(const arrow::Status& status) {
+  return HasDetail(status, CommitConflictDetail::kTypeId);
+}
+
+arrow::Status OutcomeUnknown(const arrow::Status& status) {
+  return status.WithDetail(std::make_shared<OutcomeUnknownDetail>());
+}
+
+bool IsOutcomeUnknown(const arrow::Status& status) {
+  return HasDetail(status, OutcomeUnknownDetail::kTypeId);
+}
 
 arrow::Status TableNotFound(const std::string& name) {
   return arrow::Status(arrow::StatusCode::KeyError, "table '" + name + "' does not exist",
@@ -35,8 +70,7 @@ arrow::Status TableDropped(const std::string& name) {
 }
 
 bool IsTableNotFound(const arrow::Status& status) {
-  return status.IsKeyError() && status.detail() != nullptr &&
-         std::string(status.detail()->type_id()) == TableNotFoundDetail::kTypeId;
+  return status.IsKeyError() && HasDetail(status, TableNotFoundDetail::kTypeId);
 }
 
 arrow::Status NotFound(const std::string& path) {
@@ -45,8 +79,7 @@ arrow::Status NotFound(const std::string& path) {
 }
 
 bool IsNotFound(const arrow::Status& status) {
-  return status.detail() != nullptr &&
-         std::string(status.detail()->type_id()) == NotFoundDetail::kTypeId;
+  return HasDetail(status, NotFoundDetail::kTypeId);
 }
 
 }  // namespace timelake

@@ -31,4 +31,20 @@ arrow::Status TableDropped(const std::string& name);
 /// True if `status` was made by TableNotFound() or TableDropped().
 bool IsTableNotFound(const arrow::Status& status);
 
+/// A commit that could not be rebased over what concurrent writers committed (they changed the
+/// schema, removed the files it rewrites, or won too many races). Distinct from I/O errors:
+/// nothing is wrong with storage, and the caller may retry the operation. Python: RuntimeError.
+arrow::Status CommitConflict(const std::string& message);
+
+/// True if `status` was made by CommitConflict().
+bool IsCommitConflict(const arrow::Status& status);
+
+/// `status` (an error) marked as one after which the write it reports may still have taken
+/// effect, or take effect later: a request that timed out or lost its connection after it was
+/// sent. Stores mark such errors; errors without the mark mean the write did not happen.
+arrow::Status OutcomeUnknown(const arrow::Status& status);
+
+/// True if `status` was marked by OutcomeUnknown().
+bool IsOutcomeUnknown(const arrow::Status& status);
+
 }  // namespace timelake

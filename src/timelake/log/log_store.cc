@@ -1,0 +1,107 @@
+#include "timelake/log/log_store.h"
+
+#include <cstdio>
+
+#include <rapidjson/document.h>
+
+#include "timelake/log/actions.h"
+#include "timelake/util/status.h"
+
+namespace timelake {
+namespace {
+
+std::string FileName(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The 20-digit prefix every log object of `version` starts with.
+std::string VersionPrefix(int64_t version) { return CommitFileName(version).substr(0, 20); }
+
+// Until the store seam lists from a key: the listing, filtered.
+arrow::Result<std::vector<ObjectMeta>> ListAfterKey(ObjectStore* store, const std::string& prefix,
+                                                    const std::string& start_after) {
+  ARROW_ASSIGN_OR_RAISE(auto listing, store->List(prefix));
+  std::vector<ObjectMeta> out;
+  for (auto& meta : listing) {
+    if (meta.path > start_after) out.push_back(std::move(meta));
+  }
+  return out;
+}
+
+}  // namespace
+
+LogStore::LogStore(std::shared_ptr<ObjectStore> store, std::string table_path)
+    : store_(std::move(store)), table_path_(std::move(table_path)) {}
+
+std::string LogStore::Path(const std::string& name) const {
+  return table_path_ + "/_delta_log/" + name;
+}
+
+arrow::Result<bool> LogStore::PutCommit(int64_t version, const std::string& body) {
+  return store_->PutIfAbsent(Path(CommitFileName(version)), arrow::Buffer::FromString(body));
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> LogStore::GetCommit(int64_t version) {
+  return store_->Get(Path(CommitFileName(version)));
+}
+
+arrow::Status LogStore::DeleteCommit(int64_t version) {
+  return store_->Delete(Path(CommitFileName(version)));
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> LogStore::GetCheckpoint(int64_t version) {
+  return store_->Get(Path(CheckpointFileName(version)));
+}
+
+arrow::Status LogStore::PutCheckpoint(int64_t version, const std::shared_ptr<arrow::Buffer>& body) {
+  return store_->Put(Path(CheckpointFileName(version)), body);
+}
+
+arrow::Status LogStore::DeleteCheckpoint(int64_t version) {
+  ARROW_RETURN_NOT_OK(store_->Delete(Path(CheckpointFileName(version))));
+  if (LastCheckpointHint() == version) return store_->Delete(Path("_last_checkpoint"));
+  return arrow::Status::OK();
+}
+
+std::optional<int64_t> LogStore::LastCheckpointHint() {
+  auto data = store_->Get(Path("_last_checkpoint"));
+  if (!data.ok()) return std::nullopt;
+  rapidjson::Document doc;
+  doc.Parse(reinterpret_cast<const char*>((*data)->data()), static_cast<size_t>((*data)->size()));
+  if (doc.HasParseError() || !doc.IsObject()) return std::nullopt;
+  auto it = doc.FindMember("version");
+  if (it == doc.MemberEnd() || !it->value.IsInt64() || it->value.GetInt64() < 0) {
+    return std::nullopt;
+  }
+  return it->value.GetInt64();
+}
+
+arrow::Status LogStore::PutLastCheckpoint(const std::string& json) {
+  return store_->Put(Path("_last_checkpoint"), arrow::Buffer::FromString(json));
+}
+
+arrow::Result<LogStore::Versions> LogStore::ListVersions(int64_t from) {
+  // Every object of version v starts with its 20 digits; '~' sorts after all the characters
+  // that follow them ('.', digits), so listing after "<from - 1>~" skips exactly the older ones.
+  const std::string start_after = from > 0 ? Path(VersionPrefix(from - 1) + "~") : "";
+  ARROW_ASSIGN_OR_RAISE(auto listing, ListAfterKey(store_.get(), Path(""), start_after));
+  Versions out;
+  for (const auto& meta : listing) {
+    const std::string name = FileName(meta.path);
+    if (auto v = CommitVersionOf(name); v && *v >= from) out.commits.insert(*v);
+    if (auto v = CheckpointVersionOf(name); v && *v >= from) out.checkpoints.insert(*v);
+  }
+  return out;
+}
+
+arrow::Result<bool> LogStore::Exists() {
+  auto first = store_->Head(Path(CommitFileName(0)));
+  if (first.ok()) return true;
+  if (!IsNotFound(first.status())) return first.status();
+  // An expired log has no commit 0: any commit or checkpoint will do.
+  ARROW_ASSIGN_OR_RAISE(auto versions, ListVersions(0));
+  return !versions.commits.empty() || !versions.checkpoints.empty();
+}
+
+}  // namespace timelake

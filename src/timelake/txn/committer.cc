@@ -1,0 +1,160 @@
+#include "timelake/txn/committer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "timelake/util/status.h"
+#include "timelake/util/time.h"
+
+namespace timelake {
+namespace {
+
+// Sleeps a random time below a cap that doubles with each attempt (up to 100 ms), so that
+// writers racing for one version spread out instead of colliding again.
+void BackOff(int attempt) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const int64_t cap_us = std::min<int64_t>(100'000, 500LL << std::min(attempt, 8));
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % static_cast<uint64_t>(cap_us)));
+}
+
+}  // namespace
+
+Committer::Committer(DeltaLog* log, std::string table_name)
+    : log_(log), table_name_(std::move(table_name)) {}
+
+std::string Committer::Describe(const PendingCommit& pending, int64_t version) const {
+  return pending.commit.commit_info->operation + " commit of version " + std::to_string(version) +
+         " to table '" + table_name_ + "'";
+}
+
+arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, CommitOutcome* out) {
+  if (!pending->commit.commit_info || pending->commit.commit_info->txn_id.empty()) {
+    return arrow::Status::Invalid("a commit needs a commitInfo with a txnId");
+  }
+  const std::string txn_id = pending->commit.commit_info->txn_id;
+  for (int attempt = 1;; ++attempt) {
+    out->attempts = attempt;
+    const int64_t version = snapshot->version + 1;
+    CommitInfo& info = *pending->commit.commit_info;
+    if (snapshot->version >= 0) info.read_version = snapshot->version;
+    info.timestamp = NowMillis();
+    if (pending->prepare) pending->prepare(&pending->commit, version);
+    const std::string body = SerializeCommit(pending->commit);
+    // Never put a version into a folder whose version - 1 is not this handle's head: after a
+    // drop (and a create at the same path) that would leave a stray version, and a gap, in
+    // another table's log for as long as it takes to notice. The check after the put covers
+    // the rest.
+    if (version > 0) ARROW_RETURN_NOT_OK(log_->CheckHead(version - 1, snapshot->head_fingerprint));
+    uint64_t fingerprint = 0;
+    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, Describe(*pending, version), &fingerprint, out));
+    if (put == PutResult::kWon) {
+      // The commit counts only if it follows this handle's snapshot in the same table: if the
+      // table was dropped (and maybe created again) meanwhile, the put created a stray version
+      // in the new folder. Take it back; nothing else can have built on it yet.
+      if (version > 0) {
+        arrow::Status same_table = log_->CheckHead(version - 1, snapshot->head_fingerprint);
+        if (!same_table.ok()) {
+          (void)log_->store().DeleteCommit(version);
+          return same_table;
+        }
+      }
+      snapshot->Apply(pending->commit, version);
+      snapshot->head_fingerprint = fingerprint;
+      out->version = version;
+      return arrow::Status::OK();
+    }
+    if (!pending->rebase) {
+      out->abandoned = Verdict{Resolution::kAbandon, WinnerEffect::kAddedFiles,
+                               "another writer committed version " + std::to_string(version)};
+      return arrow::Status::OK();
+    }
+    if (attempt >= kMaxAttempts) {
+      return CommitConflict("commit conflict: the " + Describe(*pending, version) + " lost " +
+                            std::to_string(attempt) + " races with concurrent writers in a row; "
+                            "retry later");
+    }
+    // Back off before reading the winners: a version computed before the pause would mostly
+    // lose again.
+    BackOff(attempt);
+    ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
+    if (verdict.resolution == Resolution::kConflict) {
+      return CommitConflict("commit conflict: the " + Describe(*pending, version) +
+                            " cannot be rebased: " + verdict.reason + " concurrently; retry");
+    }
+    if (verdict.resolution == Resolution::kAbandon) {
+      out->abandoned = std::move(verdict);
+      return arrow::Status::OK();
+    }
+  }
+}
+
+arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::string& body,
+                                                   const std::string& txn_id,
+                                                   const std::string& what, uint64_t* fingerprint,
+                                                   CommitOutcome* out) {
+  bool maybe_landed = false;
+  for (int errors = 0;;) {
+    auto written = log_->TryCommit(version, body);
+    if (written.ok() && *written) {
+      *fingerprint = CommitFingerprint(body);
+      return PutResult::kWon;
+    }
+    if (!written.ok()) {
+      maybe_landed = maybe_landed || IsOutcomeUnknown(written.status());
+      // A table folder renamed away by a drop fails the put: say so rather than "I/O error".
+      if (IsTableNotFound(written.status())) return written.status();
+    }
+    // The reply may be wrong either way: look at what the version holds.
+    auto landed = log_->ReadCommit(version, fingerprint);
+    if (landed.ok()) {
+      if (landed->commit_info && landed->commit_info->txn_id == txn_id) return PutResult::kWon;
+      return PutResult::kLost;
+    }
+    if (!IsNotFound(landed.status())) {
+      // Cannot tell whether the put landed: the files must stay for vacuum to judge later.
+      out->outcome_unknown = true;
+      const std::string why = written.ok() ? landed.status().message() : written.status().message();
+      return arrow::Status::IOError(
+          "the ", what, " failed and its outcome is unknown: ", why,
+          "; retry (with the same batch_id for appends, so that it lands exactly once)");
+    }
+    // Nothing there. "Exists" with nothing there: a stray commit was taken back meanwhile; an
+    // error: the put did not land (yet). Either way the same put may be tried again.
+    if (!written.ok() && ++errors >= kMaxPutErrors) {
+      out->outcome_unknown = maybe_landed;
+      return arrow::Status::IOError("the ", what, " failed: ", written.status().message(),
+                                    maybe_landed ? "; its outcome is unknown: retry (with the same "
+                                                   "batch_id for appends, so that it lands exactly "
+                                                   "once)"
+                                                 : "");
+    }
+    if (!written.ok()) BackOff(errors);
+  }
+}
+
+arrow::Result<Verdict> Committer::Rebase(Snapshot* snapshot, const PendingCommit& pending) {
+  Verdict strictest;
+  strictest.reason = "no concurrent commit touches this one";
+  bool reloaded = false;
+  ARROW_RETURN_NOT_OK(log_->UpdateVisiting(
+      snapshot,
+      [&](int64_t, const timelake::Commit& winner, const Snapshot& before) {
+        Verdict verdict = Judge(pending.intent, winner, before);
+        if (static_cast<int>(verdict.resolution) > static_cast<int>(strictest.resolution)) {
+          strictest = std::move(verdict);
+        }
+        return arrow::Status::OK();
+      },
+      &reloaded));
+  if (reloaded) {
+    // Log expiry removed the versions between this handle's head and now: the winners cannot
+    // be judged one by one.
+    return Verdict{Resolution::kConflict, WinnerEffect::kChangedMetadata,
+                   "the log was expired past the version this commit was prepared on"};
+  }
+  return strictest;
+}
+
+}  // namespace timelake

@@ -1,0 +1,82 @@
+// Committer: puts one commit into a table's log as the next version.
+//
+// The whole commit protocol lives here: one attempt puts the commit as version N = head + 1 with
+// put-if-absent. Then, whatever the put replied:
+//  * It wrote the version: the commit stands once the committer has checked that version N - 1
+//    is still the head it built on (a table dropped and created again at the same path would
+//    otherwise receive a stray version; it is taken back).
+//  * It said "exists" or failed: the reply may be wrong (a put that landed while its reply was
+//    lost, a client that retried its own put and got "exists"), so the committer reads version N
+//    and compares commitInfo.txnId with its own. Its own commit there is a success. Another
+//    writer's commit is a lost race. Nothing there after an error: the put is retried as it was.
+//  * A lost race: back off (jittered, growing), read every winning commit, judge each by the
+//    conflict rules (conflict.h), and rebase on top of them, abandon, or fail with a
+//    CommitConflict.
+// Work that follows a commit (checkpoints, index records, inline upkeep) is not the committer's:
+// see PostCommitHooks, which callers run once a commit is acknowledged, outside this loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "timelake/log/delta_log.h"
+#include "timelake/txn/conflict.h"
+
+namespace timelake {
+
+/// A commit to be made.
+struct PendingCommit {
+  Commit commit;  // its actions; commit_info must be set, with a txn_id no other commit has
+  CommitIntent intent;
+  /// Fills in what depends on the version the commit is tried at (unset: nothing does).
+  std::function<void(Commit*, int64_t version)> prepare;
+  /// False: only the version after the snapshot will do (creating a table at version 0); a lost
+  /// race abandons instead of rebasing.
+  bool rebase = true;
+};
+
+/// How a commit ended when Commit() returned OK or an error.
+struct CommitOutcome {
+  std::optional<int64_t> version;  // the version committed; unset if abandoned
+  int attempts = 0;
+  /// Why the commit was abandoned (when `version` is unset and the status OK).
+  std::optional<Verdict> abandoned;
+  /// Set with an error status: the commit may have landed (or may land later), so the files it
+  /// references must not be deleted; vacuum decides once the outcome is settled.
+  bool outcome_unknown = false;
+};
+
+class Committer {
+ public:
+  /// Lost races in a row after which a commit fails with a CommitConflict.
+  static constexpr int kMaxAttempts = 64;
+  /// Failed puts of one version (with nothing landed) after which a commit fails.
+  static constexpr int kMaxPutErrors = 3;
+
+  /// `log` must outlive the committer; `table_name` is for messages.
+  Committer(DeltaLog* log, std::string table_name);
+
+  /// Commits `pending` on top of `*snapshot`, which it advances through every winner it rebases
+  /// over and then its own commit. OK with `out->version` set: committed. OK without it:
+  /// abandoned by a conflict rule (`out->abandoned` says why; `*snapshot` includes the winner).
+  /// Errors: TableDropped (KeyError) when the table was dropped meanwhile, CommitConflict when
+  /// the rules say so or too many races were lost, storage errors otherwise (with
+  /// `out->outcome_unknown` when the commit may have landed).
+  arrow::Status Commit(Snapshot* snapshot, PendingCommit* pending, CommitOutcome* out);
+
+ private:
+  enum class PutResult { kWon, kLost };
+  /// Puts `body` as `version` and settles what happened (see the top of this file).
+  arrow::Result<PutResult> Put(int64_t version, const std::string& body, const std::string& txn_id,
+                               const std::string& what, uint64_t* fingerprint, CommitOutcome* out);
+  /// Reads the commits after `*snapshot`, judging each against `pending`.
+  arrow::Result<Verdict> Rebase(Snapshot* snapshot, const PendingCommit& pending);
+  std::string Describe(const PendingCommit& pending, int64_t version) const;
+
+  DeltaLog* log_;
+  std::string table_name_;
+};
+
+}  // namespace timelake

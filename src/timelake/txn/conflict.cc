@@ -1,0 +1,84 @@
+#include "timelake/txn/conflict.h"
+
+#include <vector>
+
+namespace timelake {
+
+namespace {
+
+bool SameFeatures(const std::optional<std::vector<std::string>>& a,
+                  const std::optional<std::vector<std::string>>& b) {
+  auto set = [](const std::optional<std::vector<std::string>>& v) {
+    return v ? std::set<std::string>(v->begin(), v->end()) : std::set<std::string>{};
+  };
+  return set(a) == set(b);
+}
+
+std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& winner,
+                                    const Snapshot& before) {
+  std::vector<WinnerEffect> effects;
+  if (winner.metadata) {
+    const Metadata& m = *winner.metadata;
+    const Metadata& old = before.metadata;
+    if (m.id != old.id) {
+      effects.push_back(WinnerEffect::kReplacedTable);
+    } else if (m.schema_string != old.schema_string ||
+               m.partition_columns != old.partition_columns ||
+               m.configuration != old.configuration) {
+      effects.push_back(WinnerEffect::kChangedMetadata);
+    }
+  }
+  if (winner.protocol) {
+    const Protocol& p = *winner.protocol;
+    const Protocol& old = before.protocol;
+    if (p.min_reader_version != old.min_reader_version ||
+        p.min_writer_version != old.min_writer_version ||
+        !SameFeatures(p.reader_features, old.reader_features) ||
+        !SameFeatures(p.writer_features, old.writer_features)) {
+      effects.push_back(WinnerEffect::kChangedProtocol);
+    }
+  }
+  for (const auto& txn : winner.txns) {
+    if (pending.txn_app_ids.count(txn.app_id)) {
+      effects.push_back(WinnerEffect::kRecordedSameTxn);
+      break;
+    }
+  }
+  bool removed_same = false, removed_other = false;
+  for (const auto& remove : winner.removes) {
+    (pending.removes.count(remove.path) ? removed_same : removed_other) = true;
+  }
+  if (removed_same) effects.push_back(WinnerEffect::kRemovedSameFile);
+  if (!winner.adds.empty()) effects.push_back(WinnerEffect::kAddedFiles);
+  if (removed_other) effects.push_back(WinnerEffect::kRemovedOtherFiles);
+  return effects;
+}
+
+}  // namespace
+
+Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot& before) {
+  Verdict verdict;
+  verdict.reason = "the concurrent commit does not touch this one";
+  for (WinnerEffect effect : EffectsOf(pending, winner, before)) {
+    for (const ConflictRule& rule : kConflictRules) {
+      if (rule.effect != effect || (rule.kind && *rule.kind != pending.kind)) continue;
+      if (static_cast<int>(rule.resolution) > static_cast<int>(verdict.resolution)) {
+        verdict = {rule.resolution, effect, rule.reason};
+      }
+      break;
+    }
+  }
+  return verdict;
+}
+
+const char* CommitKindName(CommitKind kind) {
+  switch (kind) {
+    case CommitKind::kCreate: return "create";
+    case CommitKind::kAppend: return "append";
+    case CommitKind::kRetention: return "retention";
+    case CommitKind::kCompaction: return "compaction";
+  }
+  return "commit";
+}
+
+}  // namespace timelake

@@ -1,0 +1,91 @@
+// Conflict rules: what a commit that a concurrent writer won means to a pending commit.
+//
+// Writers never lock a table. Each prepares its commit against the version it read and tries to
+// put it as the next version; when another writer got there first, the loser reads each winning
+// commit and asks kConflictRules (below, the whole policy in one table) whether its own commit
+// still holds on top of it: rebase (commit at the next version), abandon (the operation has
+// nothing left to do, or must plan again), or conflict (fail with a CommitConflict). Appends are
+// blind (they read no files), so two appends always rebase; a compaction or retention that lost
+// its inputs stops instead of resurrecting or double-removing them.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+
+#include "timelake/log/actions.h"
+#include "timelake/log/snapshot.h"
+
+namespace timelake {
+
+/// What kind of commit is pending, for choosing the rules that apply to it.
+enum class CommitKind { kCreate, kAppend, kRetention, kCompaction };
+
+/// What a pending commit depends on: the files it removes and the batch ids it records.
+struct CommitIntent {
+  CommitKind kind = CommitKind::kAppend;
+  std::set<std::string> removes;      // paths of the files the commit removes
+  std::set<std::string> txn_app_ids;  // Delta txn appIds the commit records
+};
+
+/// What a winning commit did, as far as the rules care. Listed from the most to the least
+/// consequential; a winner may have done several.
+enum class WinnerEffect {
+  kReplacedTable,     // a metaData action with another table id
+  kChangedMetadata,   // a metaData action changing schema, partitioning or configuration
+  kChangedProtocol,   // a protocol action changing what readers or writers must support
+  kRecordedSameTxn,   // a txn with one of the pending commit's appIds
+  kRemovedSameFile,   // a remove of a file the pending commit also removes
+  kAddedFiles,
+  kRemovedOtherFiles,
+};
+
+enum class Resolution {
+  kRebase,    // commit on top of the winner
+  kAbandon,   // do not commit; the operation has nothing left to do (or must plan again)
+  kConflict,  // fail the operation with a CommitConflict
+};
+
+struct ConflictRule {
+  std::optional<CommitKind> kind;  // unset: every kind of pending commit
+  WinnerEffect effect;
+  Resolution resolution;
+  const char* reason;
+};
+
+/// The policy. For each effect of a winner the first rule that matches the pending commit's kind
+/// applies; an effect without a matching rule rebases.
+inline constexpr ConflictRule kConflictRules[] = {
+    {std::nullopt, WinnerEffect::kReplacedTable, Resolution::kConflict,
+     "the table was dropped and created again"},
+    {std::nullopt, WinnerEffect::kChangedMetadata, Resolution::kConflict,
+     "its schema, partitioning or properties changed"},
+    {std::nullopt, WinnerEffect::kChangedProtocol, Resolution::kConflict,
+     "its Delta protocol changed"},
+    {CommitKind::kAppend, WinnerEffect::kRecordedSameTxn, Resolution::kAbandon,
+     "another append recorded the same batch_id"},
+    {CommitKind::kCompaction, WinnerEffect::kRemovedSameFile, Resolution::kAbandon,
+     "another commit removed files this compaction rewrites"},
+    {CommitKind::kRetention, WinnerEffect::kRemovedSameFile, Resolution::kAbandon,
+     "another commit removed files this retention removes"},
+    {std::nullopt, WinnerEffect::kAddedFiles, Resolution::kRebase,
+     "files added concurrently do not touch this commit"},
+    {std::nullopt, WinnerEffect::kRemovedOtherFiles, Resolution::kRebase,
+     "files removed concurrently are not read by this commit"},
+};
+
+/// The rules' answer for one winning commit.
+struct Verdict {
+  Resolution resolution = Resolution::kRebase;
+  WinnerEffect effect = WinnerEffect::kAddedFiles;
+  std::string reason;  // from the rule, for messages
+};
+
+/// Judges `winner` (the commit that took a version `pending` wanted) against `pending`, given
+/// `before`, the snapshot the pending commit was prepared on (before the winner is applied).
+/// Of all the winner's effects the strictest resolution wins (conflict over abandon over rebase).
+Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot& before);
+
+const char* CommitKindName(CommitKind kind);
+
+}  // namespace timelake

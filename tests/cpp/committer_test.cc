@@ -1,0 +1,393 @@
+// The commit protocol against stores whose replies lie: a put-if-absent that landed but reported
+// "exists" (an S3 client that retried its own timed-out conditional PUT gets 412) or an error (a
+// lost reply) must be recognised as the writer's own commit, never as a lost race: otherwise an
+// append with a batch id calls itself a duplicate and deletes the files its landed commit
+// references, a compaction deletes its live outputs, and an append without a batch id commits
+// twice. Also: the conflict rules, and the typed conflict error.
+#include "timelake/txn/committer.h"
+
+#include <atomic>
+#include <string>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "lake_fixture.h"
+#include "test_util.h"
+#include "timelake/log/file_tags.h"
+#include "timelake/txn/conflict.h"
+#include "timelake/util/ids.h"
+
+namespace timelake::testing {
+namespace {
+
+/// A MemoryStore whose next `lies` commit puts land and then report `false` ("exists") or an
+/// error, as a client whose reply was lost would.
+class LyingStore : public MemoryStore {
+ public:
+  enum class Lie { kExists, kError };
+
+  LyingStore() : MemoryStore("lying") {}
+
+  void LieOnNextCommits(int lies, Lie how) {
+    lies_ = lies;
+    how_ = how;
+  }
+  int lies_told() const { return told_; }
+
+  arrow::Result<bool> PutIfAbsent(const std::string& path,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    ARROW_ASSIGN_OR_RAISE(bool written, MemoryStore::PutIfAbsent(path, data));
+    const bool is_commit = path.find("/_delta_log/") != std::string::npos &&
+                           path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+    if (!written || !is_commit || lies_ <= 0) return written;
+    --lies_;
+    ++told_;
+    if (how_ == Lie::kExists) return false;
+    return arrow::Status::IOError("connection reset by peer (the put landed)");
+  }
+
+ private:
+  std::atomic<int> lies_{0};
+  std::atomic<int> told_{0};
+  Lie how_ = Lie::kExists;
+};
+
+class AmbiguousPutTest : public LakeFixture,
+                         public ::testing::WithParamInterface<LyingStore::Lie> {
+ protected:
+  void SetUp() override {
+    store_ = lying_;
+    lake_ = Lake::OverStore(store_);
+  }
+
+  std::shared_ptr<arrow::RecordBatchReader> Rows(const std::string& sensor, int first, int n) {
+    std::string ts = "[", sensors = "[", values = "[";
+    for (int i = 0; i < n; ++i) {
+      const std::string sep = i ? "," : "";
+      ts += sep + std::to_string(Micros(2025, 1, 1, 0) + (first + i) * 1'000'000LL);
+      sensors += sep + "\"" + sensor + "\"";
+      values += sep + std::to_string(first + i);
+    }
+    return Reader(schema_, {Batch(schema_, {ts + "]", sensors + "]", values + "]"})});
+  }
+
+  // Rows of the live files, from their stats; every live file must exist in the store.
+  int64_t LiveRows() {
+    EXPECT_OK(table_->Refresh());
+    auto plan = table_->Scan().ValueOrDie();
+    int64_t rows = 0;
+    for (const auto& f : plan.files) {
+      EXPECT_TRUE(store_->Head(f.path.substr(f.path.find("default/"))).ok())
+          << f.path << " is referenced but missing";
+      rows += f.rows;
+    }
+    return rows;
+  }
+
+  std::shared_ptr<LyingStore> lying_ = std::make_shared<LyingStore>();
+};
+
+TEST_P(AmbiguousPutTest, CreateTableRecognisesItsOwnCommit) {
+  lying_->LieOnNextCommits(1, GetParam());
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  auto created = lake_->CreateTable("t", schema_, options);
+  ASSERT_OK(created.status());
+  EXPECT_EQ(lying_->lies_told(), 1);
+  EXPECT_EQ((*created)->version(), 0);
+}
+
+TEST_P(AmbiguousPutTest, AppendWithBatchIdIsNotItsOwnDuplicate) {
+  CreateTable();
+  lying_->LieOnNextCommits(1, GetParam());
+  AppendOptions options;
+  options.batch_id = "gateway-1";
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(Rows("a", 0, 10).get(), options));
+  EXPECT_EQ(lying_->lies_told(), 1);
+  EXPECT_FALSE(result.duplicate) << "the landed commit was taken for another writer's";
+  EXPECT_EQ(result.version, 1);
+  EXPECT_EQ(result.rows, 10);
+  EXPECT_EQ(LiveRows(), 10);  // and its files were not deleted
+  // A retry with the same batch id is the duplicate.
+  ASSERT_OK_AND_ASSIGN(auto again, table_->Append(Rows("a", 0, 10).get(), options));
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(LiveRows(), 10);
+}
+
+TEST_P(AmbiguousPutTest, AppendWithoutBatchIdCommitsOnce) {
+  CreateTable();
+  lying_->LieOnNextCommits(1, GetParam());
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(Rows("a", 0, 10).get(), {}));
+  EXPECT_EQ(lying_->lies_told(), 1);
+  EXPECT_EQ(result.version, 1);
+  ASSERT_OK(table_->Refresh());
+  EXPECT_EQ(table_->version(), 1) << "the append was committed twice";
+  EXPECT_EQ(LiveRows(), 10);
+}
+
+TEST_P(AmbiguousPutTest, CompactionKeepsItsLandedOutputs) {
+  CreateTable();
+  for (int i = 0; i < 4; ++i) ASSERT_OK(table_->Append(Rows("a", i * 10, 10).get(), {}).status());
+  lying_->LieOnNextCommits(1, GetParam());
+  MaintainOptions options;
+  options.expire = false;
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Maintain(options));
+  EXPECT_EQ(lying_->lies_told(), 1);
+  EXPECT_EQ(result.partitions_compacted, 1);
+  EXPECT_EQ(LiveRows(), 40) << "the compaction deleted its live outputs";
+  ASSERT_OK_AND_ASSIGN(auto latest, table_->Latest());
+  EXPECT_EQ(latest->num_rows(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lies, AmbiguousPutTest,
+                         ::testing::Values(LyingStore::Lie::kExists, LyingStore::Lie::kError),
+                         [](const auto& info) {
+                           return info.param == LyingStore::Lie::kExists ? "ReportsExists"
+                                                                         : "ReportsError";
+                         });
+
+/// A MemoryStore whose commit puts fail without landing, `failures` times.
+class FailingCommitStore : public MemoryStore {
+ public:
+  explicit FailingCommitStore(int failures, bool mark_unknown)
+      : failures_(failures), mark_unknown_(mark_unknown) {}
+  arrow::Result<bool> PutIfAbsent(const std::string& path,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    if (path.find("/_delta_log/") != std::string::npos && failures_ > 0) {
+      --failures_;
+      arrow::Status st = arrow::Status::IOError("service unavailable");
+      return mark_unknown_ ? OutcomeUnknown(st) : st;
+    }
+    return MemoryStore::PutIfAbsent(path, data);
+  }
+  std::atomic<int> failures_;
+  bool mark_unknown_;
+};
+
+class CommitFailureTest : public LakeFixture {
+ protected:
+  void Use(std::shared_ptr<FailingCommitStore> store) {
+    store_ = store;
+    lake_ = Lake::OverStore(store_);
+    failing_ = store;
+    CreateTable();
+  }
+  std::shared_ptr<arrow::RecordBatchReader> OneRow() {
+    return Reader(schema_, {Batch(schema_, {"[" + std::to_string(Micros(2025, 1, 1, 0)) + "]",
+                                            "[\"a\"]", "[1]"})});
+  }
+  int DataFiles() {
+    int n = 0;
+    for (const auto& path : Objects("default/t/")) {
+      n += path.find("_delta_log") == std::string::npos &&
+           path.find("_timelake") == std::string::npos;
+    }
+    return n;
+  }
+  std::shared_ptr<FailingCommitStore> failing_;
+};
+
+TEST_F(CommitFailureTest, APutThatFailsOnceIsRetried) {
+  Use(std::make_shared<FailingCommitStore>(0, false));
+  failing_->failures_ = 1;
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(OneRow().get(), {}));
+  EXPECT_EQ(result.version, 1);
+  EXPECT_EQ(DataFiles(), 1);
+}
+
+TEST_F(CommitFailureTest, APutThatKeepsFailingFailsTheAppendAndDeletesItsFiles) {
+  Use(std::make_shared<FailingCommitStore>(0, false));
+  failing_->failures_ = Committer::kMaxPutErrors;
+  auto result = table_->Append(OneRow().get(), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("service unavailable"), std::string::npos);
+  EXPECT_EQ(result.status().message().find("unknown"), std::string::npos);
+  EXPECT_EQ(DataFiles(), 0) << "a definite failure leaves nothing behind";
+}
+
+TEST_F(CommitFailureTest, AnOutcomeUnknownFailureKeepsTheFilesAndSaysRetryWithTheBatchId) {
+  Use(std::make_shared<FailingCommitStore>(0, true));
+  failing_->failures_ = Committer::kMaxPutErrors;
+  AppendOptions options;
+  options.batch_id = "b";
+  auto result = table_->Append(OneRow().get(), options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("same batch_id"), std::string::npos)
+      << result.status().ToString();
+  EXPECT_EQ(DataFiles(), 1) << "the commit may land later: its files must stay";
+}
+
+// --- the conflict rules -------------------------------------------------------------------
+
+Snapshot Before() {
+  Snapshot s;
+  s.version = 3;
+  s.metadata.id = "table-1";
+  s.metadata.schema_string = "{}";
+  return s;
+}
+
+AddFile Add(const std::string& path) {
+  AddFile add;
+  add.path = path;
+  return add;
+}
+
+RemoveFile Remove(const std::string& path) {
+  RemoveFile remove;
+  remove.path = path;
+  return remove;
+}
+
+TEST(ConflictRulesTest, AppendsRebaseOverAppendsAndRemovals) {
+  CommitIntent append{CommitKind::kAppend, {}, {"timelake:b1"}};
+  Commit winner;
+  winner.adds = {Add("x.parquet")};
+  winner.removes = {Remove("y.parquet")};
+  EXPECT_EQ(Judge(append, winner, Before()).resolution, Resolution::kRebase);
+}
+
+TEST(ConflictRulesTest, AnAppendWhoseBatchIdAWinnerRecordedIsAbandoned) {
+  CommitIntent append{CommitKind::kAppend, {}, {"timelake:b1"}};
+  Commit winner;
+  winner.adds = {Add("x.parquet")};
+  winner.txns = {{"timelake:b1", 0, 1}};
+  Verdict v = Judge(append, winner, Before());
+  EXPECT_EQ(v.resolution, Resolution::kAbandon);
+  EXPECT_EQ(v.effect, WinnerEffect::kRecordedSameTxn);
+  winner.txns = {{"timelake:b2", 0, 1}};
+  EXPECT_EQ(Judge(append, winner, Before()).resolution, Resolution::kRebase);
+}
+
+TEST(ConflictRulesTest, CompactionAndRetentionGiveUpWhenTheirInputsWereRemoved) {
+  for (CommitKind kind : {CommitKind::kCompaction, CommitKind::kRetention}) {
+    CommitIntent pending{kind, {"a.parquet", "b.parquet"}, {}};
+    Commit winner;
+    winner.removes = {Remove("b.parquet")};
+    EXPECT_EQ(Judge(pending, winner, Before()).resolution, Resolution::kAbandon)
+        << CommitKindName(kind);
+    winner.removes = {Remove("c.parquet")};
+    winner.adds = {Add("d.parquet")};
+    EXPECT_EQ(Judge(pending, winner, Before()).resolution, Resolution::kRebase)
+        << CommitKindName(kind);
+  }
+}
+
+TEST(ConflictRulesTest, SchemaProtocolAndIdentityChangesConflictWithEverything) {
+  for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
+    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    Commit schema;
+    schema.metadata = Before().metadata;
+    schema.metadata->schema_string = "{\"fields\":[]}";
+    EXPECT_EQ(Judge(pending, schema, Before()).effect, WinnerEffect::kChangedMetadata);
+    EXPECT_EQ(Judge(pending, schema, Before()).resolution, Resolution::kConflict);
+    Commit replaced;
+    replaced.metadata = Before().metadata;
+    replaced.metadata->id = "table-2";
+    EXPECT_EQ(Judge(pending, replaced, Before()).effect, WinnerEffect::kReplacedTable);
+    Commit protocol;
+    protocol.protocol = Protocol{3, 7, std::vector<std::string>{"deletionVectors"},
+                                 std::vector<std::string>{"deletionVectors"}};
+    EXPECT_EQ(Judge(pending, protocol, Before()).resolution, Resolution::kConflict);
+    // The strictest effect wins: a schema change that also removed an input is a conflict.
+    schema.removes = {Remove("a.parquet")};
+    EXPECT_EQ(Judge(pending, schema, Before()).resolution, Resolution::kConflict);
+  }
+}
+
+TEST(ConflictRulesTest, AnUnchangedMetadataOrProtocolActionDoesNotConflict) {
+  CommitIntent append{CommitKind::kAppend, {}, {}};
+  Commit winner;
+  winner.metadata = Before().metadata;
+  winner.protocol = Before().protocol;
+  EXPECT_EQ(Judge(append, winner, Before()).resolution, Resolution::kRebase);
+}
+
+// --- the committer over a log ---------------------------------------------------------------
+
+class CommitterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Commit zero;
+    zero.commit_info = Info("CREATE TABLE");
+    zero.protocol = Protocol{};
+    zero.metadata = Before().metadata;
+    ASSERT_OK(log_.TryCommit(0, SerializeCommit(zero)));
+    ASSERT_OK_AND_ASSIGN(mine_, log_.Load());
+    other_ = mine_;
+  }
+  static CommitInfo Info(const std::string& operation) {
+    CommitInfo info;
+    info.operation = operation;
+    info.txn_id = NewUuid();
+    return info;
+  }
+  PendingCommit AppendOf(const std::string& path) {
+    PendingCommit p;
+    p.commit.commit_info = Info("WRITE");
+    p.commit.adds = {Add(path)};
+    return p;
+  }
+  PendingCommit CompactionOf(std::vector<std::string> inputs, const std::string& output) {
+    PendingCommit p;
+    p.intent.kind = CommitKind::kCompaction;
+    p.commit.commit_info = Info("OPTIMIZE");
+    for (const auto& in : inputs) {
+      p.commit.removes.push_back(Remove(in));
+      p.intent.removes.insert(in);
+    }
+    p.commit.adds = {Add(output)};
+    return p;
+  }
+  arrow::Status Put(Snapshot* snapshot, PendingCommit p, CommitOutcome* out) {
+    return committer_.Commit(snapshot, &p, out);
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+  DeltaLog log_{store_, "ns/t"};
+  Committer committer_{&log_, "ns.t"};
+  Snapshot mine_, other_;
+};
+
+TEST_F(CommitterTest, RebasesOverAConcurrentAppend) {
+  CommitOutcome a, b;
+  ASSERT_OK(Put(&other_, AppendOf("x.parquet"), &a));
+  ASSERT_OK(Put(&mine_, AppendOf("y.parquet"), &b));
+  EXPECT_EQ(a.version, 1);
+  EXPECT_EQ(b.version, 2);
+  EXPECT_EQ(b.attempts, 2);
+  EXPECT_EQ(mine_.files.size(), 2u);
+}
+
+TEST_F(CommitterTest, AbandonsACompactionWhoseInputsAConcurrentCompactionRemoved) {
+  CommitOutcome out;
+  ASSERT_OK(Put(&mine_, AppendOf("a.parquet"), &out));
+  ASSERT_OK(Put(&mine_, AppendOf("b.parquet"), &out));
+  other_ = mine_;
+  ASSERT_OK(Put(&other_, CompactionOf({"a.parquet", "b.parquet"}, "ab.parquet"), &out));
+  CommitOutcome late;
+  ASSERT_OK(Put(&mine_, CompactionOf({"a.parquet", "b.parquet"}, "ab2.parquet"), &late));
+  EXPECT_FALSE(late.version);
+  ASSERT_TRUE(late.abandoned);
+  EXPECT_EQ(late.abandoned->effect, WinnerEffect::kRemovedSameFile);
+  EXPECT_EQ(mine_.files.count("ab2.parquet"), 0u);
+  EXPECT_EQ(mine_.files.count("ab.parquet"), 1u);
+}
+
+TEST_F(CommitterTest, ASchemaChangeIsATypedConflictNamingWhatChanged) {
+  PendingCommit schema;
+  schema.commit.commit_info = Info("ADD COLUMNS");
+  schema.commit.metadata = Before().metadata;
+  schema.commit.metadata->schema_string = "{\"type\":\"struct\",\"fields\":[]}";
+  CommitOutcome out;
+  ASSERT_OK(Put(&other_, std::move(schema), &out));
+  CommitOutcome late;
+  arrow::Status st = Put(&mine_, AppendOf("y.parquet"), &late);
+  EXPECT_TRUE(IsCommitConflict(st)) << st.ToString();
+  EXPECT_NE(st.message().find("schema"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(late.version);
+}
+
+}  // namespace
+}  // namespace timelake::testing
