@@ -24,65 +24,11 @@
 #include <arrow/result.h>
 
 #include "timelake/contract.h"
-#include "timelake/index/last_value_index.h"
-#include "timelake/ingest/ingestor.h"
-#include "timelake/log/delta_log.h"
-#include "timelake/txn/committer.h"
-#include "timelake/txn/post_commit.h"
+#include "timelake/table_context.h"
 #include "timelake/util/interrupt.h"
 #include "timelake/util/operation_lock.h"
 
 namespace timelake {
-
-struct AppendOptions {
-  std::optional<std::string> batch_id;
-  std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
-  InterruptCheck interrupt;      // see the top of this file
-};
-
-struct MaintainOptions {
-  bool compact = true;
-  bool retention = true;
-  bool expire = true;
-  InterruptCheck interrupt;  // see the top of this file
-};
-
-struct MaintainResult {
-  int64_t partitions_compacted = 0;
-  int64_t files_rewritten = 0;
-  int64_t files_written = 0;
-  int64_t rows_rewritten = 0;
-  int64_t duplicates_removed = 0;
-  int64_t partitions_dropped = 0;
-  int64_t snapshots_expired = 0;
-  int64_t objects_deleted = 0;
-  double seconds = 0;
-};
-
-struct AppendResult {
-  int64_t rows = 0;
-  int64_t files = 0;
-  int64_t bytes = 0;
-  int64_t version = 0;
-  double commit_ms = 0;
-  int attempts = 0;
-  bool duplicate = false;
-  std::optional<MaintainResult> maintenance;  // set when inline maintenance did work or failed
-  /// Inline maintenance failed after the append was committed (the append itself stands).
-  std::optional<std::string> maintenance_error;
-};
-
-struct TableInfo {
-  Contract contract;
-  int64_t rows = 0;
-  int64_t files = 0;
-  int64_t bytes = 0;
-  int64_t snapshots = 0;
-  int64_t manifests = 0;
-  int64_t index_series = 0;
-  int64_t index_version = -1;
-  int64_t index_bytes = 0;
-};
 
 /// A data file as a query engine should read it.
 struct ScanFile {
@@ -110,11 +56,11 @@ class Table {
   static arrow::Result<std::shared_ptr<Table>> Open(std::shared_ptr<ObjectStore> store,
                                                     std::string table_path, std::string name);
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return ctx_.name; }
   std::string location() const;
   int64_t version();
-  std::shared_ptr<arrow::Schema> schema() const { return declared_; }
-  const Contract& contract() const { return contract_; }
+  std::shared_ptr<arrow::Schema> schema() const { return ctx_.declared; }
+  const Contract& contract() const { return ctx_.contract; }
 
   arrow::Result<AppendResult> Append(arrow::RecordBatchReader* reader, const AppendOptions& options);
   arrow::Result<MaintainResult> Maintain(const MaintainOptions& options);
@@ -127,58 +73,13 @@ class Table {
   arrow::Result<ScanPlan> Scan();
 
   /// The Delta txn appId that records `batch_id`.
-  static std::string BatchAppId(const std::string& batch_id);
-
-  /// Lost commit races in a row after which a commit gives up.
-  static constexpr int kMaxCommitAttempts = Committer::kMaxAttempts;
+  static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
-  arrow::Status LoadDerived();  // schema and contract from snapshot_.metadata
-  arrow::Status CheckWritable() const;
-  bool HasBatch(const std::string& batch_id) const;
-  /// The maintenance steps, with the handle's lock held. `inline_only` keeps the work bounded.
-  arrow::Status MaintainLocked(const MaintainOptions& options, bool inline_only, MaintainResult* result);
-  /// Commits the removal of every chunk that ended before now - retention.
-  arrow::Status DropExpiredChunks(MaintainResult* result);
-  /// Rewrites crowded chunks (bounded to one group when `inline_only`); `interrupt` is checked
-  /// before and after rewriting each group.
-  arrow::Status Compact(bool inline_only, const InterruptCheck& interrupt, MaintainResult* result);
 
-  /// Commits `pending` through the committer, on top of the handle's snapshot.
-  arrow::Status CommitPending(PendingCommit* pending, CommitOutcome* out);
-  CommitInfo NewCommitInfo(const std::string& operation) const;
-  /// A `remove` for `add`, tagged with why timelake removed it (kRemovedByCompaction/Retention).
-  static RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms,
-                             const char* reason);
-  bool AutoMaintain() const;
-  /// `st`, or TableDropped when `st` is a storage failure and the table is gone: a folder
-  /// renamed away by a drop makes writes into it fail with "no such file".
-  /// REQUIRES: mutex_ held.
-  arrow::Status DroppedOr(arrow::Status st);
-  /// Post-commit hook of every commit: a checkpoint when one is due (taken back if the table
-  /// was dropped meanwhile).
-  arrow::Status MaybeCheckpoint();
-  /// Post-commit hook of commits that add files: writes the index record of commit `version`
-  /// for `files` (whose rows carry sequence number `seq`) and folds the index when due. A
-  /// missing record only makes latest() read those files.
-  arrow::Status RecordNewest(const std::vector<WrittenFile>& files, int64_t version, int64_t seq);
-  /// The hooks every commit that adds `files` runs once acknowledged (see txn/post_commit.h).
-  PostCommitHooks HooksAfter(const std::vector<WrittenFile>* files, int64_t version, int64_t seq);
-
-  std::shared_ptr<ObjectStore> store_;
-  std::string table_path_;
-  std::string name_;
-  DeltaLog log_;
-  Committer committer_;
   OperationLock mutex_;
-  Snapshot snapshot_;
-  std::string metadata_id_;  // the metaData.id the derived fields were computed from
-  std::shared_ptr<arrow::Schema> declared_;
-  std::shared_ptr<arrow::Schema> storage_;
-  Contract contract_;
-  IngestOptions ingest_options_;
-  std::unique_ptr<LastValueIndex> index_;
+  TableContext ctx_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace timelake

@@ -1,5 +1,6 @@
-// Table maintenance: retention, compaction, log expiry, vacuum and index upkeep (see table.h).
-#include "timelake/table.h"
+// Table maintenance: retention, compaction, log expiry, vacuum and index upkeep (see
+// table_context.h).
+#include "timelake/table_context.h"
 
 #include <chrono>
 #include <set>
@@ -11,70 +12,20 @@
 #include "timelake/util/time.h"
 
 namespace timelake {
+namespace {
 
-bool Table::AutoMaintain() const { return snapshot_.Config("timelake.autoMaintain") == "true"; }
-
-arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
-  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
-  const auto started = std::chrono::steady_clock::now();
-  ARROW_RETURN_NOT_OK(log_.Update(&snapshot_));
-  if (snapshot_.metadata.id != metadata_id_) ARROW_RETURN_NOT_OK(LoadDerived());
-  MaintainResult result;
-  ARROW_RETURN_NOT_OK(DroppedOr(MaintainLocked(options, /*inline_only=*/false, &result)));
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return result;
-}
-
-arrow::Status Table::MaintainLocked(const MaintainOptions& options, bool inline_only,
-                                    MaintainResult* result) {
-  ARROW_RETURN_NOT_OK(CheckWritable());
-  const bool time_series = contract_.is_time_series();
-  // Every step commits (or deletes) on its own: an interruption between steps leaves the
-  // table consistent.
-  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-  if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(result));
-  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-  if (options.compact) ARROW_RETURN_NOT_OK(Compact(inline_only, options.interrupt, result));
-  if (options.expire && !inline_only) {
-    // Listing the log and the data folder is not bounded work: full maintain() only.
-    const int64_t now_ms = NowMillis();
-    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-    ARROW_ASSIGN_OR_RAISE(auto expired, ExpireLog(store_.get(), table_path_, snapshot_, now_ms));
-    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-    ARROW_ASSIGN_OR_RAISE(auto vacuumed, Vacuum(store_.get(), table_path_, snapshot_, now_ms));
-    result->snapshots_expired += expired.snapshots_expired;
-    result->objects_deleted += expired.objects_deleted + vacuumed.objects_deleted;
-    if (expired.oldest_version > snapshot_.oldest_version) {
-      snapshot_.oldest_version = expired.oldest_version;
-    }
-  }
-  if (!time_series) return arrow::Status::OK();
-  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-  // Fold the last-value index once enough records piled up (always on a full maintain).
-  ARROW_ASSIGN_OR_RAISE(auto state, index_->Read(snapshot_));
-  // Inline upkeep folds once reading the index costs enough: many records, files that no record
-  // summarises, or objects that had to be rebuilt.
-  if (!inline_only || state.records >= 64 || state.files_read >= 16 || state.rebuilt) {
-    if (state.records > 0 || state.base_version < snapshot_.version) {
-      ARROW_ASSIGN_OR_RAISE(int64_t deleted, index_->Fold(state));
-      result->objects_deleted += deleted;
-    }
-  }
-  return arrow::Status::OK();
-}
-
-arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
-  if (contract_.retention_us <= 0) return arrow::Status::OK();
-  for (int round = 1; round <= kMaxCommitAttempts; ++round) {
-    const int64_t cutoff = NowMicros() - contract_.retention_us;
+// Commits the removal of every chunk that ended before now - retention.
+arrow::Status DropExpiredChunks(TableContext& t, MaintainResult* result) {
+  if (t.contract.retention_us <= 0) return arrow::Status::OK();
+  for (int round = 1; round <= Committer::kMaxAttempts; ++round) {
+    const int64_t cutoff = NowMicros() - t.contract.retention_us;
     Commit commit;
     std::set<std::string> chunks;
     const int64_t now_ms = NowMillis();
-    for (const auto& [path, add] : snapshot_.files) {
+    for (const auto& [path, add] : t.snapshot.files) {
       const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MAX);
       if (min_time == INT64_MAX) continue;
-      if (ChunkEnd(contract_.chunk, ChunkOrdinal(contract_.chunk, min_time)) > cutoff) continue;
+      if (ChunkEnd(t.contract.chunk, ChunkOrdinal(t.contract.chunk, min_time)) > cutoff) continue;
       commit.removes.push_back(RemoveOf(add, /*data_change=*/true, now_ms, kRemovedByRetention));
       chunks.insert(add.tags.count(kChunkTag) ? add.tags.at(kChunkTag) : path);
     }
@@ -89,35 +40,37 @@ arrow::Status Table::DropExpiredChunks(MaintainResult* result) {
     for (const auto& remove : commit.removes) pending.intent.removes.insert(remove.path);
     pending.commit = std::move(commit);
     CommitOutcome outcome;
-    ARROW_RETURN_NOT_OK(CommitPending(&pending, &outcome));
+    ARROW_RETURN_NOT_OK(CommitPending(t, &pending, &outcome));
     if (outcome.version) {
-      (void)HooksAfter(nullptr, *outcome.version, 0).Run();  // best effort, see post_commit.h
+      (void)HooksAfter(t, nullptr, *outcome.version, 0).Run();  // best effort, see post_commit.h
       result->partitions_dropped += static_cast<int64_t>(chunks.size());
       return arrow::Status::OK();
     }
     // Abandoned: a winner removed some of the same files. Plan again against the winners.
   }
-  return CommitConflict("commit conflict: retention on '" + name_ + "' was overtaken by " +
-                        std::to_string(kMaxCommitAttempts) +
+  return CommitConflict("commit conflict: retention on '" + t.name + "' was overtaken by " +
+                        std::to_string(Committer::kMaxAttempts) +
                         " concurrent removals in a row; retry later");
 }
 
-arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
-                             MaintainResult* result) {
+// Rewrites crowded chunks (bounded to one group when `inline_only`); `interrupt` is checked
+// before and after rewriting each group.
+arrow::Status Compact(TableContext& t, bool inline_only, const InterruptCheck& interrupt,
+                      MaintainResult* result) {
   CompactionOptions options;
   options.target_file_bytes =
-      ParseInt64(snapshot_.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
+      ParseInt64(t.snapshot.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
   if (inline_only) {
     // Bounded work: one group, and only once a chunk has gathered enough small files.
     options.max_groups = 1;
     options.min_files = 16;
   }
-  for (const auto& group : PlanCompaction(snapshot_, contract_, options)) {
+  for (const auto& group : PlanCompaction(t.snapshot, t.contract, options)) {
     ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
     ARROW_ASSIGN_OR_RAISE(auto rewritten,
-                          RewriteGroup(store_, table_path_, contract_, declared_, storage_, group));
+                          RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group));
     auto delete_outputs = [&] {
-      for (const auto& f : rewritten.outputs) (void)store_->Delete(table_path_ + "/" + f.path);
+      for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
     };
     if (arrow::Status st = CheckInterrupt(interrupt); !st.ok()) {
       delete_outputs();  // rewritten but not committed
@@ -149,7 +102,7 @@ arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
     for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
     pending.commit = std::move(commit);
     CommitOutcome outcome;
-    arrow::Status st = CommitPending(&pending, &outcome);
+    arrow::Status st = CommitPending(t, &pending, &outcome);
     if (!st.ok() || !outcome.version) {
       if (!outcome.outcome_unknown) delete_outputs();
       ARROW_RETURN_NOT_OK(st);
@@ -157,12 +110,52 @@ arrow::Status Table::Compact(bool inline_only, const InterruptCheck& interrupt,
     }
     // Best effort (see post_commit.h): a missing index record only makes latest() read the
     // outputs.
-    (void)HooksAfter(&rewritten.outputs, *outcome.version, group.seq).Run();
+    (void)HooksAfter(t, &rewritten.outputs, *outcome.version, group.seq).Run();
     result->partitions_compacted += 1;
     result->files_rewritten += static_cast<int64_t>(group.inputs.size());
     result->files_written += static_cast<int64_t>(rewritten.outputs.size());
     result->rows_rewritten += rewritten.rows_in;
     result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Status MaintainLocked(TableContext& t, const MaintainOptions& options, bool inline_only,
+                             MaintainResult* result) {
+  ARROW_RETURN_NOT_OK(CheckWritable(t));
+  const bool time_series = t.contract.is_time_series();
+  // Every step commits (or deletes) on its own: an interruption between steps leaves the
+  // table consistent.
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+  if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(t, result));
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+  if (options.compact) ARROW_RETURN_NOT_OK(Compact(t, inline_only, options.interrupt, result));
+  if (options.expire && !inline_only) {
+    // Listing the log and the data folder is not bounded work: full maintain() only.
+    const int64_t now_ms = NowMillis();
+    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+    ARROW_ASSIGN_OR_RAISE(auto expired, ExpireLog(t.store.get(), t.table_path, t.snapshot, now_ms));
+    ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+    ARROW_ASSIGN_OR_RAISE(auto vacuumed, Vacuum(t.store.get(), t.table_path, t.snapshot, now_ms));
+    result->snapshots_expired += expired.snapshots_expired;
+    result->objects_deleted += expired.objects_deleted + vacuumed.objects_deleted;
+    if (expired.oldest_version > t.snapshot.oldest_version) {
+      t.snapshot.oldest_version = expired.oldest_version;
+    }
+  }
+  if (!time_series) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
+  // Fold the last-value index once enough records piled up (always on a full maintain).
+  ARROW_ASSIGN_OR_RAISE(auto state, t.index->Read(t.snapshot));
+  // Inline upkeep folds once reading the index costs enough: many records, files that no record
+  // summarises, or objects that had to be rebuilt.
+  if (!inline_only || state.records >= 64 || state.files_read >= 16 || state.rebuilt) {
+    if (state.records > 0 || state.base_version < t.snapshot.version) {
+      ARROW_ASSIGN_OR_RAISE(int64_t deleted, t.index->Fold(state));
+      result->objects_deleted += deleted;
+    }
   }
   return arrow::Status::OK();
 }

@@ -1,0 +1,120 @@
+// Appending: input batches become data files (ingest/), then one commit (see table_context.h).
+#include "timelake/table_context.h"
+
+#include <chrono>
+
+#include "timelake/log/file_tags.h"
+#include "timelake/util/time.h"
+
+namespace timelake {
+
+arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
+                                          const AppendOptions& options) {
+  ARROW_RETURN_NOT_OK(Update(t));
+  ARROW_RETURN_NOT_OK(CheckWritable(t));
+
+  AppendResult result;
+  if (options.batch_id) {
+    if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
+    if (HasBatch(t, *options.batch_id)) {
+      result.version = t.snapshot.version;
+      result.duplicate = true;
+      return result;
+    }
+  }
+
+  IngestOptions ingest_options = t.ingest_options;
+  ingest_options.interrupt = options.interrupt;
+  Ingestor ingestor(t.store, t.table_path, t.contract, t.declared, t.storage, ingest_options);
+  std::vector<WrittenFile> files;
+  {
+    arrow::Status st = ingestor.Consume(reader);
+    if (st.ok()) {
+      auto finished = ingestor.Finish();
+      if (finished.ok()) {
+        files = std::move(*finished);
+      } else {
+        st = finished.status();
+      }
+    }
+    if (st.ok()) st = CheckInterrupt(options.interrupt);  // the last chance before committing
+    if (!st.ok()) {
+      ingestor.Abort();
+      return DroppedOr(t, st);
+    }
+  }
+  if (files.empty() && !options.batch_id) {
+    result.version = t.snapshot.version;
+    return result;
+  }
+
+  Commit commit;
+  CommitInfo info = NewCommitInfo("WRITE");
+  info.operation_parameters = {{"mode", "Append"}};
+  info.is_blind_append = true;
+  for (const auto& f : files) {
+    result.rows += f.rows;
+    result.bytes += f.size;
+  }
+  result.files = static_cast<int64_t>(files.size());
+  info.metrics = {{"numFiles", result.files}, {"numOutputRows", result.rows},
+                  {"numOutputBytes", result.bytes}};
+  if (options.batch_id) {
+    commit.txns.push_back({BatchAppId(*options.batch_id), 0, NowMillis()});
+  }
+  const int64_t now_ms = NowMillis();
+  for (const auto& f : files) commit.adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
+
+  commit.commit_info = info;
+
+  PendingCommit pending;
+  pending.commit = std::move(commit);
+  pending.intent.kind = CommitKind::kAppend;
+  if (options.batch_id) pending.intent.txn_app_ids.insert(BatchAppId(*options.batch_id));
+  pending.prepare = [](Commit* c, int64_t version) {
+    for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+  };
+  const auto started = std::chrono::steady_clock::now();
+  CommitOutcome outcome;
+  if (arrow::Status st = CommitPending(t, &pending, &outcome); !st.ok()) {
+    // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
+    if (!outcome.outcome_unknown) ingestor.Abort();
+    return DroppedOr(t, st);
+  }
+  if (!outcome.version) {
+    // A concurrent append recorded the same batch id: this one is its duplicate.
+    ingestor.Abort();
+    AppendResult dup;
+    dup.version = t.snapshot.version;
+    dup.duplicate = outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn;
+    dup.attempts = outcome.attempts;
+    return dup;
+  }
+  result.version = *outcome.version;
+  result.attempts = outcome.attempts;
+  result.commit_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  // The append is acknowledged: from here on nothing may turn it into an error.
+  PostCommitHooks hooks = HooksAfter(t, &files, result.version, result.version);
+  if (options.maintain.value_or(AutoMaintain(t))) {
+    hooks.Add("inline maintenance", [&]() -> arrow::Status {
+      MaintainResult maintenance;
+      arrow::Status upkeep = MaintainLocked(t, MaintainOptions{}, /*inline_only=*/true, &maintenance);
+      if (!upkeep.ok() || maintenance.partitions_dropped + maintenance.partitions_compacted +
+                                  maintenance.snapshots_expired + maintenance.objects_deleted >
+                              0) {
+        result.maintenance = maintenance;
+      }
+      return upkeep;
+    });
+  }
+  if (auto failures = hooks.Run(); !failures.empty()) {
+    std::string message;
+    for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
+    if (!result.maintenance) result.maintenance = MaintainResult{};
+    result.maintenance_error = message;
+  }
+  return result;
+}
+
+}  // namespace timelake

@@ -1,0 +1,145 @@
+// TableContext: what the operations on one table handle work on.
+//
+// A context holds a handle's state: where the table lives, the snapshot the handle last saw, the
+// schemas and contract derived from its metadata, its committer and its last-value index. The
+// operations are functions over a context, each family in its own file: appends in
+// table_append.cc, retention/compaction/expiry in table_maintain.cc, the steps they share
+// (loading derived fields, writability checks, committing, post-commit hooks) in
+// table_context.cc. Table (table.h) is the handle users hold: it serialises operations on its
+// context with its lock. Every function here REQUIRES that lock held.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <arrow/record_batch.h>
+#include <arrow/result.h>
+
+#include "timelake/contract.h"
+#include "timelake/index/last_value_index.h"
+#include "timelake/ingest/ingestor.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/txn/committer.h"
+#include "timelake/txn/post_commit.h"
+#include "timelake/util/interrupt.h"
+
+namespace timelake {
+
+struct AppendOptions {
+  std::optional<std::string> batch_id;
+  std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
+  InterruptCheck interrupt;      // see the top of this file
+};
+
+struct MaintainOptions {
+  bool compact = true;
+  bool retention = true;
+  bool expire = true;
+  InterruptCheck interrupt;  // see the top of this file
+};
+
+struct MaintainResult {
+  int64_t partitions_compacted = 0;
+  int64_t files_rewritten = 0;
+  int64_t files_written = 0;
+  int64_t rows_rewritten = 0;
+  int64_t duplicates_removed = 0;
+  int64_t partitions_dropped = 0;
+  int64_t snapshots_expired = 0;
+  int64_t objects_deleted = 0;
+  double seconds = 0;
+};
+
+struct AppendResult {
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t version = 0;
+  double commit_ms = 0;
+  int attempts = 0;
+  bool duplicate = false;
+  std::optional<MaintainResult> maintenance;  // set when inline maintenance did work or failed
+  /// Inline maintenance failed after the append was committed (the append itself stands).
+  std::optional<std::string> maintenance_error;
+};
+
+struct TableInfo {
+  Contract contract;
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t snapshots = 0;
+  int64_t manifests = 0;
+  int64_t index_series = 0;
+  int64_t index_version = -1;
+  int64_t index_bytes = 0;
+};
+
+struct TableContext {
+  TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
+      : store(store), table_path(table_path), name(std::move(name)), log(store, table_path),
+        committer(&log, this->name) {}
+  TableContext(const TableContext&) = delete;
+  TableContext& operator=(const TableContext&) = delete;
+
+  std::shared_ptr<ObjectStore> store;
+  std::string table_path;  // the table's folder relative to the store root
+  std::string name;        // "namespace.table", for messages
+  DeltaLog log;
+  Committer committer;  // commits to `log`
+  Snapshot snapshot;    // the version the handle last saw
+  std::string metadata_id;  // the metaData.id the fields below were derived from
+  std::shared_ptr<arrow::Schema> declared;  // the schema users see
+  std::shared_ptr<arrow::Schema> storage;   // the schema the files hold
+  Contract contract;
+  IngestOptions ingest_options;
+  std::unique_ptr<LastValueIndex> index;
+};
+
+/// Schema, contract and index from `t.snapshot.metadata`; NotImplemented if timelake cannot read
+/// the table (column mapping, reader features it lacks).
+arrow::Status LoadDerived(TableContext& t);
+/// Advances `t` to the latest version, deriving again if the table changed identity.
+arrow::Status Update(TableContext& t);
+/// NotImplemented if the table uses writer features timelake cannot honour.
+arrow::Status CheckWritable(const TableContext& t);
+/// The Delta txn appId that records `batch_id`.
+std::string BatchAppId(const std::string& batch_id);
+/// True if the snapshot records `batch_id` (within the table's txn retention).
+bool HasBatch(const TableContext& t, const std::string& batch_id);
+/// The table's timelake.autoMaintain property.
+bool AutoMaintain(const TableContext& t);
+/// `st`, or TableDropped when `st` is a storage failure and the table is gone: a folder renamed
+/// away by a drop makes writes into it fail with "no such file".
+arrow::Status DroppedOr(TableContext& t, arrow::Status st);
+/// A commitInfo for `operation` with a fresh txnId.
+CommitInfo NewCommitInfo(const std::string& operation);
+/// A `remove` for `add`, tagged with why timelake removed it (kRemovedByCompaction/Retention).
+RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms, const char* reason);
+/// Commits `pending` through the committer, on top of `t.snapshot`.
+arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutcome* out);
+
+/// Post-commit hook of every commit: a checkpoint when one is due (taken back if the table was
+/// dropped meanwhile).
+arrow::Status MaybeCheckpoint(TableContext& t);
+/// Post-commit hook of commits that add files: writes the index record of commit `version` for
+/// `files` (whose rows carry sequence number `seq`) and folds the index when due. A missing
+/// record only makes latest() read those files.
+arrow::Status RecordNewest(TableContext& t, const std::vector<WrittenFile>& files, int64_t version,
+                           int64_t seq);
+/// The hooks a commit runs once acknowledged (see txn/post_commit.h): the checkpoint, and the
+/// index record when it added `files` (which must outlive the hooks).
+PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files, int64_t version,
+                           int64_t seq);
+
+/// Appends the batches of `reader` as one commit (table_append.cc).
+arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
+                                          const AppendOptions& options);
+/// The maintenance steps (table_maintain.cc). `inline_only` keeps the work bounded: what an
+/// append may do after its commit.
+arrow::Status MaintainLocked(TableContext& t, const MaintainOptions& options, bool inline_only,
+                             MaintainResult* result);
+
+}  // namespace timelake
