@@ -20,6 +20,7 @@ import os
 import re
 import weakref
 import tempfile
+import threading
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote
@@ -471,7 +472,7 @@ def _collect_tables(node: Any, namespace: str, out: set) -> None:
 
 def _execute(catalog: _Catalog, namespace: str, prefix: str, select: str) -> pa.Table:
     try:
-        return catalog.con.sql(prefix + "SELECT * FROM query(?)", params=[select]).to_arrow_table()
+        return _interruptible(catalog.con, lambda: catalog.con.sql(prefix + "SELECT * FROM query(?)", params=[select]).to_arrow_table())
     except duckdb.CatalogException as e:
         if "Table with name" in str(e):
             raise KeyError(f"{_message(e)} (lake {catalog.lake.location}, namespace {namespace!r})") from None
@@ -480,6 +481,42 @@ def _execute(catalog: _Catalog, namespace: str, prefix: str, select: str) -> pa.
         raise RuntimeError(f"query failed: {_message(e)}") from None
     except (pa.ArrowException, UnicodeError) as e:
         raise RuntimeError(f"query result could not be converted to Arrow: {e}") from None
+
+
+def _interruptible(con: duckdb.DuckDBPyConnection, run):
+    """run(), stopped by Ctrl-C with KeyboardInterrupt, in the main thread.
+
+    DuckDB notices SIGINT only now and then (and then raises RuntimeError "Query interrupted").
+    So on the main thread the query runs in a worker thread while the main thread waits, in a wait
+    that Python's signal handling interrupts; on Ctrl-C it asks DuckDB to stop the query
+    (Connection.interrupt) and waits until the worker has left DuckDB before raising, so that no
+    thread is still inside DuckDB when the caller (or the interpreter, at exit) goes on. Other
+    threads cannot receive signals and run the query directly.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return run()
+    box: Dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = run()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="timelake-sql", daemon=True)
+    worker.start()
+    interrupted = False
+    while worker.is_alive():
+        try:
+            worker.join(0.25)
+        except KeyboardInterrupt:
+            interrupted = True
+            con.interrupt()  # asked again on every further Ctrl-C until the worker stops
+    if interrupted:
+        raise KeyboardInterrupt
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _message(error: Exception) -> str:

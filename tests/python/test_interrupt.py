@@ -166,6 +166,15 @@ CHILD = textwrap.dedent(
         work = lambda: t.append(pa.Table.from_batches([batch] * 5000))
     elif mode == "maintain":
         work = lambda: t.maintain()
+    elif mode == "sql":
+        def work():
+            try:
+                lake.sql("SELECT sum(hash(a.range + b.range)) AS s FROM range(100000000) a, range(100000) b")
+            except KeyboardInterrupt:
+                # The lake is usable at once: the interrupted query has left DuckDB.
+                rows = lake.sql("SELECT count(*) AS n FROM readings").column("n")[0].as_py()
+                print("usable, rows:", rows, flush=True)
+                raise
     elif mode == "wait_for_handle":
         # Another thread holds the handle with a long append; this thread waits for it.
         import threading, os
@@ -237,6 +246,16 @@ def test_ctrl_c_stops_a_long_append_and_commits_nothing(lake_path, readings, mod
     assert data_files(table_dir(readings)) == [], "an interrupted append left data files"
     readings.refresh()
     assert readings.version == 0
+
+
+@pytest.mark.parametrize("after", [0.5, 2.0])
+def test_ctrl_c_stops_a_long_sql_query_with_keyboard_interrupt(lake_path, readings, after):
+    code, output, took = _interrupt_child(lake_path, "sql", after)
+    assert code == 3, output
+    assert "usable, rows: 0" in output
+    assert "KeyboardInterrupt after" in output
+    assert "Query interrupted" not in output
+    assert took < 5, f"took {took:.1f}s to stop"
 
 
 def test_ctrl_c_stops_waiting_for_a_handle_busy_in_another_thread(lake_path, readings):
