@@ -496,19 +496,23 @@ def _interruptible(con: duckdb.DuckDBPyConnection, run):
     if threading.current_thread() is not threading.main_thread():
         return run()
     box: Dict[str, Any] = {}
+    done = threading.Event()
 
     def work() -> None:
         try:
             box["value"] = run()
         except BaseException as e:  # noqa: BLE001 - handed to the caller below
             box["error"] = e
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name="timelake-sql", daemon=True)
-    worker.start()
+    # Waiting on an Event, not Thread.join: on Python 3.11 a KeyboardInterrupt inside join() can
+    # mark a thread that is still running as finished.
+    threading.Thread(target=work, name="timelake-sql", daemon=True).start()
     interrupted = False
-    while worker.is_alive():
+    while not done.is_set():
         try:
-            worker.join(0.25)
+            done.wait(0.25)
         except KeyboardInterrupt:
             interrupted = True
             con.interrupt()  # asked again on every further Ctrl-C until the worker stops
