@@ -208,13 +208,13 @@ def _time_bounds(
     if constant is None:
         return None
     try:
-        value = con.execute(f"SELECT epoch_us(CAST(({constant}) AS {duck}))").fetchone()[0]
+        value = con.execute(f"SELECT epoch_us(CAST(({constant}) AS {duck}))").fetchall()[0][0]
         if value is None or not (_INT64[0] < value < _INT64[1]):
             return None
         # The comparison exactly as the statement makes it: a column of this type against the
         # constant, at the bound and one microsecond either side.
         probes = (f"CAST(make_timestamp(CAST({value + d} AS BIGINT)) AS {duck}) {c.op} ({constant})" for d in (-1, 0, 1))
-        row = con.execute("SELECT " + ", ".join(probes)).fetchone()
+        row = con.execute("SELECT " + ", ".join(probes)).fetchall()[0]
     except (duckdb.Error, OverflowError):
         return None
     before, at_value, after = row
