@@ -4,6 +4,7 @@ A statement gets a filtered view of a lake table only when pruning cannot change
 
 * it is one SELECT (no set operation, no CTE) whose FROM is that table, named once: no join, no
   subquery, no table function anywhere in the statement, so no other part of it reads the table;
+  and no sample of it (a sample is drawn before the WHERE applies);
 * the filter is made of top-level AND conjuncts of its WHERE, each comparing the table's time
   column to a constant (=, <, <=, >, >=, BETWEEN) or a series-key column stored as a string or an
   integer to a literal of that kind (=). Other conjuncts are left out, which only widens it.
@@ -75,6 +76,8 @@ def filter_conjuncts(tree: Dict[str, Any]) -> Optional[Tuple[Tuple[str, str], Li
     source = node.get("from_table") or {}
     if source.get("type") != "BASE_TABLE" or source.get("catalog_name") or not source.get("table_name"):
         return None
+    if source.get("sample") or node.get("sample") or source.get("at_clause"):
+        return None  # a sample is drawn before the WHERE applies: from other files, other rows
     if _count_table_reads(tree) != 1:
         return None
     qualifiers = {source["alias"].lower()} if source.get("alias") else {source["table_name"].lower()}

@@ -330,8 +330,10 @@ NB_MODULE(_core, m) {
       .def_ro("version", &ScanPlan::version)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
       .def_ro("files_pruned", &ScanPlan::files_pruned)
-      .def_prop_ro("declared_schema", [](const ScanPlan& p) { return ExportSchemaCapsule(*p.declared); })
-      .def_prop_ro("file_schema", [](const ScanPlan& p) { return ExportSchemaCapsule(*p.file_schema); })
+      .def_prop_ro("declared_schema",
+                   [](const ScanPlan& p) { return ExportSchemaCapsule(*p.declared); })
+      .def_prop_ro("file_schema",
+                   [](const ScanPlan& p) { return ExportSchemaCapsule(*p.file_schema); })
       .def_ro("partition_columns", &ScanPlan::partition_columns)
       .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
 

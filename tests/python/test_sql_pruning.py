@@ -135,6 +135,9 @@ def test_a_later_query_without_the_filter_sees_every_file(lake, readings):
         "SELECT * FROM readings WHERE time > now() - INTERVAL 1 DAY",
         "SELECT * FROM readings WHERE time > (SELECT min(time) FROM readings)",
         "SELECT * FROM readings WHERE time > TRY_CAST('2024-03-07' AS TIMESTAMPTZ)",
+        "SELECT * FROM readings WHERE time NOT BETWEEN '2024-03-05' AND '2024-03-07'",
+        "SELECT * FROM readings WHERE time > '2024-03-07' USING SAMPLE 50% (bernoulli, 7)",
+        "SELECT * FROM readings TABLESAMPLE reservoir(5 ROWS) REPEATABLE (1) WHERE time > '2024-03-07'",
     ],
 )
 def test_statements_that_could_read_other_rows_are_not_pruned(lake, readings, query):

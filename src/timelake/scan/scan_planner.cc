@@ -37,8 +37,12 @@ class FileStats {
   }
 
   /// minValues/maxValues of a top-level column; nullptr when absent.
-  const rapidjson::Value* Min(const std::string& column) const { return Bound("minValues", column); }
-  const rapidjson::Value* Max(const std::string& column) const { return Bound("maxValues", column); }
+  const rapidjson::Value* Min(const std::string& column) const {
+    return Bound("minValues", column);
+  }
+  const rapidjson::Value* Max(const std::string& column) const {
+    return Bound("maxValues", column);
+  }
 
  private:
   const rapidjson::Value* Bound(const char* which, const std::string& column) const {
@@ -105,8 +109,9 @@ IntRange IntKeyRangeOf(const AddFile& add, const FileStats& stats, const std::st
 bool IsTrustedStringMax(std::string_view max) {
   int64_t chars = 0;
   for (unsigned char c : max) chars += (c & 0xC0) != 0x80;
-  return chars < kStatStringChars ||
-         (max.size() >= kCutMaxEnd.size() && max.substr(max.size() - kCutMaxEnd.size()) == kCutMaxEnd);
+  const bool raised = max.size() >= kCutMaxEnd.size() &&
+                      max.substr(max.size() - kCutMaxEnd.size()) == kCutMaxEnd;
+  return chars < kStatStringChars || raised;
 }
 
 TextRange TextKeyRangeOf(const AddFile& add, const FileStats& stats, const std::string& column,
@@ -192,8 +197,9 @@ void MarkOverlaps(const std::vector<const AddFile*>& adds, const Contract& contr
     std::string min_key, max_key;
     size_t index;
   };
-  const bool int_key = contract.series_key.size() == 1 &&
-                       arrow::is_integer(storage.GetFieldByName(contract.series_key[0])->type()->id());
+  const bool int_key =
+      contract.series_key.size() == 1 &&
+      arrow::is_integer(storage.GetFieldByName(contract.series_key[0])->type()->id());
   auto key_less = [int_key](const std::string& a, const std::string& b) {
     if (int_key) {
       auto x = ParseInt64(a), y = ParseInt64(b);

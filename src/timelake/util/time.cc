@@ -110,8 +110,8 @@ std::optional<int64_t> ParseIsoMicros(std::string_view text) {
   }
   if (pos != text.size()) return std::nullopt;
   const int64_t days = DaysFromCivil(year, static_cast<int>(month), static_cast<int>(day));
-  return days * kMicrosPerDay + ((hour * 60 + minute - offset_minutes) * 60 + second) * kMicrosPerSecond +
-         fraction;
+  const int64_t seconds = (hour * 60 + minute - offset_minutes) * 60 + second;
+  return days * kMicrosPerDay + seconds * kMicrosPerSecond + fraction;
 }
 
 arrow::Result<int64_t> ParseDuration(std::string_view text) {
