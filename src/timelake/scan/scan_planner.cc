@@ -261,6 +261,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   }
   plan.file_schema = arrow::schema(file_fields);
 
+  arrow::util::InitializeUTF8();  // once per process; ValidateUTF8 needs its tables
   std::vector<const AddFile*> adds;
   std::vector<bool> kept;
   for (const auto& [path, add] : snapshot.files) {
