@@ -1,7 +1,9 @@
 """SQL over a lake: DuckDB views built from the core's scan plans.
 
 Every table a query names becomes a DuckDB view over exactly the Parquet files of the table's
-latest snapshot (taken when the call starts). Chunks whose files overlap in time are deduplicated
+latest snapshot (taken when the call starts), as the core's typed scan plan lists them; when the
+statement's WHERE bounds the time column or fixes series keys, the plan lists only the files that
+can match (see _sql_filter for when that is safe). Chunks whose files overlap in time are deduplicated
 at read time, newest commit first, when the table's contract asks for dedup; all other files are
 scanned plainly. Results are cast back to the declared Arrow types where DuckDB widened them.
 
@@ -28,6 +30,8 @@ from urllib.parse import unquote
 import duckdb
 import pyarrow as pa
 
+from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
+from ._sql_filter import resolve as resolve_filter
 from ._types import restore_declared
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -119,6 +123,21 @@ def _lake_directory(location: str) -> Optional[str]:
     return unquote(location[len("file://"):]).rstrip("/") + "/"
 
 
+class _View:
+    """What a catalog knows of the view it made for one table."""
+
+    __slots__ = ("version", "declared", "empty_name", "handle", "scan_filter", "files")
+
+    def __init__(self, version: int, declared: pa.Schema, empty_name: Optional[str], handle: Any,
+                 scan_filter: Optional[ScanFilter], files: int) -> None:
+        self.version = version
+        self.declared = declared
+        self.empty_name = empty_name  # the registered empty Arrow table the view reads, if any
+        self.handle = handle
+        self.scan_filter = scan_filter  # the filter the plan was made with (None: every file)
+        self.files = files  # data files the view reads
+
+
 class _Catalog:
     """One DuckDB connection (per thread and lake) holding a view per lake table it has seen.
 
@@ -132,7 +151,7 @@ class _Catalog:
         # cycle, so a Lake and its core handles go as soon as the user drops the Lake.
         self._lake = weakref.ref(lake)
         self.con = _confined_connection(_lake_directory(lake.location))
-        self._views: Dict[str, Tuple[int, pa.Schema, Optional[str], Any]] = {}
+        self._views: Dict[str, _View] = {}
         self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
@@ -164,66 +183,75 @@ class _Catalog:
             self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(ns)}")
             self._schemas.add(ns)
 
-    def add_table(self, ns: str, name: str) -> Tuple[Any, pa.Schema]:
-        """Makes `ns.name` current in the connection; returns the core handle and declared schema."""
+    def add_table(self, ns: str, name: str, conjuncts: Optional[List[Conjunct]] = None) -> Tuple[Any, pa.Schema]:
+        """Makes `ns.name` current in the connection; returns the core handle and declared schema.
+
+        With `conjuncts` (of the statement's WHERE, see _sql_filter) the view lists only the
+        files that may hold rows they admit; the statement still applies its whole WHERE.
+        """
         qualified = f"{ns}.{name}"
         handle = self.lake._snapshot(qualified)
         version = handle.version
+        scan_filter = self._scan_filter(handle, conjuncts) if conjuncts else None
         cached = self._views.get(qualified)
         # A view is current while its table is the same one (not dropped and created again) at
-        # the same version.
-        if cached is not None and cached[0] == version and cached[3] is handle:
-            declared = cached[1]
+        # the same version, planned with the same filter.
+        current = cached is not None and cached.version == version and cached.handle is handle
+        if current and cached.scan_filter == scan_filter:
+            declared = cached.declared
         else:
-            plan = handle.scan()
+            plan = handle.scan(**scan_filter.arguments()) if scan_filter is not None else handle.scan()
             # Schema capsules can be imported once; turn them into pyarrow schemas right away.
-            plan["declared_schema"] = pa.schema(_Capsule(plan["declared_schema"]))
-            plan["file_schema"] = pa.schema(_Capsule(plan["file_schema"]))
+            declared = pa.schema(_Capsule(plan.declared_schema))
+            file_schema = pa.schema(_Capsule(plan.file_schema))
             self._ensure_schema(ns)
-            if cached is not None and cached[2] is not None:
-                self.con.unregister(cached[2])
-            view_sql, empty_name = self._view_sql(plan)
+            if cached is not None and cached.empty_name is not None:
+                self.con.unregister(cached.empty_name)
+            view_sql, empty_name = self._view_sql(plan, declared, file_schema)
             self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
-            declared = plan["declared_schema"]
-            self._views[qualified] = (plan["version"], declared, empty_name, handle)
+            self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files))
         for field in declared:
             self.declared.setdefault(field.name, field)
         return handle, declared
 
+    def _scan_filter(self, handle: Any, conjuncts: List[Conjunct]) -> Optional[ScanFilter]:
+        declared = pa.schema(_Capsule(handle.schema_capsule()))
+        storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in declared])
+        return resolve_filter(self.con, conjuncts, storage, handle.contract)
+
     def forget(self, qualified: str) -> None:
         self._views.pop(qualified, None)
 
-    def _view_sql(self, plan: dict) -> Tuple[str, Optional[str]]:
-        """The view's SQL, and the name of the empty Arrow table it reads (if it does)."""
-        declared = plan["declared_schema"]
-        file_schema = plan["file_schema"]
-        partition_columns = plan["partition_columns"]
-        contract = plan["contract"]
+    def _view_sql(self, plan: Any, declared: pa.Schema, file_schema: pa.Schema) -> Tuple[str, Optional[str]]:
+        """The view's SQL for a core ScanPlan, and the name of the empty Arrow table it reads (if
+        it does)."""
+        partition_columns = plan.partition_columns
+        contract = plan.contract
         storage_types = {f.name: f.type for f in file_schema}
         columns = ", ".join(_quote(f.name) for f in declared)
-        files = plan["files"]
+        files = plan.files
         if not files:
             self._empty += 1
             empty_name = f"__timelake_empty_{self._empty}"
             empty = pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table()
             self.con.register(empty_name, empty)
             return f"SELECT {columns} FROM temp.main.{_quote(empty_name)}", empty_name
-        foreign = contract["time_column"] is None and not any(f[2] for f in files)
+        foreign = contract["time_column"] is None and not any(f.seq for f in files)
         union = ", union_by_name=true" if foreign else ""
         parts = []
-        plain = [f for f in files if not f[5]]
+        plain = [f for f in files if not f.dedup]
         # Files of other engines' partitioned tables: partition values come from the log.
         groups: Dict[Tuple, List[str]] = {}
         for f in plain:
-            key = tuple((c, f[6].get(c)) for c in partition_columns)
-            groups.setdefault(key, []).append(f[0])
+            key = tuple((c, f.partition_values.get(c)) for c in partition_columns)
+            groups.setdefault(key, []).append(f.path)
         for key, paths in groups.items():
             extra = "".join(
                 f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
                 for column, value in key
             )
             parts.append(f"SELECT *{extra} FROM read_parquet({_file_list(paths)}, hive_partitioning=false{union})")
-        dedup = [f for f in files if f[5]]
+        dedup = [f for f in files if f.dedup]
         if dedup:
             parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared]))
         if len(parts) == 1 and not dedup:
@@ -231,7 +259,7 @@ class _Catalog:
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", None
 
 
-def _dedup_sql(files: list, contract: dict, columns: str, table_columns: List[str]) -> str:
+def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str]) -> str:
     """One row per (series key, time) of `files`: newest commit first for "last", oldest for "first".
 
     The view's own columns get names no table column has (DuckDB compares names ignoring case),
@@ -245,11 +273,11 @@ def _dedup_sql(files: list, contract: dict, columns: str, table_columns: List[st
     keys = ", ".join(_quote(k) for k in contract["series_key"] + [contract["time_column"]])
     row_number = "file_row_number" not in taken
     options = f"filename={_literal(file_col)}" + (", file_row_number=true" if row_number else "")
-    seqs = ", ".join(f"({_literal(f[0])}, {int(f[2])}, {int(f[3])})" for f in files)
+    seqs = ", ".join(f"({_literal(f.path)}, {f.seq}, {f.order})" for f in files)
     ordering = f"{_quote(seq)} {order}, {_quote(ord_)} {order}" + (f", file_row_number {order}" if row_number else "")
     return (
         f"SELECT {columns} FROM (SELECT r.*, m.{_quote(seq)}, m.{_quote(ord_)} FROM "
-        f"read_parquet({_file_list([f[0] for f in files])}, {options}, hive_partitioning=false) r "
+        f"read_parquet({_file_list([f.path for f in files])}, {options}, hive_partitioning=false) r "
         f"JOIN (VALUES {seqs}) AS m({_quote(path)}, {_quote(seq)}, {_quote(ord_)}) "
         f"ON r.{_quote(file_col)} = m.{_quote(path)}) "
         f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ordering}) = 1"
@@ -428,18 +456,22 @@ def _quote_default_namespace(query: str) -> str:
     return "".join(out) + query[last:]
 
 
-def _referenced_tables(lake: Any, con: duckdb.DuckDBPyConnection, select: str, namespace: str) -> List[Tuple[str, str]]:
-    """The lake tables (namespace, name) that the SELECT names, found by DuckDB's parser.
+def _parse_tree(con: duckdb.DuckDBPyConnection, select: str) -> Dict[str, Any]:
+    """DuckDB's parse tree of the SELECT (json_serialize_sql)."""
+    try:
+        return json.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
+    except duckdb.Error as e:
+        raise RuntimeError(f"SQL syntax error: {e}") from None
+
+
+def _referenced_tables(lake: Any, tree: Dict[str, Any], namespace: str) -> List[Tuple[str, str]]:
+    """The lake tables (namespace, name) that the SELECT's parse tree names.
 
     Names compare ignoring case, as SQL identifiers do. A name that matches no lake table is left
     for DuckDB to report (KeyError); a CTE that shares a table's name only costs loading that
     table. Names inside strings (query('...')) are not seen, so such tables stay unknown.
     """
     names = set()
-    try:
-        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
-    except duckdb.Error as e:
-        raise RuntimeError(f"SQL syntax error: {e}") from None
     _collect_tables(tree, namespace, names)
     if not names:
         return []
@@ -455,6 +487,18 @@ def _referenced_tables(lake: Any, con: duckdb.DuckDBPyConnection, select: str, n
             raise ValueError(f"{listed} differ only in case, so SQL cannot tell them apart; rename one")
         out.extend(found)
     return out
+
+
+def _pruning_conjuncts(tree: Dict[str, Any], tables: List[Tuple[str, str]], namespace: str) -> Optional[List[Conjunct]]:
+    """The WHERE conjuncts that may prune the files of the statement's one table (see _sql_filter)."""
+    found = filter_conjuncts(tree)
+    if found is None or len(tables) != 1:
+        return None
+    (schema, name), conjuncts = found
+    ns, table = tables[0]
+    if (schema or namespace).lower() != ns.lower() or name.lower() != table.lower():
+        return None
+    return conjuncts
 
 
 def _collect_tables(node: Any, namespace: str, out: set) -> None:
@@ -533,10 +577,12 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
     _check_namespace(namespace)
     catalog = lake._catalog()
     prefix, select = _read_statement(catalog.con, query)
-    tables = _referenced_tables(lake, catalog.con, select, namespace)
+    tree = _parse_tree(catalog.con, select)
+    tables = _referenced_tables(lake, tree, namespace)
+    conjuncts = _pruning_conjuncts(tree, tables, namespace)
     try:
         catalog.begin(namespace)
-        schemas = [catalog.add_table(ns, name)[1] for ns, name in tables]
+        schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in tables]
         catalog.use_fast_time_bucket(schemas)
     except duckdb.Error as e:
         raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None

@@ -24,6 +24,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "timelake/lake.h"
@@ -240,6 +241,7 @@ NB_MODULE(_core, m) {
         return t.version();
       })
       .def("schema_capsule", [](Table& t) { return ExportSchemaCapsule(*t.schema()); })
+      .def_prop_ro("contract", [](Table& t) { return ContractDict(t.contract()); })
       .def("append",
            [](Table& t, nb::handle stream_capsule, std::optional<std::string> batch_id,
               std::optional<bool> maintain) {
@@ -304,23 +306,40 @@ NB_MODULE(_core, m) {
            [](Table& t) {
              Released([&] { return t.Refresh(); });
            })
-      .def("scan", [](Table& t) {
-        ScanPlan plan = Released([&] { return t.Scan(); });
-        nb::list files;
-        for (const auto& f : plan.files) {
-          nb::dict pv;
-          for (const auto& [k, v] : f.partition_values) pv[k.c_str()] = v ? nb::cast(*v) : nb::none();
-          files.append(nb::make_tuple(f.path, f.chunk, f.seq, f.order, f.rows, f.dedup, pv));
-        }
-        nb::dict d;
-        d["version"] = plan.version;
-        d["files"] = files;
-        d["declared_schema"] = ExportSchemaCapsule(*plan.declared);
-        d["file_schema"] = ExportSchemaCapsule(*plan.file_schema);
-        d["partition_columns"] = nb::cast(plan.partition_columns);
-        d["contract"] = ContractDict(plan.contract);
-        return d;
+      .def(
+          "scan",
+          [](Table& t, std::optional<int64_t> min_time, std::optional<int64_t> max_time,
+             std::map<std::string, ScanKeyValue> key_equals) {
+            ScanFilter filter{min_time, max_time, std::move(key_equals)};
+            return Released([&] { return t.Scan(filter); });
+          },
+          "min_time"_a = nb::none(), "max_time"_a = nb::none(),
+          "key_equals"_a = std::map<std::string, ScanKeyValue>{});
+
+  // The scan plan, read-only: what sql() renders into DuckDB views (see scan/scan_planner.h).
+  nb::class_<ScanFile>(m, "ScanFile")
+      .def_ro("path", &ScanFile::path)
+      .def_ro("chunk", &ScanFile::chunk)
+      .def_ro("seq", &ScanFile::seq)
+      .def_ro("order", &ScanFile::order)
+      .def_ro("rows", &ScanFile::rows)
+      .def_ro("dedup", &ScanFile::dedup)
+      .def_ro("partition_values", &ScanFile::partition_values)
+      .def("__repr__", [](const ScanFile& f) {
+        return "ScanFile(path=" + nb::cast<std::string>(nb::repr(nb::cast(f.path))) +
+               ", seq=" + std::to_string(f.seq) + ", dedup=" + (f.dedup ? "True" : "False") + ")";
       });
+
+  nb::class_<ScanPlan>(m, "ScanPlan")
+      .def_ro("version", &ScanPlan::version)
+      .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
+      .def_ro("files_pruned", &ScanPlan::files_pruned)
+      .def_prop_ro("declared_schema",
+                   [](const ScanPlan& p) { return ExportSchemaCapsule(*p.declared); })
+      .def_prop_ro("file_schema",
+                   [](const ScanPlan& p) { return ExportSchemaCapsule(*p.file_schema); })
+      .def_ro("partition_columns", &ScanPlan::partition_columns)
+      .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
 
   nb::class_<Lake>(m, "Lake")
       .def_static("open", &OpenLake, "location"_a, "storage_options"_a)

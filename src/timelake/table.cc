@@ -115,84 +115,11 @@ arrow::Result<TableInfo> Table::Info() {
   return info;
 }
 
-arrow::Result<ScanPlan> Table::Scan() {
+arrow::Result<ScanPlan> Table::Scan(const ScanFilter& filter) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("scan"));
-  ScanPlan plan;
-  plan.version = ctx_.snapshot.version;
-  plan.declared = ctx_.declared;
-  plan.contract = ctx_.contract;
-  plan.partition_columns = ctx_.snapshot.metadata.partition_columns;
-  arrow::FieldVector file_fields;
-  for (const auto& f : ctx_.storage->fields()) {
-    if (std::find(plan.partition_columns.begin(), plan.partition_columns.end(), f->name()) ==
-        plan.partition_columns.end()) {
-      file_fields.push_back(f);
-    }
-  }
-  plan.file_schema = arrow::schema(file_fields);
-
-  // What a file may hold, for deciding which files can share a (series, time) row.
-  struct Range {
-    int64_t min, max;  // time
-    bool has_key;
-    std::string min_key, max_key;
-    size_t index;
-  };
-  const bool int_key = ctx_.contract.series_key.size() == 1 &&
-                       arrow::is_integer(ctx_.storage->GetFieldByName(ctx_.contract.series_key[0])->type()->id());
-  auto key_less = [int_key](const std::string& a, const std::string& b) {
-    if (int_key) {
-      auto x = ParseInt64(a), y = ParseInt64(b);
-      if (x && y) return *x < *y;
-    }
-    return a < b;
-  };
-  std::map<std::string, std::vector<Range>> by_chunk;
-  for (const auto& [path, add] : ctx_.snapshot.files) {
-    ScanFile f;
-    const std::string decoded = UriDecode(add.path);
-    if (decoded.rfind("file://", 0) == 0) {
-      f.path = decoded.substr(7);
-    } else if (decoded.find("://") != std::string::npos) {
-      f.path = decoded;
-    } else {
-      f.path = ctx_.store->ExternalPath(ctx_.table_path + "/" + decoded);
-    }
-    f.seq = TagInt(add, kSeqTag, 0);
-    f.order = TagInt(add, kOrderTag, 0);
-    f.rows = NumRecords(add);
-    f.partition_values = add.partition_values;
-    auto chunk = add.tags.find(kChunkTag);
-    if (chunk != add.tags.end()) f.chunk = chunk->second;
-    if (ctx_.contract.dedup != DedupPolicy::kNone) {
-      auto min_key = add.tags.find(kMinKeyTag);
-      auto max_key = add.tags.find(kMaxKeyTag);
-      const bool has_key = min_key != add.tags.end() && max_key != add.tags.end();
-      by_chunk[f.chunk].push_back({TagInt(add, kMinTimeTag, INT64_MIN),
-                                   TagInt(add, kMaxTimeTag, INT64_MAX), has_key,
-                                   has_key ? min_key->second : "", has_key ? max_key->second : "",
-                                   plan.files.size()});
-    }
-    plan.files.push_back(std::move(f));
-  }
-  // A file needs read-time deduplication only if another file may hold a row with the same
-  // series key and time: their time ranges overlap and (when known) so do their key ranges.
-  for (auto& [chunk, ranges] : by_chunk) {
-    std::sort(ranges.begin(), ranges.end(),
-              [](const Range& a, const Range& b) { return a.min < b.min; });
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      for (size_t j = i + 1; j < ranges.size() && ranges[j].min <= ranges[i].max; ++j) {
-        const Range& a = ranges[i];
-        const Range& b = ranges[j];
-        const bool keys_apart = a.has_key && b.has_key &&
-                                (key_less(a.max_key, b.min_key) || key_less(b.max_key, a.min_key));
-        if (keys_apart) continue;
-        plan.files[a.index].dedup = true;
-        plan.files[b.index].dedup = true;
-      }
-    }
-  }
-  return plan;
+  return PlanScan({ctx_.store.get(), ctx_.table_path, &ctx_.snapshot, &ctx_.contract, ctx_.declared,
+                   ctx_.storage},
+                  filter);
 }
 
 }  // namespace timelake

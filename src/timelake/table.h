@@ -24,31 +24,12 @@
 #include <arrow/result.h>
 
 #include "timelake/contract.h"
+#include "timelake/scan/scan_planner.h"
 #include "timelake/table_context.h"
 #include "timelake/util/interrupt.h"
 #include "timelake/util/operation_lock.h"
 
 namespace timelake {
-
-/// A data file as a query engine should read it.
-struct ScanFile {
-  std::string path;  // what the engine opens (absolute local path or URL)
-  std::string chunk;
-  int64_t seq = 0;    // commit version the rows were written at
-  int64_t order = 0;  // tie-break between files of one commit
-  int64_t rows = -1;  // -1: unknown (no stats)
-  bool dedup = false;  // true: the file's chunk has overlapping files; dedup at read time
-  PartitionValues partition_values;
-};
-
-struct ScanPlan {
-  int64_t version = 0;
-  std::vector<ScanFile> files;
-  std::shared_ptr<arrow::Schema> declared;  // what results should look like
-  std::shared_ptr<arrow::Schema> file_schema;  // the columns the files hold
-  std::vector<std::string> partition_columns;
-  Contract contract;
-};
 
 class Table {
  public:
@@ -69,8 +50,9 @@ class Table {
   /// version. Status::Invalid for a plain table.
   arrow::Result<std::shared_ptr<arrow::Table>> Latest();
   arrow::Status Refresh();
-  /// The files of the handle's current snapshot, pruned and annotated for a query engine.
-  arrow::Result<ScanPlan> Scan();
+  /// The files of the handle's current snapshot that may hold rows `filter` admits, annotated
+  /// for a query engine (see scan/scan_planner.h).
+  arrow::Result<ScanPlan> Scan(const ScanFilter& filter = {});
 
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }

@@ -66,6 +66,20 @@ TEST_F(VacuumTest, ALongerRetentionIsHonoured) {
   EXPECT_EQ(SurvivorsAfter(31), std::vector<std::string>{"t/data/live.parquet"});
 }
 
+TEST_F(VacuumTest, ComparesTheLogsEncodedPathsWithStorePaths) {
+  // The log URI-encodes paths; the store lists them decoded.
+  ASSERT_OK(store_->Put("t/data/with space.parquet", Buf("x")));
+  ASSERT_OK(store_->Put("t/data/gone now.parquet", Buf("x")));
+  snapshot_.files["data/with%20space.parquet"] = AddFile{};
+  RemoveFile removed;
+  removed.path = "data/gone%20now.parquet";
+  removed.deletion_timestamp = NowMillis() + 5 * kDayMs;  // younger than the retention at day 8
+  snapshot_.tombstones[removed.path] = removed;
+  const auto survivors = SurvivorsAfter(8);
+  EXPECT_EQ(survivors, (std::vector<std::string>{"t/data/gone now.parquet", "t/data/live.parquet",
+                                                 "t/data/with space.parquet"}));
+}
+
 TEST(DeletedFileRetentionTest, IsTheConfiguredDurationButNeverUnderSevenDaysWhileChecked) {
   Snapshot s;
   EXPECT_EQ(s.DeletedFileRetentionMs(), 7 * kDayMs);

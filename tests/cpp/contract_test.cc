@@ -368,6 +368,26 @@ TEST(FormatIsoMillisTest, TruncatesMicrosecondsTowardThePast) {
   EXPECT_EQ(FormatIsoMillis(-1), "1969-12-31T23:59:59.999Z");
 }
 
+TEST(ParseIsoMicrosTest, ReadsWhatFormatIsoMillisWrites) {
+  for (int64_t micros : {int64_t{0}, int64_t{1735787045678000}, int64_t{-1000}}) {
+    EXPECT_EQ(ParseIsoMicros(FormatIsoMillis(micros)), micros);
+  }
+}
+
+TEST(ParseIsoMicrosTest, ReadsOffsetsFractionsAndNaiveText) {
+  EXPECT_EQ(ParseIsoMicros("2025-01-02T03:04:05"), 1735787045000000);
+  EXPECT_EQ(ParseIsoMicros("2025-01-02T03:04:05.1234567Z"), 1735787045123456);  // cut to micros
+  EXPECT_EQ(ParseIsoMicros("2025-01-02T05:04:05.678+02:00"), 1735787045678000);
+  EXPECT_EQ(ParseIsoMicros("2025-01-02T01:04:05.678-02:00"), 1735787045678000);
+}
+
+TEST(ParseIsoMicrosTest, RejectsAnythingElse) {
+  for (const char* text : {"", "2025-01-02", "2025-01-02 03:04:05", "2025-13-02T03:04:05Z",
+                           "2025-01-02T03:04:05.Z", "2025-01-02T03:04:05Zjunk", "20250102T030405Z"}) {
+    EXPECT_FALSE(ParseIsoMicros(text).has_value()) << text;
+  }
+}
+
 TEST(DeltaIntervalTest, ParsesDeltaIntervalText) {
   EXPECT_EQ(DeltaIntervalMillis("interval 7 days", 0), 7 * 86'400'000LL);
   EXPECT_EQ(DeltaIntervalMillis("1 hour", 0), 3'600'000);

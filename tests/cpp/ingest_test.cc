@@ -9,6 +9,7 @@
 #include "timelake/ingest/align.h"
 #include "timelake/ingest/arrange.h"
 #include "timelake/log/schema.h"
+#include "timelake/rows/sorted_rows.h"
 
 namespace timelake::testing {
 namespace {

@@ -37,25 +37,10 @@
 
 #include "timelake/contract.h"
 #include "timelake/log/snapshot.h"
+#include "timelake/rows/newest_rows.h"
 #include "timelake/store/object_store.h"
 
 namespace timelake {
-
-/// Name of the sequence column in index records.
-constexpr const char* kSeqColumn = "__timelake_seq";
-
-/// The newest row per series of `rows`, which must be sorted by (series key, time).
-arrow::Result<std::shared_ptr<arrow::Table>> NewestRows(const std::shared_ptr<arrow::Table>& rows,
-                                                        const Contract& contract);
-
-/// `rows` with the sequence column appended, holding `seq` in every row.
-arrow::Result<std::shared_ptr<arrow::Table>> WithSequence(const std::shared_ptr<arrow::Table>& rows,
-                                                          int64_t seq);
-
-/// Merges index records (each with the sequence column) into one row per series: the newest
-/// time wins; equal times are resolved by the dedup policy (first: lowest seq, else highest).
-arrow::Result<std::shared_ptr<arrow::Table>> MergeNewest(
-    const std::vector<std::shared_ptr<arrow::Table>>& records, const Contract& contract);
 
 struct IndexState {
   /// One row per series over every live file (with the sequence column): what latest() returns.

@@ -41,14 +41,4 @@ struct Arranged {
 /// use Arrow's multi-key sort.
 arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract);
 
-/// The column as one array: its only chunk as is, or the chunks concatenated.
-arrow::Result<std::shared_ptr<arrow::Array>> ContiguousColumn(
-    const std::shared_ptr<arrow::ChunkedArray>& column);
-
-/// Row positions (in a table sorted by series key and time) that `policy` keeps: for "last" the
-/// final row of each (series key, time) run, for "first" the first one. Exposed for tests.
-arrow::Result<std::shared_ptr<arrow::Array>> DedupMask(const arrow::Table& sorted,
-                                                       const std::vector<std::string>& key_columns,
-                                                       DedupPolicy policy);
-
 }  // namespace timelake

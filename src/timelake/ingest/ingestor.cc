@@ -16,8 +16,8 @@
 #include "timelake/ingest/align.h"
 #include "timelake/ingest/arrange.h"
 #include "timelake/ingest/stats.h"
-#include "timelake/index/last_value_index.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/rows/newest_rows.h"
 #include "timelake/util/ids.h"
 
 namespace timelake {

@@ -409,36 +409,6 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
   return commit;
 }
 
-std::string UriDecode(const std::string& s) {
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-arrow::Result<std::string> DecodeAddPath(const std::string& path) {
-  std::string decoded = UriDecode(path);
-  if (decoded.find("://") != std::string::npos || (!decoded.empty() && decoded[0] == '/')) {
-    return arrow::Status::NotImplemented("data file '", decoded,
-                                         "' lies outside the table folder, which timelake "
-                                         "cannot read through its store");
-  }
-  return decoded;
-}
-
 std::string CommitFileName(int64_t version) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%020lld.json", static_cast<long long>(version));

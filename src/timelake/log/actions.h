@@ -94,13 +94,6 @@ std::string SerializeCommit(const Commit& commit);
 /// file) is corruption: Status::IOError naming `origin`.
 arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& origin);
 
-/// An `add`/`remove` path (URI-encoded, relative to the table root) as a path relative to the
-/// table folder. Absolute URIs (files outside the table) are Status::NotImplemented.
-arrow::Result<std::string> DecodeAddPath(const std::string& path);
-
-/// Decodes %XX escapes (Delta add paths are URI-encoded); other characters are kept as they are.
-std::string UriDecode(const std::string& s);
-
 /// The file name of a commit: 20-digit zero-padded version plus ".json".
 std::string CommitFileName(int64_t version);
 /// The file name of a classic checkpoint: 20-digit zero-padded version plus ".checkpoint.parquet".

@@ -1,9 +1,11 @@
 #include "timelake/maintain/cleanup.h"
 
 #include <map>
+#include <set>
 
 #include "timelake/log/actions.h"
 #include "timelake/log/checkpoint.h"
+#include "timelake/log/data_path.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -66,15 +68,26 @@ arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table
                                     const Snapshot& snapshot, int64_t now_ms) {
   CleanupResult result;
   const int64_t cutoff = now_ms - snapshot.DeletedFileRetentionMs();
-  const std::string root = table_path + "/";
-  ARROW_ASSIGN_OR_RAISE(auto listing, store->List(root + "data/"));
+  // The log names files by URI-encoded paths, the listing by store paths: compare store paths.
+  // Files outside the table folder are never under its data/ folder.
+  std::set<std::string> live;
+  for (const auto& [path, add] : snapshot.files) {
+    if (auto store_path = DataFileStorePath(table_path, path); store_path.ok()) {
+      live.insert(*store_path);
+    }
+  }
+  std::map<std::string, int64_t> removed_at;
+  for (const auto& [path, remove] : snapshot.tombstones) {
+    auto store_path = DataFileStorePath(table_path, path);
+    if (store_path.ok() && remove.deletion_timestamp) {
+      removed_at[*store_path] = *remove.deletion_timestamp;
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(auto listing, store->List(JoinPath(table_path, "data/")));
   for (const auto& meta : listing) {
-    const std::string relative = meta.path.substr(root.size());
-    if (snapshot.files.count(relative)) continue;  // live
-    auto tombstone = snapshot.tombstones.find(relative);
-    const int64_t since = tombstone != snapshot.tombstones.end()
-                              ? tombstone->second.deletion_timestamp.value_or(meta.modified_ms)
-                              : meta.modified_ms;
+    if (live.count(meta.path)) continue;
+    auto tombstone = removed_at.find(meta.path);
+    const int64_t since = tombstone != removed_at.end() ? tombstone->second : meta.modified_ms;
     if (since > cutoff) continue;
     ARROW_RETURN_NOT_OK(store->Delete(meta.path));
     ++result.objects_deleted;

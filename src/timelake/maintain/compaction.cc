@@ -7,7 +7,7 @@
 #include <arrow/record_batch.h>
 #include <arrow/table.h>
 
-#include "timelake/index/last_value_index.h"
+#include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/store/parquet_object.h"
 
@@ -114,7 +114,8 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
   RewrittenGroup out;
   std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
   for (const auto& input : group.inputs) {
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store.get(), table_path + "/" + input.path));
+    ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, input.path));
+    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store.get(), path));
     out.rows_in += rows->num_rows();
     arrow::TableBatchReader reader(*rows);
     ARROW_ASSIGN_OR_RAISE(auto file_batches, reader.ToRecordBatches());

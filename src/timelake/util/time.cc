@@ -55,6 +55,65 @@ std::string FormatIsoMillis(int64_t micros) {
   return out;
 }
 
+std::optional<int64_t> ParseIsoMicros(std::string_view text) {
+  size_t pos = 0;
+  // `width` decimal digits, then optionally `sep`.
+  auto digits = [&](size_t width, int64_t* out) {
+    if (pos + width > text.size()) return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < width; ++i) {
+      const char c = text[pos + i];
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    pos += width;
+    *out = v;
+    return true;
+  };
+  auto expect = [&](char c) {
+    if (pos >= text.size() || text[pos] != c) return false;
+    ++pos;
+    return true;
+  };
+  int64_t year, month, day, hour, minute, second;
+  if (!digits(4, &year) || !expect('-') || !digits(2, &month) || !expect('-') ||
+      !digits(2, &day) || !expect('T') || !digits(2, &hour) || !expect(':') ||
+      !digits(2, &minute) || !expect(':') || !digits(2, &second)) {
+    return std::nullopt;
+  }
+  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 59) {
+    return std::nullopt;
+  }
+  int64_t fraction = 0;
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    int n = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      if (n < 6) fraction = fraction * 10 + (text[pos] - '0');
+      ++n;
+      ++pos;
+    }
+    if (n == 0 || n > 9) return std::nullopt;
+    for (; n < 6; ++n) fraction *= 10;
+  }
+  int64_t offset_minutes = 0;
+  if (pos < text.size() && text[pos] == 'Z') {
+    ++pos;
+  } else if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
+    const int64_t sign = text[pos] == '-' ? -1 : 1;
+    ++pos;
+    int64_t oh, om;
+    if (!digits(2, &oh) || !expect(':') || !digits(2, &om) || oh > 23 || om > 59) {
+      return std::nullopt;
+    }
+    offset_minutes = sign * (oh * 60 + om);
+  }
+  if (pos != text.size()) return std::nullopt;
+  const int64_t days = DaysFromCivil(year, static_cast<int>(month), static_cast<int>(day));
+  const int64_t seconds = (hour * 60 + minute - offset_minutes) * 60 + second;
+  return days * kMicrosPerDay + seconds * kMicrosPerSecond + fraction;
+}
+
 arrow::Result<int64_t> ParseDuration(std::string_view text) {
   auto bad = [&] {
     return arrow::Status::Invalid("invalid duration '", text,

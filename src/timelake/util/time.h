@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,12 @@ int64_t DaysFromCivil(int64_t year, int month, int day);
 
 /// "2025-01-02T03:04:05.678Z" (milliseconds, always UTC).
 std::string FormatIsoMillis(int64_t micros);
+
+/// Parses the ISO-8601 text Delta stats hold for timestamps: "YYYY-MM-DDTHH:MM:SS", optionally
+/// with a fraction of up to 9 digits (cut to microseconds, rounding down) and "Z" or a "+HH:MM" /
+/// "-HH:MM" offset (no zone: read as UTC). Microseconds since the epoch, or nullopt for any other
+/// text.
+std::optional<int64_t> ParseIsoMicros(std::string_view text);
 
 /// Parses a duration such as "90d", "36h", "15m", "30s", "2w" into microseconds. Rejects
 /// anything else, zero and negative values with Status::Invalid naming the text.
