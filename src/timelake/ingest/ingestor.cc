@@ -228,7 +228,9 @@ arrow::Result<std::vector<WrittenFile>> Ingestor::Finish() {
 
 void Ingestor::Abort() {
   buffer_.clear();
-  for (const auto& f : written_) (void)store_->Delete(table_path_ + "/" + f.path);
+  std::vector<std::string> paths;
+  for (const auto& f : written_) paths.push_back(table_path_ + "/" + f.path);
+  (void)store_->DeleteMany(paths);
   written_.clear();
 }
 
