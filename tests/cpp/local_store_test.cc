@@ -285,15 +285,7 @@ TEST_F(LocalStoreTest, PutIfMatchLosesNoUpdateAcrossProcesses) {
       auto own = LocalStore::Make(dir_.path());
       if (!own.ok()) ::_exit(2);
       for (int i = 0; i < kIncrements; ++i) {
-        for (;;) {
-          auto meta = (*own)->Head("counter");
-          auto data = (*own)->Get("counter");
-          if (!meta.ok() || !data.ok()) ::_exit(3);
-          const int value = std::stoi((*data)->ToString());
-          auto swapped = (*own)->PutIfMatch("counter", Buf(std::to_string(value + 1)), meta->etag);
-          if (!swapped.ok()) ::_exit(4);
-          if (*swapped) break;
-        }
+        if (!IncrementByCompareAndSwap(own->get(), "counter").ok()) ::_exit(3);
       }
       ::_exit(0);
     }

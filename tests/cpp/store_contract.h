@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <latch>
 #include <memory>
 #include <string>
@@ -24,6 +25,20 @@
 #include "timelake/store/object_store.h"
 
 namespace timelake::testing {
+
+/// Adds one to the decimal number the object at `path` holds: reads its tag, then its bytes, then
+/// puts the successor if the tag still matches, and retries until that succeeds.
+inline arrow::Status IncrementByCompareAndSwap(ObjectStore* store, const std::string& path) {
+  for (;;) {
+    // The tag before the bytes: if the object changes in between, the put fails and retries.
+    ARROW_ASSIGN_OR_RAISE(auto meta, store->Head(path));
+    ARROW_ASSIGN_OR_RAISE(auto data, store->Get(path));
+    const int value = std::stoi(data->ToString());
+    ARROW_ASSIGN_OR_RAISE(bool swapped,
+                          store->PutIfMatch(path, Buf(std::to_string(value + 1)), meta.etag));
+    if (swapped) return arrow::Status::OK();
+  }
+}
 
 template <typename Factory>
 class ObjectStoreContract : public ::testing::Test {
@@ -54,6 +69,43 @@ class ObjectStoreContract : public ::testing::Test {
     auto meta = store_->Head(path);
     EXPECT_TRUE(meta.ok()) << path << ": " << meta.status().ToString();
     return meta.ok() ? meta->etag : std::string();
+  }
+
+  // `rounds` rounds in each of which `threads` threads start together and each call `put` once
+  // with the round's path (what `prepare(round)` returns, called before they start) and a body of
+  // its own: exactly one must get `true`, and the path must hold its body.
+  void ExpectOneWinnerPerRound(
+      int threads, int rounds, const std::function<std::string(int round)>& prepare,
+      const std::function<arrow::Result<bool>(const std::string& path,
+                                              const std::shared_ptr<arrow::Buffer>& body)>& put) {
+    for (int round = 0; round < rounds; ++round) {
+      const std::string path = prepare(round);
+      auto body_of = [&](int t) {
+        return "writer " + std::to_string(t) + " of round " + std::to_string(round);
+      };
+      std::latch start(threads);
+      std::vector<int> won(threads, 0);
+      std::atomic<int> errors{0};
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+          const auto body = Buf(body_of(t));
+          start.arrive_and_wait();
+          auto result = put(path, body);
+          if (!result.ok()) {
+            errors.fetch_add(1);
+          } else {
+            won[t] = *result ? 1 : 0;
+          }
+        });
+      }
+      for (auto& worker : workers) worker.join();
+      ASSERT_EQ(errors.load(), 0) << "round " << round;
+      const auto winners = std::count(won.begin(), won.end(), 1);
+      ASSERT_EQ(winners, 1) << "round " << round;
+      const int winner = static_cast<int>(std::find(won.begin(), won.end(), 1) - won.begin());
+      EXPECT_EQ(this->GetString(path), body_of(winner)) << "round " << round;
+    }
   }
 
   std::string GetString(const std::string& path) {
@@ -184,39 +236,11 @@ TYPED_TEST_P(ObjectStoreContract, PutIfAbsentOnExistingObjectReturnsFalseAndKeep
 }
 
 TYPED_TEST_P(ObjectStoreContract, PutIfAbsentRaceHasExactlyOneWinner) {
-  constexpr int kThreads = 16;
-  constexpr int kRounds = 50;
-  for (int round = 0; round < kRounds; ++round) {
-    const std::string path = "race/" + std::to_string(round) + ".json";
-    std::latch start(kThreads);
-    std::vector<int> won(kThreads, 0);
-    std::atomic<int> errors{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        const auto body = Buf("writer " + std::to_string(t) + " of round " + std::to_string(round));
-        start.arrive_and_wait();
-        auto result = this->store_->PutIfAbsent(path, body);
-        if (!result.ok()) {
-          errors.fetch_add(1);
-        } else {
-          won[t] = *result ? 1 : 0;
-        }
+  this->ExpectOneWinnerPerRound(
+      16, 50, [](int round) { return "race/" + std::to_string(round) + ".json"; },
+      [this](const std::string& path, const std::shared_ptr<arrow::Buffer>& body) {
+        return this->store_->PutIfAbsent(path, body);
       });
-    }
-    for (auto& th : threads) th.join();
-    ASSERT_EQ(errors.load(), 0) << "round " << round;
-    int winners = 0, winner = -1;
-    for (int t = 0; t < kThreads; ++t) {
-      if (won[t]) {
-        ++winners;
-        winner = t;
-      }
-    }
-    ASSERT_EQ(winners, 1) << "round " << round;
-    EXPECT_EQ(this->GetString(path),
-              "writer " + std::to_string(winner) + " of round " + std::to_string(round));
-  }
 }
 
 TYPED_TEST_P(ObjectStoreContract, OutputStreamObjectIsVisibleAfterClose) {
@@ -388,45 +412,22 @@ TYPED_TEST_P(ObjectStoreContract, PutIfMatchWithoutATagIsInvalid) {
 }
 
 TYPED_TEST_P(ObjectStoreContract, PutIfMatchRaceHasExactlyOneWinner) {
-  constexpr int kThreads = 8;
-  constexpr int kRounds = 20;
   ASSERT_OK(this->store_->Put("cas", Buf("start")));
-  for (int round = 0; round < kRounds; ++round) {
-    const std::string tag = this->EtagOf("cas");
-    std::latch start(kThreads);
-    std::vector<int> won(kThreads, 0);
-    std::atomic<int> errors{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        const auto body = Buf("writer " + std::to_string(t) + " of round " + std::to_string(round));
-        start.arrive_and_wait();
-        auto result = this->store_->PutIfMatch("cas", body, tag);
-        if (!result.ok()) {
-          errors.fetch_add(1);
-        } else {
-          won[t] = *result ? 1 : 0;
-        }
+  std::string tag;  // the tag every writer of a round read
+  this->ExpectOneWinnerPerRound(
+      8, 20,
+      [&](int) {
+        tag = this->EtagOf("cas");
+        return std::string("cas");
+      },
+      [&](const std::string& path, const std::shared_ptr<arrow::Buffer>& body) {
+        return this->store_->PutIfMatch(path, body, tag);
       });
-    }
-    for (auto& th : threads) th.join();
-    ASSERT_EQ(errors.load(), 0) << "round " << round;
-    int winners = 0, winner = -1;
-    for (int t = 0; t < kThreads; ++t) {
-      if (won[t]) {
-        ++winners;
-        winner = t;
-      }
-    }
-    ASSERT_EQ(winners, 1) << "round " << round;
-    EXPECT_EQ(this->GetString("cas"),
-              "writer " + std::to_string(winner) + " of round " + std::to_string(round));
-  }
 }
 
 TYPED_TEST_P(ObjectStoreContract, PutIfMatchLosesNoUpdateUnderContention) {
-  // Every thread increments a counter object by read, compare-and-swap, retry: with a real
-  // compare-and-swap no increment is lost, even with plain puts of another object in between.
+  // Every thread increments a counter by read, compare-and-swap, retry: with a real
+  // compare-and-swap no increment is lost.
   constexpr int kThreads = 4;
   constexpr int kIncrements = 25;
   ASSERT_OK(this->store_->Put("counter", Buf("0")));
@@ -435,23 +436,7 @@ TYPED_TEST_P(ObjectStoreContract, PutIfMatchLosesNoUpdateUnderContention) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kIncrements; ++i) {
-        for (;;) {
-          auto meta = this->store_->Head("counter");
-          auto data = this->store_->Get("counter");
-          if (!meta.ok() || !data.ok()) {
-            errors.fetch_add(1);
-            return;
-          }
-          // Read the tag before the bytes: if they changed in between, the put fails and retries.
-          const int value = std::stoi((*data)->ToString());
-          auto swapped =
-              this->store_->PutIfMatch("counter", Buf(std::to_string(value + 1)), meta->etag);
-          if (!swapped.ok()) {
-            errors.fetch_add(1);
-            return;
-          }
-          if (*swapped) break;
-        }
+        if (!IncrementByCompareAndSwap(this->store_.get(), "counter").ok()) errors.fetch_add(1);
       }
     });
   }

@@ -194,7 +194,8 @@ arrow::Result<T> Run(FaultStore::Injector* injector, const char* name, const std
     }
   }
   injector->Record(op, kind,
-                   result.ok() ? "the call returned OK" : "the call failed: " + result.status().ToString());
+                   result.ok() ? "the call returned OK"
+                               : "the call failed: " + result.status().ToString());
   if (kind == FaultKind::kCrashAfter) {
     injector->Crash(op.index);
     return CrashedError(op.index);

@@ -38,7 +38,8 @@ class ForwardingStore : public ObjectStore {
                                   const std::shared_ptr<arrow::Buffer>& data) override {
     return target_->PutIfAbsent(path, data);
   }
-  arrow::Result<bool> PutIfMatch(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
+  arrow::Result<bool> PutIfMatch(const std::string& path,
+                                 const std::shared_ptr<arrow::Buffer>& data,
                                  const std::string& etag) override {
     return target_->PutIfMatch(path, data, etag);
   }

@@ -46,8 +46,8 @@ arrow::Status EnsureDir(const std::string& dir) {
   return arrow::Status::OK();
 }
 
-// Calls `visit(name, d_type)` for every entry of the open folder `handle` (at `dir`) but "." and "..",
-// stopping at the first failure; a failed read of the folder is an error naming it.
+// Calls `visit(name, d_type)` for every entry of the open folder `handle` (at `dir`) but "." and
+// "..", stopping at the first failure; a failed read of the folder is an error naming it.
 template <typename Visit>
 arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
   for (;;) {
@@ -347,7 +347,9 @@ arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
     auto now = Head(path);
     if (!now.ok()) return IsNotFound(now.status()) ? arrow::Result<bool>(false) : now.status();
     if (now->etag != etag) return false;
-    if (::rename(temp.c_str(), full.c_str()) != 0) return ErrnoStatus("cannot rename into", full, errno);
+    if (::rename(temp.c_str(), full.c_str()) != 0) {
+      return ErrnoStatus("cannot rename into", full, errno);
+    }
     return true;
   }();
   if (!replaced.ok() || !*replaced) {

@@ -48,7 +48,8 @@ class LocalStore : public ObjectStore {
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
-  arrow::Result<bool> PutIfMatch(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
+  arrow::Result<bool> PutIfMatch(const std::string& path,
+                                 const std::shared_ptr<arrow::Buffer>& data,
                                  const std::string& etag) override;
   using ObjectStore::OpenOutput;
   arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,

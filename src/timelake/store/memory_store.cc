@@ -17,7 +17,9 @@ class MemoryOutput : public ObjectOutput {
                std::shared_ptr<arrow::io::BufferOutputStream> sink)
       : store_(store), path_(std::move(path)), sink_(std::move(sink)) {}
   arrow::Status Write(const void* data, int64_t nbytes) override {
-    if (sink_ == nullptr) return arrow::Status::Invalid("write to a closed stream for '", path_, "'");
+    if (sink_ == nullptr) {
+      return arrow::Status::Invalid("write to a closed stream for '", path_, "'");
+    }
     return sink_->Write(data, nbytes);
   }
   arrow::Result<int64_t> Tell() const override {

@@ -13,7 +13,9 @@ arrow::Status OutputOptions::Validate() const {
 arrow::Result<std::vector<ObjectMeta>> ObjectStore::ListAfter(const std::string& prefix,
                                                               const std::string& start_after) {
   std::vector<ObjectMeta> out;
-  ListPageRequest request{prefix, start_after, "", 1000};
+  ListPageRequest request;
+  request.prefix = prefix;
+  request.start_after = start_after;
   for (;;) {
     ARROW_ASSIGN_OR_RAISE(ObjectPage page, ListPage(request));
     for (auto& meta : page.objects) {
