@@ -35,8 +35,9 @@ arrow::Result<TableName> ParseTableName(const std::string& name);
 
 class Lake {
  public:
-  /// Opens the lake at `location`: a local path, file://, or (with a store for it) a URL.
-  /// Unknown `storage_options` keys are Status::Invalid naming the key.
+  /// Opens the lake at `location` (a local path, file://, memory://, or a cloud URL once its
+  /// store exists) over the store OpenStore (store/store_factory.h) makes, which also checks
+  /// `storage_options`: unknown keys are Status::Invalid naming the key.
   static arrow::Result<std::shared_ptr<Lake>> Open(
       const std::string& location, const std::map<std::string, std::string>& storage_options);
   /// A lake over an existing store (tests use a MemoryStore).

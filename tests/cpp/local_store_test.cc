@@ -2,6 +2,10 @@
 // store does (temporary files, absolute paths other engines can open).
 #include "timelake/store/local_store.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,33 +14,13 @@
 #include <gtest/gtest.h>
 
 #include "store_contract.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace timelake::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory, removed with everything in it when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "timelake-test-XXXXXX").string();
-    char* made = ::mkdtemp(pattern.data());
-    if (made == nullptr) std::abort();
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct LocalStoreFactory {
   TempDir dir;
@@ -207,6 +191,112 @@ TEST_F(LocalStoreTest, ListDescendsOnlyWhereThePrefixCanMatch) {
   ASSERT_EQ(listing.size(), 2u);
   EXPECT_EQ(listing[0].path, "ns/a/data/x");
   EXPECT_EQ(listing[1].path, "ns/ab/data/y");
+}
+
+// --- listing after a key: entries before it are never stat'ed ---------------------------------
+
+TEST_F(LocalStoreTest, ListAfterNeverTouchesEntriesUpToTheKey) {
+  // An entry that cannot be stat'ed (a symlink loop) fails any listing that reaches it; one after
+  // the key does, one before it does not.
+  WriteFile("t/_delta_log/00000000000000000005.json", "{}");
+  WriteFile("t/_delta_log/00000000000000000006.json", "{}");
+  fs::create_symlink(dir_.path() + "/t/_delta_log/00000000000000000001.json",
+                     dir_.path() + "/t/_delta_log/00000000000000000001.json");
+  EXPECT_FALSE(store_->List("t/_delta_log/").ok());
+  ASSERT_OK_AND_ASSIGN(auto listing,
+                       store_->ListAfter("t/_delta_log/", "t/_delta_log/00000000000000000004"));
+  ASSERT_EQ(listing.size(), 2u);
+  EXPECT_EQ(listing[0].path, "t/_delta_log/00000000000000000005.json");
+  ASSERT_OK_AND_ASSIGN(auto page, store_->ListPage({"t/_delta_log/",
+                                                    "t/_delta_log/00000000000000000004", "", 1}));
+  ASSERT_EQ(page.objects.size(), 1u);
+  EXPECT_EQ(page.objects[0].path, "t/_delta_log/00000000000000000005.json");
+  EXPECT_EQ(page.continuation, page.objects[0].path);
+}
+
+TEST_F(LocalStoreTest, ListAfterSkipsWholeFoldersBeforeTheKey) {
+  WriteFile("t/data/2025-01-02/a.parquet", "x");
+  fs::create_directory_symlink(dir_.path() + "/t/data/2025-01-01",
+                               dir_.path() + "/t/data/2025-01-01");
+  ASSERT_OK_AND_ASSIGN(auto listing, store_->ListAfter("t/data/", "t/data/2025-01-01/~"));
+  ASSERT_EQ(listing.size(), 1u);
+  EXPECT_EQ(listing[0].path, "t/data/2025-01-02/a.parquet");
+}
+
+TEST_F(LocalStoreTest, ListAfterInALargeLogFolderReturnsTheTail) {
+  char name[64];
+  for (int v = 0; v < 3000; ++v) {
+    std::snprintf(name, sizeof(name), "t/_delta_log/%020d.json", v);
+    WriteFile(name, "{}");
+  }
+  std::snprintf(name, sizeof(name), "t/_delta_log/%020d.json", 2990);
+  ASSERT_OK_AND_ASSIGN(auto tail, store_->ListAfter("t/_delta_log/", name));
+  ASSERT_EQ(tail.size(), 9u);
+  std::snprintf(name, sizeof(name), "t/_delta_log/%020d.json", 2991);
+  EXPECT_EQ(tail.front().path, name);
+  ASSERT_OK_AND_ASSIGN(auto all, store_->List("t/_delta_log/"));
+  EXPECT_EQ(all.size(), 3000u);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(),
+                             [](const auto& a, const auto& b) { return a.path < b.path; }));
+}
+
+// --- writes that leave nothing behind ----------------------------------------------------------
+
+TEST_F(LocalStoreTest, AbortedStreamLeavesNoTemporaryFile) {
+  ASSERT_OK_AND_ASSIGN(auto out, store_->OpenOutput("t/data/x.parquet"));
+  ASSERT_OK(out->Write("partial", 7));
+  EXPECT_EQ(TempFilesBelowRoot().size(), 1u);
+  ASSERT_OK(out->Abort());
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/data/x.parquet"));
+}
+
+TEST_F(LocalStoreTest, PutIfMatchLeavesNoTemporaryFilesWhetherItWinsOrNot) {
+  ASSERT_OK(store_->Put("i/base", Buf("v1")));
+  ASSERT_OK_AND_ASSIGN(auto meta, store_->Head("i/base"));
+  ASSERT_OK_AND_ASSIGN(bool won, store_->PutIfMatch("i/base", Buf("v2"), meta.etag));
+  ASSERT_OK_AND_ASSIGN(bool lost, store_->PutIfMatch("i/base", Buf("v3"), meta.etag));
+  EXPECT_TRUE(won);
+  EXPECT_FALSE(lost);
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  EXPECT_EQ(ReadFile("i/base"), "v2");
+}
+
+TEST_F(LocalStoreTest, FileRewrittenInPlaceByAnotherProgramChangesItsTag) {
+  ASSERT_OK(store_->Put("i/base", Buf("v1")));
+  ASSERT_OK_AND_ASSIGN(auto before, store_->Head("i/base"));
+  WriteFile("i/base", "other program's bytes");
+  ASSERT_OK_AND_ASSIGN(auto after, store_->Head("i/base"));
+  EXPECT_NE(before.etag, after.etag);
+  ASSERT_OK_AND_ASSIGN(bool replaced, store_->PutIfMatch("i/base", Buf("v2"), before.etag));
+  EXPECT_FALSE(replaced);
+}
+
+// Processes, not threads: the folder lock must hold between separate LocalStores too.
+TEST_F(LocalStoreTest, PutIfMatchLosesNoUpdateAcrossProcesses) {
+  constexpr int kProcesses = 4;
+  constexpr int kIncrements = 20;
+  ASSERT_OK(store_->Put("counter", Buf("0")));
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto own = LocalStore::Make(dir_.path());
+      if (!own.ok()) ::_exit(2);
+      for (int i = 0; i < kIncrements; ++i) {
+        if (!IncrementByCompareAndSwap(own->get(), "counter").ok()) ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+  EXPECT_EQ(ReadFile("counter"), std::to_string(kProcesses * kIncrements));
 }
 
 }  // namespace

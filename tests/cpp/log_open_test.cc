@@ -20,13 +20,16 @@ class CountingStore : public MemoryStore {
     if (path.find("/_delta_log/") != std::string::npos) ++log_reads;
     return MemoryStore::Get(path);
   }
-  arrow::Result<std::vector<ObjectMeta>> List(const std::string& prefix) override {
+  arrow::Result<std::vector<ObjectMeta>> ListAfter(const std::string& prefix,
+                                                   const std::string& start_after) override {
     ++lists;
-    return MemoryStore::List(prefix);
+    if (!start_after.empty()) ++lists_from_key;
+    return MemoryStore::ListAfter(prefix, start_after);
   }
-  void Reset() { log_reads = lists = 0; }
+  void Reset() { log_reads = lists = lists_from_key = 0; }
   std::atomic<int> log_reads{0};
-  std::atomic<int> lists{0};
+  std::atomic<int> lists{0};           // listings of any kind
+  std::atomic<int> lists_from_key{0};  // listings that start after a key
 };
 
 class LogOpenTest : public ::testing::Test {
@@ -75,6 +78,7 @@ TEST_F(LogOpenTest, OpeningTenThousandCommitsReadsThreeLogObjectsAndListsOnce) {
   // _last_checkpoint, the checkpoint, and the head commit (its fingerprint binds the handle).
   EXPECT_LE(store_->log_reads.load(), 3);
   EXPECT_EQ(store_->lists.load(), 1);
+  EXPECT_EQ(store_->lists_from_key.load(), 1) << "the listing must start at the checkpoint";
 }
 
 TEST_F(LogOpenTest, CommitsAfterTheCheckpointAreReplayedAndOnlyThey) {

@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 #include "timelake/lake.h"
+#include "timelake/store/forwarding_store.h"
 #include "timelake/store/memory_store.h"
 
 namespace timelake::testing {
@@ -241,51 +242,19 @@ TEST_F(TableTest, ALostRaceWhoseWinnerCannotBeReadKeepsTheDataFiles) {
 
 // A store whose commit writes succeed but report a failure, as when a connection drops after
 // the server applied a conditional put, or the directory fsync fails after link(2).
-class OutcomeUnknownStore : public ObjectStore {
+class OutcomeUnknownStore : public ForwardingStore {
  public:
-  explicit OutcomeUnknownStore(std::shared_ptr<ObjectStore> inner) : inner_(std::move(inner)) {}
+  using ForwardingStore::ForwardingStore;
   bool lose_commit_replies = false;
 
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override {
-    ARROW_ASSIGN_OR_RAISE(bool created, inner_->PutIfAbsent(path, data));
+    ARROW_ASSIGN_OR_RAISE(bool created, ForwardingStore::PutIfAbsent(path, data));
     if (lose_commit_replies && path.find("/_delta_log/") != std::string::npos) {
       return arrow::Status::IOError("connection reset after the request was sent");
     }
     return created;
   }
-  arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& p) override {
-    return inner_->Get(p);
-  }
-  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& p, int64_t o,
-                                                         int64_t n) override {
-    return inner_->GetRange(p, o, n);
-  }
-  arrow::Result<ObjectMeta> Head(const std::string& p) override { return inner_->Head(p); }
-  arrow::Status Put(const std::string& p, const std::shared_ptr<arrow::Buffer>& d) override {
-    return inner_->Put(p, d);
-  }
-  arrow::Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutput(
-      const std::string& p) override {
-    return inner_->OpenOutput(p);
-  }
-  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
-      const std::string& p) override {
-    return inner_->OpenInput(p);
-  }
-  arrow::Result<std::vector<ObjectMeta>> List(const std::string& p) override {
-    return inner_->List(p);
-  }
-  arrow::Result<std::vector<std::string>> ListChildren(const std::string& p) override {
-    return inner_->ListChildren(p);
-  }
-  arrow::Status Delete(const std::string& p) override { return inner_->Delete(p); }
-  arrow::Status DeletePrefix(const std::string& p) override { return inner_->DeletePrefix(p); }
-  std::string RootUrl() const override { return inner_->RootUrl(); }
-  std::string ExternalPath(const std::string& p) const override { return inner_->ExternalPath(p); }
-
- private:
-  std::shared_ptr<ObjectStore> inner_;
 };
 
 TEST_F(TableTest, CommitWithLostReplyIsRecognisedByItsTxnId) {

@@ -42,14 +42,21 @@ arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& p
                          ->set_use_threads(true)
                          ->build();
   ARROW_ASSIGN_OR_RAISE(auto sink, store->OpenOutput(path));
-  ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(*table.schema(),
-                                                                      arrow::default_memory_pool(),
-                                                                      sink, props, arrow_props));
-  ARROW_RETURN_NOT_OK(writer->WriteTable(table, options.row_group_rows));
-  ARROW_RETURN_NOT_OK(writer->Close());
-  ARROW_ASSIGN_OR_RAISE(int64_t size, sink->Tell());
+  auto written = [&]() -> arrow::Result<int64_t> {
+    ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(
+                                           *table.schema(), arrow::default_memory_pool(), sink,
+                                           props, arrow_props));
+    ARROW_RETURN_NOT_OK(writer->WriteTable(table, options.row_group_rows));
+    ARROW_RETURN_NOT_OK(writer->Close());
+    return sink->Tell();
+  }();
+  // A failed write leaves nothing behind (no temporary file, no uploaded parts).
+  if (!written.ok()) {
+    (void)sink->Abort();
+    return written.status();
+  }
   ARROW_RETURN_NOT_OK(sink->Close());
-  return size;
+  return written;
 }
 
 AddFile ToAddAction(const WrittenFile& f, bool data_change, int64_t modification_time_ms) {
@@ -221,7 +228,9 @@ arrow::Result<std::vector<WrittenFile>> Ingestor::Finish() {
 
 void Ingestor::Abort() {
   buffer_.clear();
-  for (const auto& f : written_) (void)store_->Delete(table_path_ + "/" + f.path);
+  std::vector<std::string> paths;
+  for (const auto& f : written_) paths.push_back(table_path_ + "/" + f.path);
+  (void)store_->DeleteMany(paths);
   written_.clear();
 }
 

@@ -87,7 +87,8 @@ class Ingestor {
 /// it is the commit version, known only when committing).
 AddFile ToAddAction(const WrittenFile& file, bool data_change, int64_t modification_time_ms);
 
-/// Writes `table` as a Parquet file at `path` in `store` with timelake's writer settings.
+/// Writes `table` as a Parquet file at `path` in `store` with timelake's writer settings; returns
+/// its size. On failure nothing is left at `path` (the output stream is aborted).
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
                                         const arrow::Table& table, const IngestOptions& options);
 

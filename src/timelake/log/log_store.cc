@@ -18,17 +18,6 @@ std::string FileName(const std::string& path) {
 // The 20-digit prefix every log object of `version` starts with.
 std::string VersionPrefix(int64_t version) { return CommitFileName(version).substr(0, 20); }
 
-// Until the store seam lists from a key: the listing, filtered.
-arrow::Result<std::vector<ObjectMeta>> ListAfterKey(ObjectStore* store, const std::string& prefix,
-                                                    const std::string& start_after) {
-  ARROW_ASSIGN_OR_RAISE(auto listing, store->List(prefix));
-  std::vector<ObjectMeta> out;
-  for (auto& meta : listing) {
-    if (meta.path > start_after) out.push_back(std::move(meta));
-  }
-  return out;
-}
-
 }  // namespace
 
 LogStore::LogStore(std::shared_ptr<ObjectStore> store, std::string table_path)
@@ -85,7 +74,7 @@ arrow::Result<LogStore::Versions> LogStore::ListVersions(int64_t from) {
   // Every object of version v starts with its 20 digits; '~' sorts after all the characters
   // that follow them ('.', digits), so listing after "<from - 1>~" skips exactly the older ones.
   const std::string start_after = from > 0 ? Path(VersionPrefix(from - 1) + "~") : "";
-  ARROW_ASSIGN_OR_RAISE(auto listing, ListAfterKey(store_.get(), Path(""), start_after));
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->ListAfter(Path(""), start_after));
   Versions out;
   for (const auto& meta : listing) {
     const std::string name = FileName(meta.path);

@@ -2,15 +2,21 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <memory>
 #include <system_error>
+#include <utility>
 
 #include <arrow/io/file.h>
 
@@ -40,8 +46,8 @@ arrow::Status EnsureDir(const std::string& dir) {
   return arrow::Status::OK();
 }
 
-// Calls `visit(name)` for every entry of the open folder `handle` (at `dir`) but "." and "..",
-// stopping at the first failure; a failed read of the folder is an error naming it.
+// Calls `visit(name, d_type)` for every entry of the open folder `handle` (at `dir`) but "." and
+// "..", stopping at the first failure; a failed read of the folder is an error naming it.
 template <typename Visit>
 arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
   for (;;) {
@@ -53,7 +59,7 @@ arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
     }
     const std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
-    ARROW_RETURN_NOT_OK(visit(name));
+    ARROW_RETURN_NOT_OK(visit(name, entry->d_type));
   }
 }
 
@@ -65,6 +71,106 @@ arrow::Status FsyncDir(const std::string& dir) {
   ::close(fd);
   if (rc != 0) return ErrnoStatus("cannot fsync directory", dir, err);
   return arrow::Status::OK();
+}
+
+// Finishes a written temporary file: stamps its modification time with the precise clock (file
+// systems stamp with a coarse one, a tick of milliseconds, which could give two writes of one
+// size the same entity tag should the second reuse the first's inode), then fsyncs it.
+arrow::Status Seal(int fd, const std::string& temp) {
+  struct timespec times[2];
+  ::clock_gettime(CLOCK_REALTIME, &times[1]);
+  times[0] = times[1];
+  if (::futimens(fd, times) != 0) return ErrnoStatus("cannot set the time of", temp, errno);
+  if (::fsync(fd) != 0) return ErrnoStatus("cannot fsync", temp, errno);
+  return arrow::Status::OK();
+}
+
+// An exclusive flock(2) on a folder, held while the object lives. Writes that replace or remove
+// an object take the lock of its folder for that step, so that PutIfMatch's compare and rename
+// are one step for every thread and process using LocalStore.
+class FolderLock {
+ public:
+  /// NotFound (IsNotFound) if the folder does not exist.
+  static arrow::Result<FolderLock> Take(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return NotFound(dir);
+      return ErrnoStatus("cannot open directory", dir, errno);
+    }
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("cannot lock directory", dir, err);
+    }
+    return FolderLock(fd);
+  }
+  FolderLock(FolderLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FolderLock& operator=(FolderLock&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~FolderLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+
+ private:
+  explicit FolderLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Renames the finished temporary file `temp` to `full` under the folder's lock, then fsyncs the
+// folder; the temporary file is gone either way.
+arrow::Status Publish(const std::string& temp, const std::string& full) {
+  const std::string dir = ParentDir(full);
+  {
+    auto lock = FolderLock::Take(dir);
+    if (!lock.ok()) {
+      ::unlink(temp.c_str());
+      return lock.status();
+    }
+    if (::rename(temp.c_str(), full.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(temp.c_str());
+      return ErrnoStatus("cannot rename into", full, err);
+    }
+  }
+  return FsyncDir(dir);
+}
+
+int64_t Millis(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+}
+
+std::string Hex(uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof(out), "%llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+uint64_t Nanos(const struct timespec& t) {
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// See local_store.h: every write makes a new file, so inode and times change with each one.
+std::string EtagOf(const struct stat& st) {
+  return Hex(st.st_ino) + "-" + Hex(static_cast<uint64_t>(st.st_size)) + "-" +
+         Hex(Nanos(st.st_mtim)) + "-" + Hex(Nanos(st.st_ctim));
+}
+
+ObjectMeta MetaOf(std::string path, const struct stat& st) {
+  return ObjectMeta{std::move(path), static_cast<int64_t>(st.st_size), Millis(st.st_mtim),
+                    EtagOf(st)};
+}
+
+// Whether a folder whose objects' paths all start with `as_dir` (ending in '/') can hold objects
+// of a listing of `prefix` after `start_after`.
+bool FolderCanHold(const std::string& as_dir, const std::string& prefix,
+                   const std::string& start_after) {
+  const size_t common = std::min(as_dir.size(), prefix.size());
+  if (as_dir.compare(0, common, prefix, 0, common) != 0) return false;
+  // Every path below sorts after `start_after`, or `start_after` itself lies below.
+  return as_dir > start_after || start_after.compare(0, as_dir.size(), as_dir) == 0;
 }
 
 arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::string& path) {
@@ -82,16 +188,11 @@ arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::str
 
 // An output stream that writes a temporary file and, on Close, fsyncs it, renames it to its
 // final name and fsyncs the folder: the object appears whole or not at all.
-class DurableFileOutput : public arrow::io::OutputStream {
+class DurableFileOutput : public ObjectOutput {
  public:
   DurableFileOutput(int fd, std::string temp, std::string path)
       : fd_(fd), temp_(std::move(temp)), path_(std::move(path)) {}
-  ~DurableFileOutput() override {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      ::unlink(temp_.c_str());  // never closed: the object was not written
-    }
-  }
+  ~DurableFileOutput() override { (void)Abort(); }
   arrow::Status Write(const void* data, int64_t nbytes) override {
     if (fd_ < 0) return arrow::Status::Invalid("write to a closed file '", path_, "'");
     ARROW_RETURN_NOT_OK(WriteAll(fd_, static_cast<const uint8_t*>(data), nbytes, temp_));
@@ -102,24 +203,27 @@ class DurableFileOutput : public arrow::io::OutputStream {
   bool closed() const override { return fd_ < 0; }
   arrow::Status Close() override {
     if (fd_ < 0) return arrow::Status::OK();
-    int rc = ::fsync(fd_);
-    int err = errno;
+    arrow::Status sealed = Seal(fd_, temp_);
     ::close(fd_);
     fd_ = -1;
-    if (rc != 0) {
+    if (!sealed.ok()) {
       ::unlink(temp_.c_str());
-      return ErrnoStatus("cannot fsync", temp_, err);
+      return sealed;
     }
-    if (::rename(temp_.c_str(), path_.c_str()) != 0) {
-      err = errno;
-      ::unlink(temp_.c_str());
-      return ErrnoStatus("cannot rename into", path_, err);
+    return Publish(temp_, path_);
+  }
+  arrow::Status Abort() override {
+    if (fd_ < 0) return arrow::Status::OK();
+    ::close(fd_);
+    fd_ = -1;
+    if (::unlink(temp_.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus("cannot delete", temp_, errno);
     }
-    return FsyncDir(ParentDir(path_));
+    return arrow::Status::OK();
   }
 
  private:
-  int fd_;
+  int fd_;  // -1 once closed or aborted
   std::string temp_;
   std::string path_;
   int64_t position_ = 0;
@@ -182,8 +286,7 @@ arrow::Result<ObjectMeta> LocalStore::Head(const std::string& path) {
     return ErrnoStatus("cannot stat", full, errno);
   }
   if (!S_ISREG(st.st_mode)) return NotFound(path);
-  return ObjectMeta{path, static_cast<int64_t>(st.st_size),
-                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000};
+  return MetaOf(path, st);
 }
 
 arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
@@ -194,7 +297,7 @@ arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
   arrow::Status st = WriteAll(fd, data->data(), data->size(), temp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("cannot fsync", temp, errno);
+  if (st.ok()) st = Seal(fd, temp);
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
@@ -206,12 +309,7 @@ arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
 arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) {
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (::rename(temp.c_str(), full.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp.c_str());
-    return ErrnoStatus("cannot rename into", full, err);
-  }
-  return FsyncDir(ParentDir(full));
+  return Publish(temp, full);
 }
 
 arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
@@ -229,8 +327,42 @@ arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
   return true;
 }
 
-arrow::Result<std::shared_ptr<arrow::io::OutputStream>> LocalStore::OpenOutput(
-    const std::string& path) {
+arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
+                                           const std::shared_ptr<arrow::Buffer>& data,
+                                           const std::string& etag) {
+  if (etag.empty()) return arrow::Status::Invalid("PutIfMatch of '", path, "' needs an entity tag");
+  // A missing object cannot match: answer before creating any folder or temporary file.
+  auto before = Head(path);
+  if (!before.ok()) {
+    if (IsNotFound(before.status())) return false;
+    return before.status();
+  }
+  if (before->etag != etag) return false;
+  const std::string full = FullPath(path);
+  ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
+  auto replaced = [&]() -> arrow::Result<bool> {
+    // The compare and the rename under the folder's lock, which every replacing write takes.
+    auto lock = FolderLock::Take(ParentDir(full));
+    if (!lock.ok()) return IsNotFound(lock.status()) ? arrow::Result<bool>(false) : lock.status();
+    auto now = Head(path);
+    if (!now.ok()) return IsNotFound(now.status()) ? arrow::Result<bool>(false) : now.status();
+    if (now->etag != etag) return false;
+    if (::rename(temp.c_str(), full.c_str()) != 0) {
+      return ErrnoStatus("cannot rename into", full, errno);
+    }
+    return true;
+  }();
+  if (!replaced.ok() || !*replaced) {
+    ::unlink(temp.c_str());
+    return replaced;
+  }
+  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(full)));
+  return true;
+}
+
+arrow::Result<std::shared_ptr<ObjectOutput>> LocalStore::OpenOutput(const std::string& path,
+                                                                    const OutputOptions& options) {
+  ARROW_RETURN_NOT_OK(options.Validate());
   const std::string full = FullPath(path);
   const std::string dir = ParentDir(full);
   ARROW_RETURN_NOT_OK(EnsureDir(dir));
@@ -248,17 +380,36 @@ arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> LocalStore::OpenInpu
   return file;
 }
 
-arrow::Result<std::vector<ObjectMeta>> LocalStore::List(const std::string& prefix) {
+arrow::Result<ObjectPage> LocalStore::ListPage(const ListPageRequest& request) {
+  if (request.max_keys < 1) {
+    return arrow::Status::Invalid("a listing page needs max_keys >= 1, got ", request.max_keys);
+  }
+  // The continuation is the last path of the previous page: the listing resumes after it.
+  const std::string& after = std::max(request.start_after, request.continuation);
+  const size_t max_keys = static_cast<size_t>(request.max_keys);
+  ObjectPage page;
+  ARROW_ASSIGN_OR_RAISE(page.objects, ListScoped({request.prefix, after, max_keys + 1}));
+  if (page.objects.size() > max_keys) {
+    page.objects.resize(max_keys);
+    page.continuation = page.objects.back().path;
+  }
+  return page;
+}
+
+arrow::Result<std::vector<ObjectMeta>> LocalStore::ListAfter(const std::string& prefix,
+                                                             const std::string& start_after) {
+  return ListScoped({prefix, start_after, std::numeric_limits<size_t>::max()});
+}
+
+arrow::Result<std::vector<ObjectMeta>> LocalStore::ListScoped(const ListScope& scope) {
   std::vector<ObjectMeta> out;
-  const auto slash = prefix.rfind('/');
-  const std::string dir_rel = slash == std::string::npos ? "" : prefix.substr(0, slash);
-  ARROW_RETURN_NOT_OK(Walk(dir_rel, prefix, /*top=*/true, &out));
-  std::sort(out.begin(), out.end(),
-            [](const ObjectMeta& a, const ObjectMeta& b) { return a.path < b.path; });
+  const auto slash = scope.prefix.rfind('/');
+  const std::string dir_rel = slash == std::string::npos ? "" : scope.prefix.substr(0, slash);
+  ARROW_RETURN_NOT_OK(Walk(dir_rel, scope, /*top=*/true, &out));
   return out;
 }
 
-arrow::Status LocalStore::Walk(const std::string& dir_rel, const std::string& prefix, bool top,
+arrow::Status LocalStore::Walk(const std::string& dir_rel, const ListScope& scope, bool top,
                                std::vector<ObjectMeta>* out) {
   const std::string dir = FullPath(dir_rel);
   DIR* handle = ::opendir(dir.c_str());
@@ -272,33 +423,52 @@ arrow::Status LocalStore::Walk(const std::string& dir_rel, const std::string& pr
     return ErrnoStatus("cannot list", dir, err);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
-  return ForEachEntry(handle, dir, [&](const std::string& name) -> arrow::Status {
+  const int dir_fd = ::dirfd(handle);
+  // First the names that can be in the listing, each with the key it sorts by (a folder's
+  // objects all start with "<name>/"); only those whose kind the name alone cannot tell are
+  // stat'ed here.
+  struct Entry {
+    std::string key;
+    std::string name;
+    bool folder;
+  };
+  std::vector<Entry> entries;
+  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name, unsigned char type)
+                                                    -> arrow::Status {
     if (name.rfind(kTempPrefix, 0) == 0) return arrow::Status::OK();
-    std::string rel = dir_rel.empty() ? name : dir_rel + "/" + name;
-    struct stat st {};
-    if (::fstatat(::dirfd(handle), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing
-      return ErrnoStatus("cannot stat", dir + "/" + name, errno);
-    }
-    if (S_ISDIR(st.st_mode)) {
-      // Descend only where objects matching the prefix can be.
-      const std::string as_dir = rel + "/";
-      if (as_dir.compare(0, std::min(as_dir.size(), prefix.size()), prefix, 0,
-                         std::min(as_dir.size(), prefix.size())) == 0) {
-        ARROW_RETURN_NOT_OK(Walk(rel, prefix, /*top=*/false, out));
+    const std::string rel = dir_rel.empty() ? name : dir_rel + "/" + name;
+    const bool as_file = InListing(rel, scope.prefix, scope.start_after);
+    const bool as_folder = FolderCanHold(rel + "/", scope.prefix, scope.start_after);
+    if (!as_file && !as_folder) return arrow::Status::OK();
+    bool folder = type == DT_DIR;
+    if (type == DT_UNKNOWN) {
+      struct stat st {};
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing
+        return ErrnoStatus("cannot stat", dir + "/" + name, errno);
       }
-      return arrow::Status::OK();
+      folder = S_ISDIR(st.st_mode);
     }
-    if (rel.compare(0, prefix.size(), prefix) != 0) return arrow::Status::OK();
-    if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
-      if (errno == ENOENT) return arrow::Status::OK();  // a dangling link names no object
-      return ErrnoStatus("cannot stat", dir + "/" + name, errno);
-    }
-    if (!S_ISREG(st.st_mode)) return arrow::Status::OK();
-    out->push_back({std::move(rel), static_cast<int64_t>(st.st_size),
-                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000});
+    // Symlinked folders are not descended: a link is a candidate object only.
+    if (folder ? as_folder : as_file) entries.push_back({folder ? rel + "/" : rel, name, folder});
     return arrow::Status::OK();
-  });
+  }));
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.key < b.key; });
+  for (const auto& entry : entries) {
+    if (out->size() >= scope.limit) break;
+    if (entry.folder) {
+      ARROW_RETURN_NOT_OK(Walk(entry.key.substr(0, entry.key.size() - 1), scope, false, out));
+      continue;
+    }
+    struct stat st {};
+    if (::fstatat(dir_fd, entry.name.c_str(), &st, 0) != 0) {
+      if (errno == ENOENT) continue;  // deleted while listing, or a dangling link
+      return ErrnoStatus("cannot stat", dir + "/" + entry.name, errno);
+    }
+    if (S_ISREG(st.st_mode)) out->push_back(MetaOf(entry.key, st));
+  }
+  return arrow::Status::OK();
 }
 
 arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::string& prefix) {
@@ -311,7 +481,8 @@ arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::stri
     return ErrnoStatus("cannot list", dir, err);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
-  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name) -> arrow::Status {
+  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name,
+                                                    unsigned char) -> arrow::Status {
     struct stat st {};
     if (::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
       if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing, or dangling
@@ -324,9 +495,27 @@ arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::stri
   return out;
 }
 
-arrow::Status LocalStore::Delete(const std::string& path) {
-  const std::string full = FullPath(path);
-  if (::unlink(full.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot delete", full, errno);
+arrow::Status LocalStore::Delete(const std::string& path) { return DeleteMany({path}); }
+
+arrow::Status LocalStore::DeleteMany(const std::vector<std::string>& paths) {
+  // One lock per folder (see FolderLock), taken once for all of its objects.
+  std::map<std::string, std::vector<std::string>> by_folder;
+  for (const auto& path : paths) {
+    std::string full = FullPath(path);
+    by_folder[ParentDir(full)].push_back(std::move(full));
+  }
+  for (const auto& [dir, files] : by_folder) {
+    auto lock = FolderLock::Take(dir);
+    if (!lock.ok()) {
+      if (IsNotFound(lock.status())) continue;  // no folder: none of its objects exist
+      return lock.status();
+    }
+    for (const auto& full : files) {
+      if (::unlink(full.c_str()) != 0 && errno != ENOENT) {
+        return ErrnoStatus("cannot delete", full, errno);
+      }
+    }
+  }
   return arrow::Status::OK();
 }
 

@@ -1,10 +1,26 @@
 // LocalStore: an ObjectStore over a directory of the local file system.
 //
-// Objects are files below the root; "directories" are created on demand. Put-if-absent writes a
-// temporary file in the target directory, fsyncs it, then link(2)s it to the final name (which
-// fails with EEXIST if the name is taken, atomically), then fsyncs the directory. Temporary files
-// are named ".tmp-<uuid>" so that listings skip them. Streams from OpenOutput also write a temporary
-// file and rename it into place on Close.
+// Objects are files below the root; "directories" are created on demand. Every write goes to a
+// temporary file in the target directory that is fsynced before it takes the object's name, and
+// the directory is fsynced after: Put and output streams rename(2) it into place (Abort or a
+// stream destroyed unclosed unlinks it), PutIfAbsent link(2)s it, which fails with EEXIST if the
+// name is taken, atomically. Temporary files are named ".tmp-<uuid>" so that listings skip them.
+// OutputOptions::part_size is checked and otherwise ignored (a file is written in place).
+//
+// Entity tags are made of the file's inode, size, modification and change times (nanoseconds):
+// every write makes a new file, with a new inode or (should the inode be reused) a modification
+// time that LocalStore sets from the precise clock, so every replacement changes the tag.
+//
+// PutIfMatch is atomic against concurrent threads and processes that use LocalStore on the same
+// folder: the compare and the rename happen under an exclusive flock(2) of the object's folder,
+// which Put, Delete, DeleteMany and the rename of a closing output stream also take for their
+// rename or unlink (only that step: writing and fsyncing the bytes happen outside it). PutIfAbsent
+// needs no lock (link(2) never replaces). DeletePrefix and RenamePrefix do not take the lock, and
+// programs that write the files directly bypass it.
+//
+// Listings read each folder's names (readdir, no stat) and stat only the entries that can be in
+// the listing: a listing after a key in a folder of 100,000 commits stats only the newer ones.
+// ListAfter walks the tree once; ListPage walks it again for every page.
 //
 // Only a missing file or folder means "no such object" (NotFound, an empty listing). Every other
 // failure to reach one (permission denied, a file where a folder should be, a symlink loop, I/O
@@ -32,13 +48,20 @@ class LocalStore : public ObjectStore {
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
-  arrow::Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutput(
-      const std::string& path) override;
+  arrow::Result<bool> PutIfMatch(const std::string& path,
+                                 const std::shared_ptr<arrow::Buffer>& data,
+                                 const std::string& etag) override;
+  using ObjectStore::OpenOutput;
+  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
+                                                          const OutputOptions& options) override;
   arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
       const std::string& path) override;
-  arrow::Result<std::vector<ObjectMeta>> List(const std::string& prefix) override;
+  arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override;
+  arrow::Result<std::vector<ObjectMeta>> ListAfter(const std::string& prefix,
+                                                   const std::string& start_after) override;
   arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override;
   arrow::Status Delete(const std::string& path) override;
+  arrow::Status DeleteMany(const std::vector<std::string>& paths) override;
   arrow::Status DeletePrefix(const std::string& prefix) override;
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override;
   std::string RootUrl() const override;
@@ -49,9 +72,17 @@ class LocalStore : public ObjectStore {
  private:
   explicit LocalStore(std::string root) : root_(std::move(root)) {}
   std::string FullPath(const std::string& path) const;
-  /// Appends the regular files under folder `dir_rel` whose paths start with `prefix` to `out`.
-  /// `top`: `dir_rel` is the listing's own folder (not one found while walking).
-  arrow::Status Walk(const std::string& dir_rel, const std::string& prefix, bool top,
+  struct ListScope {
+    const std::string& prefix;
+    const std::string& start_after;
+    size_t limit;  // stop once the listing holds this many objects
+  };
+  /// Lists the objects of `scope` from the start: Walk from the listing's own folder.
+  arrow::Result<std::vector<ObjectMeta>> ListScoped(const ListScope& scope);
+  /// Appends the regular files under folder `dir_rel` that are in `scope` to `out`, in path
+  /// order, until `out` holds `scope.limit` objects. `top`: `dir_rel` is the listing's own
+  /// folder (not one found while walking).
+  arrow::Status Walk(const std::string& dir_rel, const ListScope& scope, bool top,
                      std::vector<ObjectMeta>* out);
   /// Writes `data` to a fresh temporary file next to `full` and fsyncs it; returns its path.
   arrow::Result<std::string> WriteTemp(const std::string& full,

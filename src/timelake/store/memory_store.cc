@@ -11,31 +11,49 @@ namespace timelake {
 namespace {
 
 // Buffers writes and publishes the object into the store on Close.
-class MemoryOutput : public arrow::io::OutputStream {
+class MemoryOutput : public ObjectOutput {
  public:
-  MemoryOutput(MemoryStore* store, std::string path) : store_(store), path_(std::move(path)) {
-    sink_ = arrow::io::BufferOutputStream::Create().ValueOrDie();
-  }
+  MemoryOutput(MemoryStore* store, std::string path,
+               std::shared_ptr<arrow::io::BufferOutputStream> sink)
+      : store_(store), path_(std::move(path)), sink_(std::move(sink)) {}
   arrow::Status Write(const void* data, int64_t nbytes) override {
+    if (sink_ == nullptr) {
+      return arrow::Status::Invalid("write to a closed stream for '", path_, "'");
+    }
     return sink_->Write(data, nbytes);
   }
-  arrow::Result<int64_t> Tell() const override { return sink_->Tell(); }
-  bool closed() const override { return closed_; }
+  arrow::Result<int64_t> Tell() const override {
+    if (sink_ == nullptr) return arrow::Status::Invalid("stream for '", path_, "' is closed");
+    return sink_->Tell();
+  }
+  bool closed() const override { return sink_ == nullptr; }
   arrow::Status Close() override {
-    if (closed_) return arrow::Status::OK();
-    closed_ = true;
-    ARROW_ASSIGN_OR_RAISE(auto buffer, sink_->Finish());
+    if (sink_ == nullptr) return arrow::Status::OK();
+    auto sink = std::move(sink_);
+    ARROW_ASSIGN_OR_RAISE(auto buffer, sink->Finish());
     return store_->Put(path_, buffer);
+  }
+  arrow::Status Abort() override {
+    sink_.reset();
+    return arrow::Status::OK();
   }
 
  private:
   MemoryStore* store_;
   std::string path_;
-  std::shared_ptr<arrow::io::BufferOutputStream> sink_;
-  bool closed_ = false;
+  std::shared_ptr<arrow::io::BufferOutputStream> sink_;  // null once closed or aborted
 };
 
 }  // namespace
+
+MemoryStore::Object MemoryStore::NewObject(std::shared_ptr<arrow::Buffer> data) {
+  return Object{std::move(data), NowMillis(), ++generation_};
+}
+
+ObjectMeta MemoryStore::MetaOf(const std::string& path, const Object& object) {
+  return ObjectMeta{path, object.data->size(), object.modified_ms,
+                    std::to_string(object.generation)};
+}
 
 void MemoryStore::SetFaultHook(FaultHook hook) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -72,13 +90,13 @@ arrow::Result<ObjectMeta> MemoryStore::Head(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = objects_.find(path);
   if (it == objects_.end()) return NotFound(path);
-  return ObjectMeta{path, it->second.data->size(), it->second.modified_ms};
+  return MetaOf(path, it->second);
 }
 
 arrow::Status MemoryStore::Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) {
   ARROW_RETURN_NOT_OK(Fault("put", path));
   std::lock_guard<std::mutex> lock(mutex_);
-  objects_[path] = {data, NowMillis()};
+  objects_[path] = NewObject(data);
   return arrow::Status::OK();
 }
 
@@ -86,13 +104,29 @@ arrow::Result<bool> MemoryStore::PutIfAbsent(const std::string& path,
                                              const std::shared_ptr<arrow::Buffer>& data) {
   ARROW_RETURN_NOT_OK(Fault("put_if_absent", path));
   std::lock_guard<std::mutex> lock(mutex_);
-  return objects_.emplace(path, Object{data, NowMillis()}).second;
+  if (objects_.count(path)) return false;
+  objects_.emplace(path, NewObject(data));
+  return true;
 }
 
-arrow::Result<std::shared_ptr<arrow::io::OutputStream>> MemoryStore::OpenOutput(
-    const std::string& path) {
+arrow::Result<bool> MemoryStore::PutIfMatch(const std::string& path,
+                                            const std::shared_ptr<arrow::Buffer>& data,
+                                            const std::string& etag) {
+  if (etag.empty()) return arrow::Status::Invalid("PutIfMatch of '", path, "' needs an entity tag");
+  ARROW_RETURN_NOT_OK(Fault("put_if_match", path));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = objects_.find(path);
+  if (it == objects_.end() || std::to_string(it->second.generation) != etag) return false;
+  it->second = NewObject(data);
+  return true;
+}
+
+arrow::Result<std::shared_ptr<ObjectOutput>> MemoryStore::OpenOutput(
+    const std::string& path, const OutputOptions& options) {
+  ARROW_RETURN_NOT_OK(options.Validate());
   ARROW_RETURN_NOT_OK(Fault("open_output", path));
-  return std::make_shared<MemoryOutput>(this, path);
+  ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
+  return std::make_shared<MemoryOutput>(this, path, std::move(sink));
 }
 
 arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> MemoryStore::OpenInput(
@@ -102,15 +136,26 @@ arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> MemoryStore::OpenInp
   return std::make_shared<arrow::io::BufferReader>(data);
 }
 
-arrow::Result<std::vector<ObjectMeta>> MemoryStore::List(const std::string& prefix) {
-  ARROW_RETURN_NOT_OK(Fault("list", prefix));
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<ObjectMeta> out;
-  for (auto it = objects_.lower_bound(prefix);
-       it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-    out.push_back({it->first, it->second.data->size(), it->second.modified_ms});
+arrow::Result<ObjectPage> MemoryStore::ListPage(const ListPageRequest& request) {
+  if (request.max_keys < 1) {
+    return arrow::Status::Invalid("a listing page needs max_keys >= 1, got ", request.max_keys);
   }
-  return out;
+  ARROW_RETURN_NOT_OK(Fault("list", request.prefix));
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The continuation is the last path of the previous page: the listing resumes after it.
+  const std::string& after = std::max(request.start_after, request.continuation);
+  ObjectPage page;
+  auto it = request.prefix > after ? objects_.lower_bound(request.prefix)
+                                   : objects_.upper_bound(after);
+  for (; it != objects_.end() && it->first.compare(0, request.prefix.size(), request.prefix) == 0;
+       ++it) {
+    if (static_cast<int64_t>(page.objects.size()) == request.max_keys) {
+      page.continuation = page.objects.back().path;
+      break;
+    }
+    page.objects.push_back(MetaOf(it->first, it->second));
+  }
+  return page;
 }
 
 arrow::Result<std::vector<std::string>> MemoryStore::ListChildren(const std::string& prefix) {

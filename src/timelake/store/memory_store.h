@@ -1,9 +1,15 @@
 // MemoryStore: an ObjectStore held in process memory, for tests.
 //
-// Behaves like the other stores (atomic put-if-absent, sorted listings) and lets a test inject
-// failures: the fault hook is called before every operation with the operation's name ("get",
-// "put", "put_if_absent", "list", "delete", "open_output", "open_input", "head") and the path; a
-// non-OK status it returns fails that operation without side effects.
+// Behaves like the other stores (atomic put-if-absent and put-if-match, sorted listings; entity
+// tags are a store-wide generation counter) and lets a test inject failures: the fault hook is
+// called before every operation with the operation's name ("get", "put", "put_if_absent",
+// "put_if_match", "list" (once per listing page), "delete", "open_output", "open_input", "head",
+// "rename") and the path; a non-OK status it returns fails that operation without side effects.
+// An output stream publishes its object with a "put" on Close. FaultStore (store/fault_store.h)
+// does the same for any store, with counted operations, lost replies and crashes.
+//
+// Each MemoryStore is its own namespace of objects: two stores with the same name share nothing.
+// Output streams keep a pointer to their store, which must outlive them. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -29,11 +35,15 @@ class MemoryStore : public ObjectStore {
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
-  arrow::Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutput(
-      const std::string& path) override;
+  arrow::Result<bool> PutIfMatch(const std::string& path,
+                                 const std::shared_ptr<arrow::Buffer>& data,
+                                 const std::string& etag) override;
+  using ObjectStore::OpenOutput;
+  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
+                                                          const OutputOptions& options) override;
   arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
       const std::string& path) override;
-  arrow::Result<std::vector<ObjectMeta>> List(const std::string& prefix) override;
+  arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override;
   arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override;
   arrow::Status Delete(const std::string& path) override;
   arrow::Status DeletePrefix(const std::string& prefix) override;
@@ -47,13 +57,18 @@ class MemoryStore : public ObjectStore {
   struct Object {
     std::shared_ptr<arrow::Buffer> data;
     int64_t modified_ms;
+    int64_t generation;  // the entity tag
   };
   arrow::Status Fault(const char* op, const std::string& path);
+  /// REQUIRES: mutex_ held.
+  Object NewObject(std::shared_ptr<arrow::Buffer> data);
+  static ObjectMeta MetaOf(const std::string& path, const Object& object);
 
   std::string name_;
   std::mutex mutex_;
-  std::map<std::string, Object> objects_;
-  FaultHook hook_;
+  std::map<std::string, Object> objects_;  // GUARDED_BY(mutex_)
+  int64_t generation_ = 0;                  // GUARDED_BY(mutex_): the last one handed out
+  FaultHook hook_;                          // GUARDED_BY(mutex_)
 };
 
 }  // namespace timelake

@@ -2,15 +2,42 @@
 //
 // Every byte timelake reads or writes goes through an ObjectStore: the Delta log, data files,
 // checkpoints, side files. Paths are relative to the store's root, '/'-separated, never starting
-// with '/'. Implementations: LocalStore (a directory), MemoryStore (tests, fault injection); the
-// cloud stores come later behind the same interface.
+// with '/'. Implementations: LocalStore (a directory), MemoryStore (tests); decorators derive from
+// ForwardingStore (store/forwarding_store.h), such as FaultStore (store/fault_store.h). Stores are
+// made from a URL by OpenStore (store/store_factory.h), the only code that knows URL schemes.
+//
+// A new store (S3, GCS, Azure, …) implements the pure virtual methods below; ListAfter and
+// DeleteMany have defaults built on ListPage and Delete that it overrides where the service can do
+// better (a batch delete request, a local directory read once).
+//
+// Threads: every method of a store may be called concurrently from any number of threads; a
+// store needs no external locking. A stream returned by OpenOutput or OpenInput belongs to one
+// thread at a time (like Arrow's streams).
 //
 // Guarantees every implementation gives:
 //  * PutIfAbsent is atomic: of any number of concurrent callers for one path, exactly one gets
 //    `true`, and readers never see a partial object.
+//  * PutIfMatch is a compare-and-swap on the entity tag: it replaces the object only if its tag
+//    is still the one given, atomically against every other write of that path.
 //  * Put replaces atomically (readers see the old or the new object, never a mix).
-//  * When a write call returns OK the object is durable (for LocalStore: file and directory fsync).
+//  * When a write call returns OK the object is durable (for LocalStore: file and directory
+//    fsync); an output stream's object is visible and durable when Close returns OK, and never
+//    before.
 //  * Get/Head of a missing object fail with a status for which IsNotFound() is true.
+//  * Listings are sorted by path and see every object whose write returned before they started.
+//
+// Ambiguous outcomes. A store cannot always know whether a write landed: a request can time out
+// after the service applied it, and a client that retries a conditional put can be refused by
+// its own first attempt. The rule for every store:
+//  * A write that returns OK (or `true`) landed. A conditional write that returns `false` did not
+//    write this call's bytes *in this attempt*.
+//  * When a store cannot tell whether a write landed, it returns an error status that is not
+//    NotFound (typically IOError): the object may hold the new bytes, the old ones, or none.
+//  * A retried PutIfAbsent or PutIfMatch may report `false` for an object that is the caller's
+//    own earlier attempt. Stores do not try to tell these cases apart.
+// So a caller for whom the difference matters (the transaction layer committing a log version)
+// reads the object after any outcome other than OK/`true` and recognises its own write by its
+// content (a commit's txnId), never by the reply alone.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +56,50 @@ struct ObjectMeta {
   std::string path;  // relative to the store root
   int64_t size = 0;
   int64_t modified_ms = 0;  // last modification, milliseconds since the epoch
+  /// The entity tag: opaque, different after every write that replaces the object (an S3 ETag,
+  /// a GCS generation, …). Compare it only for equality, only with tags of the same store.
+  std::string etag;
+};
+
+/// One page of a listing (see ObjectStore::ListPage).
+struct ListPageRequest {
+  std::string prefix;
+  /// Only objects whose path is greater than this (byte-wise); "" for all.
+  std::string start_after;
+  /// "" for the first page, then the `continuation` of the previous page.
+  std::string continuation;
+  /// At most this many objects (a store may return fewer, even none, before the last page).
+  int64_t max_keys = 1000;
+};
+
+struct ObjectPage {
+  std::vector<ObjectMeta> objects;  // sorted by path
+  /// Where the next page starts; "" when this was the last page.
+  std::string continuation;
+};
+
+/// How an output stream writes its object.
+struct OutputOptions {
+  static constexpr int64_t kMinPartSize = int64_t{5} << 20;  // S3's minimum part
+  static constexpr int64_t kMaxPartSize = int64_t{5} << 30;  // S3's maximum part
+  /// Bytes per part of a multipart upload: a stream buffers this much before sending a part, so
+  /// it bounds the memory a stream holds. Stores that write in place (LocalStore, MemoryStore)
+  /// check it and otherwise ignore it.
+  int64_t part_size = int64_t{8} << 20;
+
+  /// Invalid (naming the value and the bounds) unless kMinPartSize <= part_size <= kMaxPartSize.
+  arrow::Status Validate() const;
+};
+
+/// A stream that writes one new object. Nothing is visible at the path until Close returns OK;
+/// then the whole object is, durably. Abort discards the object (a temporary file is deleted, a
+/// multipart upload is aborted so that no parts are left behind) and leaves whatever the path
+/// held before untouched. A stream destroyed without Close aborts. After Close or Abort the
+/// stream is closed: writes fail, and a further Close or Abort returns OK and does nothing.
+class ObjectOutput : public arrow::io::OutputStream {
+ public:
+  /// Arrow's default Abort closes the stream, which here would publish a partial object.
+  arrow::Status Abort() override = 0;
 };
 
 class ObjectStore {
@@ -41,38 +112,63 @@ class ObjectStore {
   virtual arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path,
                                                                  int64_t offset,
                                                                  int64_t length) = 0;
+  /// Size, modification time and entity tag of the object.
   virtual arrow::Result<ObjectMeta> Head(const std::string& path) = 0;
 
   /// Creates or replaces the object.
   virtual arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) = 0;
   /// Creates the object only if nothing exists at `path`; returns false (and writes nothing)
-  /// if something does.
+  /// if something does. See "Ambiguous outcomes" above for what `false` can mean on a retry.
   virtual arrow::Result<bool> PutIfAbsent(const std::string& path,
                                           const std::shared_ptr<arrow::Buffer>& data) = 0;
-  /// A stream that writes a new object (for large files); the object becomes visible and durable
-  /// when the stream is closed successfully. The caller must not write the same path twice.
-  virtual arrow::Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutput(
-      const std::string& path) = 0;
+  /// Replaces the object only if it exists and its entity tag is `etag` (from Head or a listing);
+  /// returns false (and writes nothing) if the object is missing or has changed. Invalid if
+  /// `etag` is empty.
+  virtual arrow::Result<bool> PutIfMatch(const std::string& path,
+                                         const std::shared_ptr<arrow::Buffer>& data,
+                                         const std::string& etag) = 0;
+
+  /// A stream that writes a new object (for large files), as ObjectOutput describes. The caller
+  /// must not write the same path from two streams at once. Invalid if `options` are.
+  virtual arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(
+      const std::string& path, const OutputOptions& options) = 0;
+  /// OpenOutput with default options.
+  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path) {
+    return OpenOutput(path, OutputOptions{});
+  }
   /// Random access for readers such as the Parquet reader.
   virtual arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
       const std::string& path) = 0;
 
+  /// One page of the objects whose path starts with `request.prefix` and is greater than
+  /// `request.start_after`, in path order. The store decides the page boundaries; callers that
+  /// want the whole listing use ListAfter.
+  virtual arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) = 0;
+  /// Every object whose path starts with `prefix` and is greater than `start_after` (byte-wise;
+  /// "" for all), sorted by path: ListPage followed page by page. A store that can list more
+  /// cheaply in one go overrides it.
+  virtual arrow::Result<std::vector<ObjectMeta>> ListAfter(const std::string& prefix,
+                                                           const std::string& start_after);
   /// Every object whose path starts with `prefix`, sorted by path.
-  virtual arrow::Result<std::vector<ObjectMeta>> List(const std::string& prefix) = 0;
+  arrow::Result<std::vector<ObjectMeta>> List(const std::string& prefix) {
+    return ListAfter(prefix, "");
+  }
   /// Names of the immediate "directories" under `prefix` (which is "" or ends in '/'), sorted.
   virtual arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) = 0;
 
   /// Deletes the object; deleting a missing object is not an error.
   virtual arrow::Status Delete(const std::string& path) = 0;
+  /// Deletes every object in `paths` (missing ones are not an error), in no promised order and
+  /// perhaps in batches. On failure some of them may be deleted already. The default deletes
+  /// one by one, stopping at the first failure.
+  virtual arrow::Status DeleteMany(const std::vector<std::string>& paths);
   /// Deletes every object under `prefix` (which must end in '/').
   virtual arrow::Status DeletePrefix(const std::string& prefix) = 0;
   /// Moves every object under `prefix` to the same relative path under `to` in one atomic step:
   /// a reader sees all of them at the old place or all of them at the new one. Both must end in
   /// '/' and `to` must not exist. NotFound if nothing is under `prefix`; NotImplemented on stores
   /// that cannot do this atomically (object stores), where callers need another protocol.
-  virtual arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) {
-    return arrow::Status::NotImplemented("this store cannot rename '", prefix, "' atomically");
-  }
+  virtual arrow::Status RenamePrefix(const std::string& prefix, const std::string& to);
 
   /// The URL of the store root, without a trailing slash (file:///abs/path, memory://name, …).
   virtual std::string RootUrl() const = 0;
@@ -82,5 +178,11 @@ class ObjectStore {
 
 /// Joins path segments with '/', skipping empty ones.
 std::string JoinPath(const std::string& a, const std::string& b);
+
+/// True if `path` is a result of a listing of `prefix` after `start_after`.
+inline bool InListing(const std::string& path, const std::string& prefix,
+                      const std::string& start_after) {
+  return path.compare(0, prefix.size(), prefix) == 0 && path > start_after;
+}
 
 }  // namespace timelake

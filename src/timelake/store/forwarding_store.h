@@ -1,0 +1,84 @@
+// ForwardingStore: an ObjectStore that passes every call to another store.
+//
+// The base of decorators (fault injection, counting, tracing), like LevelDB's EnvWrapper: a
+// decorator derives from it and overrides only the calls it changes. Every method, including
+// those with defaults in ObjectStore (ListAfter, DeleteMany, RenamePrefix), forwards to the
+// target's own, so a decorator keeps the target's better implementations. Thread-safe if the
+// target is.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "timelake/store/object_store.h"
+
+namespace timelake {
+
+class ForwardingStore : public ObjectStore {
+ public:
+  /// `target` must not be null.
+  explicit ForwardingStore(std::shared_ptr<ObjectStore> target) : target_(std::move(target)) {}
+
+  /// The store every call goes to.
+  const std::shared_ptr<ObjectStore>& target() const { return target_; }
+
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override {
+    return target_->Get(path);
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
+                                                         int64_t length) override {
+    return target_->GetRange(path, offset, length);
+  }
+  arrow::Result<ObjectMeta> Head(const std::string& path) override { return target_->Head(path); }
+  arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
+    return target_->Put(path, data);
+  }
+  arrow::Result<bool> PutIfAbsent(const std::string& path,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    return target_->PutIfAbsent(path, data);
+  }
+  arrow::Result<bool> PutIfMatch(const std::string& path,
+                                 const std::shared_ptr<arrow::Buffer>& data,
+                                 const std::string& etag) override {
+    return target_->PutIfMatch(path, data, etag);
+  }
+  using ObjectStore::OpenOutput;
+  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
+                                                          const OutputOptions& options) override {
+    return target_->OpenOutput(path, options);
+  }
+  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
+      const std::string& path) override {
+    return target_->OpenInput(path);
+  }
+  arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override {
+    return target_->ListPage(request);
+  }
+  arrow::Result<std::vector<ObjectMeta>> ListAfter(const std::string& prefix,
+                                                   const std::string& start_after) override {
+    return target_->ListAfter(prefix, start_after);
+  }
+  arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override {
+    return target_->ListChildren(prefix);
+  }
+  arrow::Status Delete(const std::string& path) override { return target_->Delete(path); }
+  arrow::Status DeleteMany(const std::vector<std::string>& paths) override {
+    return target_->DeleteMany(paths);
+  }
+  arrow::Status DeletePrefix(const std::string& prefix) override {
+    return target_->DeletePrefix(prefix);
+  }
+  arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override {
+    return target_->RenamePrefix(prefix, to);
+  }
+  std::string RootUrl() const override { return target_->RootUrl(); }
+  std::string ExternalPath(const std::string& path) const override {
+    return target_->ExternalPath(path);
+  }
+
+ private:
+  std::shared_ptr<ObjectStore> target_;
+};
+
+}  // namespace timelake

@@ -1,0 +1,95 @@
+// OpenStore: lake locations to stores, and what it says about schemes and storage_options.
+#include "timelake/store/store_factory.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "temp_dir.h"
+#include "test_util.h"
+#include "timelake/store/local_store.h"
+#include "timelake/store/memory_store.h"
+
+namespace timelake::testing {
+namespace {
+
+TEST(StoreFactoryTest, LocalPathOpensALocalStore) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path() + "/lake/", {}));
+  ASSERT_NE(std::dynamic_pointer_cast<LocalStore>(store), nullptr);
+  EXPECT_EQ(store->RootUrl(), "file://" + dir.path() + "/lake");
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/lake"));
+}
+
+TEST(StoreFactoryTest, RelativePathIsMadeAbsolute) {
+  TempDir dir;
+  const auto before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  auto store = OpenStore("rel/../lake", {});
+  std::filesystem::current_path(before);
+  ASSERT_OK(store.status());
+  EXPECT_EQ((*store)->RootUrl(), "file://" + dir.path() + "/lake");
+}
+
+TEST(StoreFactoryTest, FileUrlOpensALocalStore) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore("file://" + dir.path(), {}));
+  EXPECT_EQ(store->RootUrl(), "file://" + dir.path());
+}
+
+TEST(StoreFactoryTest, FileUrlWithoutAnAbsolutePathIsInvalid) {
+  EXPECT_TRUE(IsInvalid(OpenStore("file://relative/lake", {}), "absolute path"));
+}
+
+TEST(StoreFactoryTest, EachMemoryUrlIsANewEmptyStore) {
+  ASSERT_OK_AND_ASSIGN(auto first, OpenStore("memory://scratch", {}));
+  ASSERT_NE(std::dynamic_pointer_cast<MemoryStore>(first), nullptr);
+  EXPECT_EQ(first->RootUrl(), "memory://scratch");
+  ASSERT_OK(first->Put("x", Buf("1")));
+  ASSERT_OK_AND_ASSIGN(auto second, OpenStore("memory://scratch", {}));
+  EXPECT_TRUE(IsMissing(second->Head("x")));
+}
+
+TEST(StoreFactoryTest, CloudSchemesAreNotImplementedYet) {
+  for (const char* scheme : {"s3", "s3a", "gs", "az", "abfs", "abfss"}) {
+    const std::string url = std::string(scheme) + "://bucket/lake";
+    EXPECT_TRUE(FailsWith(OpenStore(url, {}), arrow::StatusCode::NotImplemented,
+                          std::string(scheme) + ":// object store is not available"))
+        << url;
+  }
+}
+
+TEST(StoreFactoryTest, UnknownSchemeIsInvalidNamingIt) {
+  EXPECT_TRUE(IsInvalid(OpenStore("ftp://host/lake", {}), "unknown scheme 'ftp://'"));
+}
+
+TEST(StoreFactoryTest, EmptyLocationOrNulIsInvalid) {
+  EXPECT_TRUE(IsInvalid(OpenStore("", {}), "empty"));
+  EXPECT_TRUE(IsInvalid(OpenStore(std::string("/tmp/lake\0x", 11), {}), "NUL"));
+}
+
+TEST(StoreFactoryTest, UnknownStorageOptionIsInvalidNamingIt) {
+  EXPECT_TRUE(IsInvalid(OpenStore("s3://bucket/lake", {{"aws_regoin", "eu"}}), "aws_regoin"));
+  EXPECT_TRUE(IsInvalid(OpenStore("memory://x", {{"aws_regoin", "eu"}}), "aws_regoin"));
+}
+
+TEST(StoreFactoryTest, CloudUrlWithKnownOptionsReachesTheCloudStore) {
+  // A cloud URL with well-formed options reaches the (missing) cloud store.
+  EXPECT_TRUE(FailsWith(OpenStore("s3://bucket/lake", {{"aws_region", "eu-west-1"}}),
+                        arrow::StatusCode::NotImplemented, "s3://"));
+}
+
+TEST(StoreFactoryTest, OptionsForALocalOrMemoryLakeAreInvalidWithoutTheirValues) {
+  TempDir dir;
+  auto local = OpenStore(dir.path(), {{"aws_secret_access_key", "s3cr3t-value"}});
+  EXPECT_TRUE(IsInvalid(local, "aws_secret_access_key"));
+  EXPECT_EQ(local.status().message().find("s3cr3t-value"), std::string::npos);
+  auto memory = OpenStore("memory://x", {{"azure_storage_account_key", "s3cr3t-value"}});
+  EXPECT_TRUE(IsInvalid(memory, "azure_storage_account_key"));
+  EXPECT_EQ(memory.status().message().find("s3cr3t-value"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace timelake::testing
