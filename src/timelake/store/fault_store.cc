@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "timelake/util/status.h"
+
 namespace timelake {
 namespace {
 
@@ -196,11 +198,12 @@ arrow::Result<T> Run(FaultStore::Injector* injector, const char* name, const std
   injector->Record(op, kind,
                    result.ok() ? "the call returned OK"
                                : "the call failed: " + result.status().ToString());
+  // The operation was performed: the caller cannot know that, as with a real lost reply.
   if (kind == FaultKind::kCrashAfter) {
     injector->Crash(op.index);
-    return CrashedError(op.index);
+    return OutcomeUnknown(CrashedError(op.index));
   }
-  return InjectedError("lost reply", op);
+  return OutcomeUnknown(InjectedError("lost reply", op));
 }
 
 template <typename T, typename Call>

@@ -34,7 +34,8 @@ namespace timelake {
 enum class FaultKind {
   /// The operation does not happen; the caller gets an IOError.
   kFail,
-  /// The operation happens, then its reply is lost: the caller gets an IOError.
+  /// The operation happens, then its reply is lost: the caller gets an IOError marked
+  /// OutcomeUnknown (util/status.h), as from a real store that timed out.
   kLoseReply,
   /// A PutIfAbsent or PutIfMatch happens and lands, and the caller gets `false`, as a client
   /// that retried its own landed put would (see "Ambiguous outcomes" in object_store.h). For any
@@ -42,7 +43,8 @@ enum class FaultKind {
   kLandButRefuse,
   /// The store crashes before the operation: it does not happen, and see FaultStore::Crash.
   kCrash,
-  /// The operation happens, then the store crashes before replying.
+  /// The operation happens, then the store crashes before replying (an IOError marked
+  /// OutcomeUnknown).
   kCrashAfter,
 };
 

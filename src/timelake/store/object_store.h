@@ -31,8 +31,10 @@
 // its own first attempt. The rule for every store:
 //  * A write that returns OK (or `true`) landed. A conditional write that returns `false` did not
 //    write this call's bytes *in this attempt*.
-//  * When a store cannot tell whether a write landed, it returns an error status that is not
-//    NotFound (typically IOError): the object may hold the new bytes, the old ones, or none.
+//  * When a store cannot tell whether a write landed (or may still land: a request in flight when
+//    the client gave up), it returns an error status that is not NotFound, marked with
+//    OutcomeUnknown() from util/status.h: the object may hold the new bytes, the old ones, or
+//    none. An error without the mark means the write did not happen.
 //  * A retried PutIfAbsent or PutIfMatch may report `false` for an object that is the caller's
 //    own earlier attempt. Stores do not try to tell these cases apart.
 // So a caller for whom the difference matters (the transaction layer committing a log version)
