@@ -24,7 +24,7 @@ import weakref
 import tempfile
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 from urllib.parse import unquote
 
 import duckdb
@@ -86,19 +86,18 @@ def _duckdb_type(t: pa.DataType) -> str:
     return "VARCHAR"
 
 
-def _confined_connection(directory: Optional[str]) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB database that can read files under `directory` and nothing else.
+def _confined_connection(directories: Iterable[str], files: Iterable[str]) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database that can read the given folders and files and nothing else.
 
     Settings are global to the database and locked at the end, so no later statement can change
     them. `allowed_directories` also admits writes, which is why user statements must never run
     as anything but a SELECT (see run_sql). Spill files go to a fresh folder that DuckDB creates
-    when it first spills, also admits reads of, and removes when the database closes. A lake
-    folder with glob characters is admitted in both spellings, as read_parquet is given it
-    escaped (see _file_list).
+    when it first spills, also admits reads of, and removes when the database closes. Paths with
+    glob characters are admitted in both spellings, as read_parquet is given them escaped (see
+    _file_list).
     """
-    allowed = []
-    if directory is not None:
-        allowed = sorted({directory, _glob_literal(directory)})
+    allowed = sorted({spelling for d in directories for spelling in (d, _glob_literal(d))})
+    allowed_files = sorted({spelling for f in files for spelling in (f, _glob_literal(f))})
     spill = os.path.join(tempfile.gettempdir(), f"timelake-duckdb-{uuid.uuid4().hex}")
     con = duckdb.connect(":memory:")
     for setting, value in (
@@ -106,6 +105,7 @@ def _confined_connection(directory: Optional[str]) -> duckdb.DuckDBPyConnection:
         ("parquet_metadata_cache", "true"),
         ("temp_directory", _literal(spill)),
         ("allowed_directories", "[" + ", ".join(_literal(d) for d in allowed) + "]::VARCHAR[]"),
+        ("allowed_paths", "[" + ", ".join(_literal(f) for f in allowed_files) + "]::VARCHAR[]"),
         ("enable_external_access", "false"),
         ("autoload_known_extensions", "false"),
         ("autoinstall_known_extensions", "false"),
@@ -121,6 +121,10 @@ def _lake_directory(location: str) -> Optional[str]:
     if not location.startswith("file://"):
         return None
     return unquote(location[len("file://"):]).rstrip("/") + "/"
+
+
+class _Reconnected(Exception):
+    """The catalog took a new connection to admit more files: the statement starts over."""
 
 
 class _View:
@@ -150,12 +154,51 @@ class _Catalog:
         # The lake holds its catalogs (per thread); a weak reference back keeps that from being a
         # cycle, so a Lake and its core handles go as soon as the user drops the Lake.
         self._lake = weakref.ref(lake)
-        self.con = _confined_connection(_lake_directory(lake.location))
+        self._root = _lake_directory(lake.location)
+        # What DuckDB may read: the data folders of the lake's tables, and single data files that
+        # lie elsewhere in a table's folder (never the log or the index). Grows as tables appear.
+        self._directories: Set[str] = set()
+        self._files: Set[str] = set()
+        if self._root is not None:
+            for qualified in lake.tables():
+                ns, name = qualified.split(".", 1)
+                self._directories.add(f"{self._root}{ns}/{name}/data/")
+        self.generation = 0  # counts connections: a new one has none of the old one's views
+        self._connect()
+        self.declared: Dict[str, pa.Field] = {}
+
+    def _connect(self) -> None:
+        self.con = _confined_connection(self._directories, self._files)
+        self.generation += 1
         self._views: Dict[str, _View] = {}
         self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
-        self.declared: Dict[str, pa.Field] = {}
+
+    def _admit(self, plan: Any) -> bool:
+        """Lets DuckDB read the plan's files; True if that took a new connection (configuration
+        is locked), which has none of the views made before."""
+        if self._root is None:
+            return False
+        directories, files = set(), set()
+        for f in plan.files:
+            path = f.path
+            if not path.startswith(self._root):
+                continue  # outside the lake: stays unreadable, and the query says so
+            parts = path[len(self._root):].split("/")
+            # <ns>/<table>/<folder>/.../<file>: admit the folder, unless it is the log, the
+            # index or another hidden one (a log may name any file; admit that file alone).
+            if len(parts) > 3 and not parts[2].startswith(("_", ".")) and ".." not in parts:
+                directories.add(f"{self._root}{parts[0]}/{parts[1]}/{parts[2]}/")
+            else:
+                files.add(path)
+        if directories <= self._directories and files <= self._files:
+            return False
+        self._directories |= directories
+        self._files |= files
+        self.con.close()
+        self._connect()
+        return True
 
     @property
     def lake(self) -> Any:
@@ -201,6 +244,8 @@ class _Catalog:
             declared = cached.declared
         else:
             plan = handle.scan(**scan_filter.arguments()) if scan_filter is not None else handle.scan()
+            if self._admit(plan):
+                raise _Reconnected()
             # Schema capsules can be imported once; turn them into pyarrow schemas right away.
             declared = pa.schema(_Capsule(plan.declared_schema))
             file_schema = pa.schema(_Capsule(plan.file_schema))
@@ -581,8 +626,15 @@ def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
     tables = _referenced_tables(lake, tree, namespace)
     conjuncts = _pruning_conjuncts(tree, tables, namespace)
     try:
-        catalog.begin(namespace)
-        schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in tables]
+        # A table whose files need admitting restarts the preparation on a new connection; the
+        # second pass admits nothing new.
+        for attempt in range(len(tables) + 1):
+            try:
+                catalog.begin(namespace)
+                schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in tables]
+                break
+            except _Reconnected:
+                continue
         catalog.use_fast_time_bucket(schemas)
     except duckdb.Error as e:
         raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None

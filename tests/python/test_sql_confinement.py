@@ -73,6 +73,13 @@ HOSTILE = {
     "describe_outside": "DESCRIBE SELECT * FROM read_csv('{secret}')",
     "read_duckdb_default_spill_folder": "SELECT * FROM read_text('{scratch}/.tmp/secret.txt')",
     "explain_analyze_read": "EXPLAIN ANALYZE SELECT * FROM read_text('{secret}')",
+    # reading the lake's own log and index: only its data files are readable
+    "read_log": "SELECT * FROM read_text('{log0}')",
+    "read_log_json": "SELECT * FROM read_json_auto('{log0}')",
+    "read_log_via_data_dotdot": "SELECT * FROM read_text('{data}/../_delta_log/{log0_name}')",
+    "read_index": "SELECT * FROM read_parquet('{table}/_timelake/**/*.parquet')",
+    "glob_table_folder": "SELECT * FROM glob('{table}/*')",
+    "glob_lake": "SELECT * FROM glob('{lake}/**')",
     # the network
     "http": "SELECT * FROM read_csv('http://127.0.0.1:9/x.csv')",
     "https": "SELECT * FROM read_parquet('https://127.0.0.1:9/x.parquet')",
@@ -104,6 +111,10 @@ def scene(lake, lake_path, readings, tmp_path, monkeypatch):
         "scratch": scratch,
         "data": table_dir / "data",
         "log": table_dir / "_delta_log" / f"{2:020d}.json",
+        "log0": table_dir / "_delta_log" / f"{0:020d}.json",
+        "log0_name": f"{0:020d}.json",
+        "table": table_dir,
+        "lake": lake_path,
     }
     return lake, scratch, {k: str(v) for k, v in values.items()}
 
@@ -169,13 +180,36 @@ def test_file_path_is_not_a_table(scene):
     assert SECRET not in str(caught.value)
 
 
-def test_only_the_lake_folder_and_a_private_spill_folder_are_reachable(scene, lake_path):
+def test_only_the_tables_data_folders_and_a_private_spill_folder_are_reachable(scene, lake_path):
     lake, _, _ = scene
     allowed = lake.sql("SELECT unnest(current_setting('allowed_directories')) AS d").column("d").to_pylist()
-    lake_dir = str(lake_path) + "/"
-    spill = [d for d in allowed if d != lake_dir]
-    assert lake_dir in allowed
+    data_dir = str(lake_path / "default" / "readings" / "data") + "/"
+    spill = [d for d in allowed if d != data_dir]
+    assert data_dir in allowed
     assert len(spill) == 1 and os.path.basename(spill[0].rstrip("/")).startswith("timelake-duckdb-")
+    assert lake.sql("SELECT unnest(current_setting('allowed_paths')) AS p").num_rows == 0
+
+
+def test_a_table_created_after_the_first_query_is_readable(scene, lake_path):
+    lake, _, values = scene
+    assert lake.sql("SELECT count(*) AS n FROM readings").to_pylist() == [{"n": 6}]
+    later = lake.create_table("later", iot_table(iot_series(T0, 1)).schema, series_key="device_id")
+    later.append(iot_table(iot_series(T0, 1)))
+    got = lake.sql("SELECT (SELECT count(*) FROM readings) AS a, (SELECT count(*) FROM later) AS b")
+    assert got.to_pylist() == [{"a": 6, "b": 3}]
+    # Its log stays out of reach like every other.
+    with pytest.raises(RuntimeError):
+        lake.sql(f"SELECT * FROM read_text('{lake_path}/default/later/_delta_log/{0:020d}.json')")
+
+
+def test_a_foreign_table_with_files_beside_its_log_is_readable_and_its_log_is_not(lake, lake_path, tmp_path):
+    from deltalake import write_deltalake
+
+    rows = pa.table({"x": [1, 2, 3]})
+    write_deltalake(str(lake_path / "default" / "plain"), rows)  # files at the table's root
+    assert lake.sql("SELECT sum(x) AS s FROM plain").to_pylist() == [{"s": 6}]
+    with pytest.raises(RuntimeError):
+        lake.sql(f"SELECT * FROM read_text('{lake_path}/default/plain/_delta_log/{0:020d}.json')")
 
 
 def test_python_variables_are_not_tables(scene):
