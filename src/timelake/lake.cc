@@ -58,7 +58,13 @@ arrow::Result<TableName> ParseTableName(const std::string& name) {
     out = {name.substr(0, dot), name.substr(dot + 1)};
   }
   if (!IsIdentifier(out.ns) || !IsIdentifier(out.table)) {
-    return arrow::Status::Invalid("invalid table name '", name,
+    // A name can be any size: quote enough of it to recognise, not megabytes of it.
+    constexpr size_t kShown = 200;
+    const std::string shown = name.size() <= kShown
+                                  ? name
+                                  : name.substr(0, kShown) + "… (" + std::to_string(name.size()) +
+                                        " bytes)";
+    return arrow::Status::Invalid("invalid table name '", shown,
                                   "': use 'table' or 'namespace.table', where each part starts "
                                   "with a letter or '_', has only letters, digits and '_', and is "
                                   "at most 128 bytes");

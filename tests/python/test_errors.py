@@ -193,3 +193,18 @@ def test_failure_behind_another_arrow_stream_is_the_cores_value_error(readings):
         readings.append(Wrapped())
     assert type(caught.value) is ValueError
     assert readings.version == 0
+
+
+@pytest.mark.parametrize("call", ["table", "create_table", "drop_table", "latest"])
+def test_a_huge_table_name_is_refused_without_echoing_all_of_it(lake, call):
+    name = "n" * 1_000_000 + "!"
+    calls = {
+        "table": lambda: lake.table(name),
+        "create_table": lambda: lake.create_table(name, pa.schema([("x", pa.int64())])),
+        "drop_table": lambda: lake.drop_table(name),
+        "latest": lambda: lake.latest(name),
+    }
+    with pytest.raises(ValueError) as caught:
+        calls[call]()
+    assert len(str(caught.value)) < 2_000
+    assert "1000001 bytes" in str(caught.value)
