@@ -4,6 +4,8 @@ exception), and an exception raised by the caller's own input stream propagates 
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -207,4 +209,4 @@ def test_a_huge_table_name_is_refused_without_echoing_all_of_it(lake, call):
     with pytest.raises(ValueError) as caught:
         calls[call]()
     assert len(str(caught.value)) < 2_000
-    assert "1000001 bytes" in str(caught.value)
+    assert re.search(r"… \(100000\d bytes\)", str(caught.value)), str(caught.value)[:300]
