@@ -79,7 +79,9 @@ struct AppendRecord {
 
 class CrashRun {
  public:
-  CrashRun(uint64_t seed, int steps) : steps_(Workload(seed, steps)) {
+  CrashRun(uint64_t seed, int steps,
+           FaultStore::Counting counting = FaultStore::Counting::kWritesOnly)
+      : steps_(Workload(seed, steps)) {
     target_ = std::make_shared<MemoryStore>("crash");
     ContractOptions options;
     options.series_key = std::vector<std::string>{"sensor"};
@@ -93,7 +95,7 @@ class CrashRun {
     auto created = Lake::OverStore(target_)->CreateTable("t", Schema(), options);
     EXPECT_TRUE(created.ok()) << created.status().ToString();
     faults_ = std::make_shared<FaultStore>(target_, seed);
-    faults_->SetCounting(FaultStore::Counting::kWritesOnly);
+    faults_->SetCounting(counting);
   }
 
   FaultStore& faults() { return *faults_; }
@@ -296,6 +298,28 @@ TEST(CrashConsistencyTest, EveryFaultAtEveryStoreWriteLeavesAConsistentTable) {
   std::printf("[ crash   ] %d fault points (%lld writes x %zu kinds)\n", runs,
               static_cast<long long>(writes), sizeof(kinds) / sizeof(kinds[0]));
   if (const char* soak = std::getenv("TIMELAKE_CRASH_SOAK")) Soak(std::atoi(soak));
+}
+
+TEST(CrashConsistencyTest, AFailedOrLostReadAtEveryStoreOperationLeavesAConsistentTable) {
+  // Reads matter too: a commit that cannot read back what its put left, a rebase that cannot read
+  // the winners, an index that cannot read its records. Every operation (reads and writes) of a
+  // shorter workload fails in turn; losing a reply is failing for a read.
+  constexpr int kShortSteps = 12;
+  int64_t operations = 0;
+  {
+    CrashRun clean(3, kShortSteps, FaultStore::Counting::kAllOperations);
+    clean.Run();
+    operations = clean.faults().operations();
+  }
+  ASSERT_GT(operations, 100);
+  for (int64_t k = 0; k < operations; ++k) {
+    CrashRun run(3, kShortSteps, FaultStore::Counting::kAllOperations);
+    run.faults().InjectAt(k, FaultKind::kFail);
+    run.Run();
+    run.RecoverAndCheck(Describe(run.faults(), 3));
+    if (::testing::Test::HasFailure()) FAIL() << "stopped at operation " << k;
+  }
+  std::printf("[ crash   ] %lld operations failed in turn\n", static_cast<long long>(operations));
 }
 
 }  // namespace
