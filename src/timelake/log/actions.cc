@@ -75,6 +75,10 @@ void WriteCommitInfo(Writer& w, const CommitInfo& c) {
   w.String(c.engine_info);
   w.Key("txnId");
   w.String(c.txn_id);
+  if (c.table_id) {
+    w.Key("timelakeTableId");
+    w.String(*c.table_id);
+  }
   w.EndObject();
   w.EndObject();
 }
@@ -385,6 +389,9 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
         c.is_blind_append = GetBool(v, "isBlindAppend", false);
         c.engine_info = GetString(v, "engineInfo");
         c.txn_id = GetString(v, "txnId");
+        if (const Value* id = Member(v, "timelakeTableId"); id && id->IsString()) {
+          c.table_id = std::string(id->GetString(), id->GetStringLength());
+        }
         if (const Value* m = Member(v, "operationMetrics"); m && m->IsObject()) {
           for (auto mi = m->MemberBegin(); mi != m->MemberEnd(); ++mi) {
             if (auto n = GetOptInt(*m, mi->name.GetString())) c.metrics[mi->name.GetString()] = *n;
@@ -407,6 +414,11 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
                                   "damaged");
   }
   return commit;
+}
+
+bool IsStrayCommit(const Commit& commit, const std::string& table_id) {
+  return !table_id.empty() && commit.commit_info && commit.commit_info->table_id &&
+         *commit.commit_info->table_id != table_id;
 }
 
 std::string CommitFileName(int64_t version) {

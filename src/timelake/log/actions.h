@@ -74,7 +74,12 @@ struct CommitInfo {
   std::string engine_info;
   std::string txn_id;
   std::map<std::string, int64_t> metrics;  // written as "operationMetrics" (string values)
+  /// The metaData.id of the table the writer committed to ("timelakeTableId"; timelake writes
+  /// it, other engines do not). A commit whose table id is not its log's table's id is a stray
+  /// of a writer whose table was dropped and created again: see IsStrayCommit().
+  std::optional<std::string> table_id;
 };
+
 
 /// The actions of one commit.
 struct Commit {
@@ -85,6 +90,11 @@ struct Commit {
   std::vector<AddFile> adds;
   std::vector<RemoveFile> removes;
 };
+
+/// True if `commit` names a table id (timelake commits do) other than `table_id`: a writer that
+/// held a handle on a dropped table put it into the log of the table created again at the same
+/// path. Readers treat it as absent, writers take it back.
+bool IsStrayCommit(const Commit& commit, const std::string& table_id);
 
 /// Newline-delimited JSON, commitInfo first, each line ending in '\n'.
 std::string SerializeCommit(const Commit& commit);

@@ -49,12 +49,16 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
       if (!commits.count(v)) {
         return arrow::Status::IOError("commit ", LogPath(CommitFileName(v)), " is missing");
       }
-      ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &snapshot->head_fingerprint));
+      uint64_t fingerprint = 0;
+      ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &fingerprint));
+      // A stray of a dropped table's writer ends the log here: it is being taken back.
+      if (snapshot->version >= 0 && IsStrayCommit(commit, snapshot->metadata.id)) break;
       snapshot->Apply(commit, v);
+      snapshot->head_fingerprint = fingerprint;
     }
-    if (from > latest && commits.count(latest)) {
+    if (snapshot->head_fingerprint == 0 && commits.count(snapshot->version)) {
       // A checkpoint with no commit after it: fingerprint the checkpointed commit.
-      ARROW_RETURN_NOT_OK(ReadCommit(latest, &snapshot->head_fingerprint).status());
+      ARROW_RETURN_NOT_OK(ReadCommit(snapshot->version, &snapshot->head_fingerprint).status());
     }
     return arrow::Status::OK();
   };
@@ -147,6 +151,11 @@ arrow::Status DeltaLog::UpdateVisiting(Snapshot* snapshot, const CommitVisitor& 
     if (!commit.ok()) {
       if (IsNotFound(commit.status())) return arrow::Status::OK();
       return commit.status();
+    }
+    // A stray of a dropped table's writer is not part of this table: as if absent (its writer,
+    // or the next writer of this table, takes it back).
+    if (snapshot->version >= 0 && IsStrayCommit(*commit, snapshot->metadata.id)) {
+      return arrow::Status::OK();
     }
     if (visit) ARROW_RETURN_NOT_OK(visit(snapshot->version + 1, *commit, *snapshot));
     snapshot->Apply(*commit, snapshot->version + 1);

@@ -35,6 +35,10 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> LogStore::GetCommit(int64_t versio
   return store_->Get(Path(CommitFileName(version)));
 }
 
+arrow::Result<ObjectMeta> LogStore::HeadCommit(int64_t version) {
+  return store_->Head(Path(CommitFileName(version)));
+}
+
 arrow::Status LogStore::DeleteCommit(int64_t version) {
   return store_->Delete(Path(CommitFileName(version)));
 }

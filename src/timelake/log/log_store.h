@@ -33,6 +33,8 @@ class LogStore {
   arrow::Result<bool> PutCommit(int64_t version, const std::string& body);
   /// The bytes of commit `version`; a NotFound status if there is none.
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetCommit(int64_t version);
+  /// The metadata of commit `version` (NotFound if there is none).
+  arrow::Result<ObjectMeta> HeadCommit(int64_t version);
   /// Deletes commit `version`: only for taking back a commit that must not stand (one put into
   /// a table that was dropped meanwhile), before anyone can have built on it.
   arrow::Status DeleteCommit(int64_t version);

@@ -39,6 +39,11 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     const int64_t version = snapshot->version + 1;
     CommitInfo& info = *pending->commit.commit_info;
     if (snapshot->version >= 0) info.read_version = snapshot->version;
+    // Bind the commit to this table's incarnation, so that if the table is dropped and created
+    // again at the same path meanwhile, readers of the new table ignore it (IsStrayCommit).
+    const std::string table_id = pending->commit.metadata ? pending->commit.metadata->id
+                                                          : snapshot->metadata.id;
+    if (!table_id.empty()) info.table_id = table_id;
     info.timestamp = NowMillis();
     if (pending->prepare) pending->prepare(&pending->commit, version);
     const std::string body = SerializeCommit(pending->commit);
@@ -48,7 +53,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     // the rest.
     if (version > 0) ARROW_RETURN_NOT_OK(log_->CheckHead(version - 1, snapshot->head_fingerprint));
     uint64_t fingerprint = 0;
-    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, Describe(*pending, version), &fingerprint, out));
+    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out));
     if (put == PutResult::kWon) {
       // The commit counts only if it follows this handle's snapshot in the same table: if the
       // table was dropped (and maybe created again) meanwhile, the put created a stray version
@@ -56,7 +61,12 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       if (version > 0) {
         arrow::Status same_table = log_->CheckHead(version - 1, snapshot->head_fingerprint);
         if (!same_table.ok()) {
-          (void)log_->store().DeleteCommit(version);
+          // Only this commit may be taken back: by now the new table's writers may have
+          // taken it back themselves and committed that version.
+          auto landed = log_->ReadCommit(version);
+          if (landed.ok() && landed->commit_info && landed->commit_info->txn_id == txn_id) {
+            (void)log_->store().DeleteCommit(version);
+          }
           return same_table;
         }
       }
@@ -92,6 +102,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
 
 arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::string& body,
                                                    const std::string& txn_id,
+                                                   const std::string& table_id,
                                                    const std::string& what, uint64_t* fingerprint,
                                                    CommitOutcome* out) {
   bool maybe_landed = false;
@@ -110,6 +121,19 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
     auto landed = log_->ReadCommit(version, fingerprint);
     if (landed.ok()) {
       if (landed->commit_info && landed->commit_info->txn_id == txn_id) return PutResult::kWon;
+      if (!IsStrayCommit(*landed, table_id)) return PutResult::kLost;
+      // A dropped table's writer put this into our log. Its writer takes it back within
+      // milliseconds (and until then nobody else can take the version): treat it as a lost race
+      // and retry. One older than kStrayAgeMs has no writer left: take it back here.
+      auto meta = log_->store().HeadCommit(version);
+      if (meta.ok() && NowMillis() - meta->modified_ms > kStrayAgeMs) {
+        ARROW_RETURN_NOT_OK(log_->store().DeleteCommit(version));
+        if (++errors >= kMaxPutErrors) {
+          return arrow::Status::IOError("the ", what, " failed: version ", version,
+                                        " keeps being taken by commits of a dropped table");
+        }
+        continue;
+      }
       return PutResult::kLost;
     }
     if (!IsNotFound(landed.status())) {

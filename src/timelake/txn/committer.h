@@ -9,6 +9,9 @@
 //    lost, a client that retried its own put and got "exists"), so the committer reads version N
 //    and compares commitInfo.txnId with its own. Its own commit there is a success. Another
 //    writer's commit is a lost race. Nothing there after an error: the put is retried as it was.
+//    A commit of another incarnation of the table (its commitInfo names another table id: the
+//    writer's table was dropped and created again at this path) is taken back and the version
+//    tried again.
 //  * A lost race: back off (jittered, growing), read every winning commit, judge each by the
 //    conflict rules (conflict.h), and rebase on top of them, abandon, or fail with a
 //    CommitConflict.
@@ -54,6 +57,9 @@ class Committer {
   static constexpr int kMaxAttempts = 64;
   /// Failed puts of one version (with nothing landed) after which a commit fails.
   static constexpr int kMaxPutErrors = 3;
+  /// A stray commit (see IsStrayCommit) older than this has outlived its writer, which takes its
+  /// strays back at once; the next writer of the table takes it back.
+  static constexpr int64_t kStrayAgeMs = 30'000;
 
   /// `log` must outlive the committer; `table_name` is for messages.
   Committer(DeltaLog* log, std::string table_name);
@@ -70,7 +76,8 @@ class Committer {
   enum class PutResult { kWon, kLost };
   /// Puts `body` as `version` and settles what happened (see the top of this file).
   arrow::Result<PutResult> Put(int64_t version, const std::string& body, const std::string& txn_id,
-                               const std::string& what, uint64_t* fingerprint, CommitOutcome* out);
+                               const std::string& table_id, const std::string& what,
+                               uint64_t* fingerprint, CommitOutcome* out);
   /// Reads the commits after `*snapshot`, judging each against `pending`.
   arrow::Result<Verdict> Rebase(Snapshot* snapshot, const PendingCommit& pending);
   std::string Describe(const PendingCommit& pending, int64_t version) const;

@@ -1,0 +1,153 @@
+// A handle on a table that is dropped and created again at the same path while the handle's
+// commit put is in flight lands that commit in the new table's log: a stray. Commits carry their
+// table's metaData.id, so readers of the new table ignore the stray, its writer takes it back
+// (only its own), and the next writer of the table takes back a stray whose writer died.
+#include <sys/time.h>
+
+#include <functional>
+#include <string>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "temp_dir.h"
+#include "test_util.h"
+#include "timelake/lake.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/store/local_store.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/txn/committer.h"
+
+namespace timelake::testing {
+namespace {
+
+std::shared_ptr<arrow::Schema> Schema() {
+  return arrow::schema({arrow::field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                        arrow::field("sensor", arrow::utf8()), arrow::field("value", arrow::float64())});
+}
+
+std::shared_ptr<arrow::RecordBatchReader> OneRow(int hour) {
+  return Reader(Schema(), {Batch(Schema(), {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                            "[\"a\"]", "[1]"})});
+}
+
+ContractOptions Keyed() {
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  return options;
+}
+
+/// Runs `during` inside the put of `path`, after the object landed and before the put returns.
+class InFlightStore : public MemoryStore {
+ public:
+  std::string path;
+  std::function<void()> before, during;
+  arrow::Result<bool> PutIfAbsent(const std::string& p,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    if (p != path || fired_) return MemoryStore::PutIfAbsent(p, data);
+    fired_ = true;
+    if (before) before();
+    auto result = MemoryStore::PutIfAbsent(p, data);
+    if (during) during();
+    return result;
+  }
+
+ private:
+  bool fired_ = false;
+};
+
+TEST(StrayCommitTest, AStaleWritersCommitNeverBecomesPartOfTheRecreatedTable) {
+  auto store = std::make_shared<InFlightStore>();
+  auto lake = Lake::OverStore(store);
+  ASSERT_OK(lake->CreateTable("t", Schema(), Keyed()).status());
+  ASSERT_OK_AND_ASSIGN(auto stale, lake->OpenTable("t"));
+  ASSERT_OK(stale->Append(OneRow(1).get(), {}).status());  // version 1
+  std::shared_ptr<Table> fresh;
+  store->path = "default/t/_delta_log/" + CommitFileName(2);
+  // Between the stale writer's check of its head and its put, the table is dropped and created
+  // again, and reaches version 1: the put lands version 2 in the new table's log.
+  store->before = [&] {
+    ASSERT_OK(lake->DropTable("t"));
+    ASSERT_OK_AND_ASSIGN(fresh, lake->CreateTable("t", Schema(), Keyed()));
+    ASSERT_OK(fresh->Append(OneRow(5).get(), {}).status());
+  };
+  store->during = [&] {
+    ASSERT_TRUE(store->Head(store->path).ok()) << "the stray should be in place now";
+    ASSERT_OK_AND_ASSIGN(auto seen, DeltaLog(store, "default/t").Load());
+    EXPECT_EQ(seen.version, 1) << "a reader of the new table took the stray for its commit";
+    EXPECT_EQ(seen.files.size(), 1u);
+    ASSERT_OK(fresh->Refresh());
+    EXPECT_EQ(fresh->version(), 1);
+  };
+  auto result = stale->Append(OneRow(2).get(), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsTableNotFound(result.status())) << result.status().ToString();
+  EXPECT_TRUE(IsNotFound(store->Head(store->path).status())) << "the stray was not taken back";
+  ASSERT_OK_AND_ASSIGN(auto appended, fresh->Append(OneRow(6).get(), {}));
+  EXPECT_EQ(appended.version, 2);
+  ASSERT_OK_AND_ASSIGN(auto loaded, DeltaLog(store, "default/t").Load());
+  EXPECT_EQ(loaded.version, 2);
+  EXPECT_EQ(loaded.files.size(), 2u);
+}
+
+class DeadWritersStrayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = LocalStore::Make(dir_.path()).ValueOrDie();
+    lake_ = Lake::OverStore(store_);
+    table_ = lake_->CreateTable("t", Schema(), Keyed()).ValueOrDie();
+    ASSERT_OK(table_->Append(OneRow(1).get(), {}).status());  // version 1
+    // What a dead writer of a dropped incarnation left: version 2, naming another table.
+    Commit stray;
+    stray.commit_info = CommitInfo{};
+    stray.commit_info->operation = "WRITE";
+    stray.commit_info->txn_id = "dead-writer";
+    stray.commit_info->table_id = "a-dropped-incarnation";
+    AddFile ghost;
+    ghost.path = "data/ghost.parquet";
+    ghost.size = 1;
+    stray.adds = {ghost};
+    ASSERT_OK(store_->Put(stray_path_, arrow::Buffer::FromString(SerializeCommit(stray))));
+  }
+  void Age(int seconds) {
+    const std::string file = dir_.path() + "/" + stray_path_;
+    struct timeval times[2];
+    gettimeofday(&times[0], nullptr);
+    times[0].tv_sec -= seconds;
+    times[1] = times[0];
+    ASSERT_EQ(utimes(file.c_str(), times), 0);
+  }
+
+  TempDir dir_;
+  std::shared_ptr<LocalStore> store_;
+  std::shared_ptr<Lake> lake_;
+  std::shared_ptr<Table> table_;
+  const std::string stray_path_ = "default/t/_delta_log/" + CommitFileName(2);
+};
+
+TEST_F(DeadWritersStrayTest, ReadersIgnoreIt) {
+  ASSERT_OK_AND_ASSIGN(auto opened, lake_->OpenTable("t"));
+  EXPECT_EQ(opened->version(), 1);
+  ASSERT_OK_AND_ASSIGN(auto latest, opened->Latest());
+  EXPECT_EQ(latest->num_rows(), 1);
+}
+
+TEST_F(DeadWritersStrayTest, TheNextWriterTakesBackAnOldOne) {
+  Age(Committer::kStrayAgeMs / 1000 + 30);
+  ASSERT_OK_AND_ASSIGN(auto result, table_->Append(OneRow(2).get(), {}));
+  EXPECT_EQ(result.version, 2);
+  ASSERT_OK_AND_ASSIGN(auto loaded, DeltaLog(store_, "default/t").Load());
+  EXPECT_EQ(loaded.version, 2);
+  EXPECT_EQ(loaded.files.count("data/ghost.parquet"), 0u);
+  EXPECT_EQ(loaded.files.size(), 2u);
+}
+
+TEST_F(DeadWritersStrayTest, AYoungOneIsLeftToItsWriterAndTheAppendSaysRetry) {
+  auto result = table_->Append(OneRow(2).get(), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsCommitConflict(result.status())) << result.status().ToString();
+  EXPECT_TRUE(store_->Head(stray_path_).ok());
+}
+
+}  // namespace
+}  // namespace timelake::testing
