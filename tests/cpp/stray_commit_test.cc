@@ -125,6 +125,31 @@ class DeadWritersStrayTest : public ::testing::Test {
   const std::string stray_path_ = "default/t/_delta_log/" + CommitFileName(2);
 };
 
+TEST_F(DeadWritersStrayTest, AStrayBeyondTheHeadIsNoGapAndAStrayAloneIsNoTable) {
+  // A stale writer of a long table (version 27) while the new table is at version 1.
+  const std::string far = "default/t/_delta_log/" + CommitFileName(27);
+  ASSERT_OK(store_->Put(far, store_->Get(stray_path_).ValueOrDie()));
+  ASSERT_OK(store_->Delete(stray_path_));
+  ASSERT_OK_AND_ASSIGN(auto opened, lake_->OpenTable("t"));
+  EXPECT_EQ(opened->version(), 1);
+  ASSERT_OK_AND_ASSIGN(auto appended, opened->Append(OneRow(3).get(), {}));
+  EXPECT_EQ(appended.version, 2);
+  // A folder holding nothing but a stray is no table: both lookups and creation agree.
+  ASSERT_OK(store_->Put("default/u/_delta_log/" + CommitFileName(4), store_->Get(far).ValueOrDie()));
+  EXPECT_TRUE(IsTableNotFound(lake_->OpenTable("u").status()));
+  EXPECT_OK(lake_->CreateTable("u", Schema(), Keyed()).status());
+}
+
+TEST_F(DeadWritersStrayTest, AGapBeforeACommitOfThisTableIsStillDamage) {
+  ASSERT_OK(store_->Delete(stray_path_));
+  ASSERT_OK(table_->Append(OneRow(2).get(), {}).status());  // version 2
+  ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(1)));
+  auto opened = lake_->OpenTable("t");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find("is missing"), std::string::npos)
+      << opened.status().ToString();
+}
+
 TEST_F(DeadWritersStrayTest, ReadersIgnoreIt) {
   ASSERT_OK_AND_ASSIGN(auto opened, lake_->OpenTable("t"));
   EXPECT_EQ(opened->version(), 1);

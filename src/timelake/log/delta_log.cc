@@ -47,7 +47,16 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
   auto replay = [&](Snapshot* snapshot, int64_t from) -> arrow::Status {
     for (int64_t v = from; v <= latest; ++v) {
       if (!commits.count(v)) {
-        return arrow::Status::IOError("commit ", LogPath(CommitFileName(v)), " is missing");
+        // A gap is damage, unless everything after it is strays of a dropped table's writers
+        // (see IsStrayCommit): then the log ends before the gap.
+        for (auto w = commits.upper_bound(v); w != commits.end(); ++w) {
+          auto later = ReadCommit(*w);
+          if (!later.ok() || snapshot->version < 0 ||
+              !IsStrayCommit(*later, snapshot->metadata.id)) {
+            return arrow::Status::IOError("commit ", LogPath(CommitFileName(v)), " is missing");
+          }
+        }
+        break;
       }
       uint64_t fingerprint = 0;
       ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, &fingerprint));

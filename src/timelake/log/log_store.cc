@@ -92,9 +92,10 @@ arrow::Result<bool> LogStore::Exists() {
   auto first = store_->Head(Path(CommitFileName(0)));
   if (first.ok()) return true;
   if (!IsNotFound(first.status())) return first.status();
-  // An expired log has no commit 0: any commit or checkpoint will do.
+  // An expired log has no commit 0 but starts at a checkpoint. Commits alone are no table (a
+  // stray of a dropped table's writer, about to be taken back), as DeltaLog::Load agrees.
   ARROW_ASSIGN_OR_RAISE(auto versions, ListVersions(0));
-  return !versions.commits.empty() || !versions.checkpoints.empty();
+  return !versions.checkpoints.empty();
 }
 
 }  // namespace timelake

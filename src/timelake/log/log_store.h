@@ -56,7 +56,7 @@ class LogStore {
   /// The commits and checkpoints of version `from` and later, from one listing that starts
   /// after the names of version `from - 1` (the whole log when `from` is 0).
   arrow::Result<Versions> ListVersions(int64_t from);
-  /// True if the log holds commit 0, or any commit or checkpoint at all.
+  /// True if the log holds commit 0 or a checkpoint (where an expired log starts).
   arrow::Result<bool> Exists();
 
   /// The path of the log object `name` relative to the store root.
