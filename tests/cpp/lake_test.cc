@@ -4,6 +4,7 @@
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
+#include "lake_fixture.h"
 #include "test_util.h"
 #include "timelake/store/memory_store.h"
 
@@ -17,17 +18,7 @@ std::shared_ptr<arrow::Schema> Readings() {
                         field("sensor", arrow::utf8()), field("value", arrow::float64())});
 }
 
-class LakeTest : public ::testing::Test {
- protected:
-  std::vector<std::string> Objects(const std::string& prefix) {
-    std::vector<std::string> out;
-    for (const auto& meta : store_->List(prefix).ValueOrDie()) out.push_back(meta.path);
-    return out;
-  }
-
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("lake");
-  std::shared_ptr<Lake> lake_ = Lake::OverStore(store_);
-};
+class LakeTest : public LakeFixture {};
 
 TEST(ParseTableNameTest, BareNameIsInTheDefaultNamespace) {
   ASSERT_OK_AND_ASSIGN(auto name, ParseTableName("t"));

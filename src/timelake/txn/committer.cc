@@ -114,8 +114,6 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
     }
     if (!written.ok()) {
       maybe_landed = maybe_landed || IsOutcomeUnknown(written.status());
-      // A table folder renamed away by a drop fails the put: say so rather than "I/O error".
-      if (IsTableNotFound(written.status())) return written.status();
     }
     // The reply may be wrong either way: look at what the version holds.
     auto landed = log_->ReadCommit(version, fingerprint);
