@@ -85,8 +85,10 @@ arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
     return arrow::Status::Invalid("latest() needs a time-series table, but '", ctx_.name,
                                   "' has no time column (a plain table)");
   }
-  ARROW_ASSIGN_OR_RAISE(auto state, ctx_.index->Read(ctx_.snapshot));
-  return state.rows->RemoveColumn(state.rows->num_columns() - 1);
+  // Reading the index may read data files: a drop meanwhile is a KeyError, not "not found".
+  auto state = ctx_.index->Read(ctx_.snapshot);
+  if (!state.ok()) return DroppedOr(ctx_, state.status());
+  return state->rows->RemoveColumn(state->rows->num_columns() - 1);
 }
 
 arrow::Result<TableInfo> Table::Info() {
@@ -99,10 +101,11 @@ arrow::Result<TableInfo> Table::Info() {
     info.rows += std::max<int64_t>(0, NumRecords(add));
   }
   if (ctx_.contract.is_time_series()) {
-    ARROW_ASSIGN_OR_RAISE(auto state, ctx_.index->Read(ctx_.snapshot));
-    info.index_series = state.rows->num_rows();
-    info.index_version = state.version;
-    info.index_bytes = state.bytes;
+    auto state = ctx_.index->Read(ctx_.snapshot);
+    if (!state.ok()) return DroppedOr(ctx_, state.status());
+    info.index_series = state->rows->num_rows();
+    info.index_version = state->version;
+    info.index_bytes = state->bytes;
   }
   if (ctx_.snapshot.oldest_version < 0) {
     // A table opened from its last checkpoint has not listed the older log yet.

@@ -90,6 +90,33 @@ TEST(StrayCommitTest, AStaleWritersCommitNeverBecomesPartOfTheRecreatedTable) {
   EXPECT_EQ(loaded.files.size(), 2u);
 }
 
+TEST(DroppedWhileReadingTest, LatestAndInfoReportADropDuringTheirReadsAsKeyError) {
+  for (const char* call : {"latest", "info"}) {
+    auto store = std::make_shared<MemoryStore>();
+    auto lake = Lake::OverStore(store);
+    ASSERT_OK_AND_ASSIGN(auto table, lake->CreateTable("t", Schema(), Keyed()));
+    ASSERT_OK(table->Append(OneRow(1).get(), {}).status());
+    // No index record: latest() reads the data file, and the table is dropped just before.
+    for (const auto& meta : store->List("default/t/_timelake/").ValueOrDie()) {
+      ASSERT_OK(store->Delete(meta.path));
+    }
+    bool dropped = false;
+    store->SetFaultHook([&](const std::string& op, const std::string& path) {
+      if (!dropped && path.find("/data/") != std::string::npos &&
+          (op == "get" || op == "open_input")) {
+        dropped = true;
+        return lake->DropTable("t");
+      }
+      return arrow::Status::OK();
+    });
+    arrow::Status st = std::string(call) == "latest" ? table->Latest().status()
+                                                     : table->Info().status();
+    store->SetFaultHook(nullptr);
+    EXPECT_TRUE(dropped) << call;
+    EXPECT_TRUE(IsTableNotFound(st)) << call << ": " << st.ToString();
+  }
+}
+
 class DeadWritersStrayTest : public ::testing::Test {
  protected:
   void SetUp() override {
