@@ -14,7 +14,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(build-essential cmake ninja-build ccache rapidjson-dev libssl-dev libcurl4-openssl-dev
+packages=(build-essential cmake ninja-build ccache rapidjson-dev libssl-dev libcurl4-openssl-dev libexpat1-dev
           libgtest-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do

@@ -319,6 +319,8 @@ NB_MODULE(_core, m) {
   // The scan plan, read-only: what sql() renders into DuckDB views (see scan/scan_planner.h).
   nb::class_<ScanFile>(m, "ScanFile")
       .def_ro("path", &ScanFile::path)
+      .def_ro("store_path", &ScanFile::store_path)
+      .def_ro("size", &ScanFile::size)
       .def_ro("chunk", &ScanFile::chunk)
       .def_ro("seq", &ScanFile::seq)
       .def_ro("order", &ScanFile::order)
@@ -363,5 +365,22 @@ NB_MODULE(_core, m) {
            })
       .def("drop_table", [](Lake& lake, const std::string& name) {
         Released([&] { return lake.DropTable(name); });
-      });
+      })
+      .def_prop_ro("cache_directory",
+                   [](Lake& lake) -> std::optional<std::string> {
+                     auto cache = lake.cache();
+                     if (!cache) return std::nullopt;
+                     return cache->directory();
+                   })
+      .def("local_copies",
+           [](Lake& lake, const std::vector<std::string>& store_paths,
+              const std::vector<int64_t>& sizes) {
+             auto cache = lake.cache();
+             if (!cache) throw nb::value_error("a local lake has no file cache");
+             std::vector<CachedFile> files;
+             for (size_t i = 0; i < store_paths.size(); ++i) {
+               files.push_back({store_paths[i], i < sizes.size() ? sizes[i] : -1});
+             }
+             return Released([&] { return cache->Materialize(files); });
+           });
 }

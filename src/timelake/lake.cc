@@ -233,6 +233,15 @@ arrow::Status Lake::DropTable(const std::string& name) {
   return arrow::Status::OK();
 }
 
+std::shared_ptr<FileCache> Lake::cache() {
+  if (store_->RootUrl().rfind("file://", 0) == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (!cache_) {
+    cache_ = std::make_shared<FileCache>(store_, FileCache::DefaultRoot(), FileCache::DefaultBudget());
+  }
+  return cache_;
+}
+
 arrow::Result<std::string> Lake::LockName(const TableName& name) {
   const std::string path = std::string(kNameLocks) + Lower(name.ns) + "." + Lower(name.table);
   const int64_t deadline = NowMillis() + kNameLockWaitMs;

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include <arrow/type_fwd.h>
 
 #include "timelake/contract.h"
+#include "timelake/store/file_cache.h"
 #include "timelake/store/object_store.h"
 #include "timelake/table.h"
 
@@ -59,6 +61,10 @@ class Lake {
   /// commit), then deletes its files.
   arrow::Status DropTable(const std::string& name);
 
+  /// The local file cache of a lake outside the local disk (store/file_cache.h), made on first
+  /// use; null for local lakes, whose files engines open where they are.
+  std::shared_ptr<FileCache> cache();
+
  private:
   explicit Lake(std::shared_ptr<ObjectStore> store) : store_(std::move(store)) {}
   /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
@@ -73,6 +79,8 @@ class Lake {
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
+  std::mutex cache_mutex_;
+  std::shared_ptr<FileCache> cache_;
 };
 
 }  // namespace timelake

@@ -53,7 +53,7 @@ TEST(StoreFactoryTest, EachMemoryUrlIsANewEmptyStore) {
 }
 
 TEST(StoreFactoryTest, CloudSchemesAreNotImplementedYet) {
-  for (const char* scheme : {"s3", "s3a", "gs", "az", "abfs", "abfss"}) {
+  for (const char* scheme : {"gs", "az", "abfs", "abfss"}) {
     const std::string url = std::string(scheme) + "://bucket/lake";
     EXPECT_TRUE(FailsWith(OpenStore(url, {}), arrow::StatusCode::NotImplemented,
                           std::string(scheme) + ":// object store is not available"))
@@ -75,10 +75,47 @@ TEST(StoreFactoryTest, UnknownStorageOptionIsInvalidNamingIt) {
   EXPECT_TRUE(IsInvalid(OpenStore("memory://x", {{"aws_regoin", "eu"}}), "aws_regoin"));
 }
 
-TEST(StoreFactoryTest, CloudUrlWithKnownOptionsReachesTheCloudStore) {
-  // A cloud URL with well-formed options reaches the (missing) cloud store.
-  EXPECT_TRUE(FailsWith(OpenStore("s3://bucket/lake", {{"aws_region", "eu-west-1"}}),
-                        arrow::StatusCode::NotImplemented, "s3://"));
+TEST(StoreFactoryTest, S3UrlOpensAnS3Store) {
+  // Opening makes no request: the bucket is first reached by the lake's first read.
+  const StorageOptions keys = {{"aws_access_key_id", "AKIDEXAMPLE"},
+                               {"aws_secret_access_key", "s3cr3t-value"},
+                               {"aws_region", "eu-west-1"}};
+  for (const char* url : {"s3://bucket/lake", "s3a://bucket/lake/", "s3://bucket//lake"}) {
+    auto store = OpenStore(url, keys);
+    if (std::string(url).find("//lake") != std::string::npos) {
+      EXPECT_TRUE(IsInvalid(store, "empty path segment")) << url;
+      continue;
+    }
+    ASSERT_OK(store.status());
+    EXPECT_EQ((*store)->RootUrl(), "s3://bucket/lake");
+    EXPECT_EQ((*store)->ExternalPath("ns/t/data/x.parquet"), "s3://bucket/lake/ns/t/data/x.parquet");
+  }
+  ASSERT_OK_AND_ASSIGN(auto root, OpenStore("s3://bucket", keys));
+  EXPECT_EQ(root->RootUrl(), "s3://bucket");
+  EXPECT_TRUE(IsInvalid(OpenStore("s3:///lake", keys), "names no bucket"));
+}
+
+TEST(StoreFactoryTest, BadS3OptionValuesAreInvalidNamingTheKeyNotTheSecret) {
+  StorageOptions keys = {{"aws_access_key_id", "AKIDEXAMPLE"},
+                         {"aws_secret_access_key", "s3cr3t-value"}};
+  auto with = [&](const std::string& key, const std::string& value) {
+    StorageOptions o = keys;
+    o[key] = value;
+    return OpenStore("s3://bucket/lake", o);
+  };
+  EXPECT_TRUE(IsInvalid(with("aws_allow_http", "perhaps"), "aws_allow_http"));
+  EXPECT_TRUE(IsInvalid(with("timeout", "soon"), "timeout"));
+  EXPECT_TRUE(IsInvalid(with("max_retries", "-1"), "max_retries"));
+  EXPECT_TRUE(IsInvalid(with("aws_endpoint", "127.0.0.1:9000"), "aws_endpoint"));
+  auto dynamo = with("aws_conditional_put", "dynamo");
+  EXPECT_TRUE(IsInvalid(dynamo, "aws_conditional_put"));
+  EXPECT_NE(dynamo.status().message().find("'etag'"), std::string::npos);
+  ASSERT_OK(with("aws_conditional_put", "etag").status());
+  auto azure = with("azure_storage_account_key", "s3cr3t-value");
+  EXPECT_TRUE(IsInvalid(azure, "azure_storage_account_key"));
+  for (const auto& s : {dynamo.status(), azure.status()}) {
+    EXPECT_EQ(s.message().find("s3cr3t-value"), std::string::npos) << s.ToString();
+  }
 }
 
 TEST(StoreFactoryTest, OptionsForALocalOrMemoryLakeAreInvalidWithoutTheirValues) {

@@ -274,6 +274,9 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
           "' has a path that is not UTF-8 text once its %-escapes are decoded; a query engine "
           "cannot open it. Rewrite the file under a UTF-8 name with the engine that wrote it");
     }
+    auto store_path = DataFileStorePath(source.table_path, add.path);
+    if (store_path.ok()) f.store_path = *store_path;
+    f.size = add.size;
     f.seq = TagInt(add, kSeqTag, 0);
     f.order = TagInt(add, kOrderTag, 0);
     f.rows = stats.NumRecords();

@@ -55,6 +55,9 @@ struct ScanFilter {
 /// A data file as a query engine should read it.
 struct ScanFile {
   std::string path;  // what the engine opens (absolute local path or URL); valid UTF-8
+  /// The file's path in the lake's store ("" for a file the log names outside the table folder).
+  std::string store_path;
+  int64_t size = -1;  // bytes, as the log records them (-1: unknown)
   std::string chunk;
   int64_t seq = 0;     // commit version the rows were written at
   int64_t order = 0;   // tie-break between files of one commit

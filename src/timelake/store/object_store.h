@@ -58,8 +58,9 @@ struct ObjectMeta {
   std::string path;  // relative to the store root
   int64_t size = 0;
   int64_t modified_ms = 0;  // last modification, milliseconds since the epoch
-  /// The entity tag: opaque, different after every write that replaces the object (an S3 ETag,
-  /// a GCS generation, …). Compare it only for equality, only with tags of the same store.
+  /// The entity tag: opaque, different after every write that replaces the object with other
+  /// bytes (an S3 ETag, a GCS generation, …; S3's tag is the content's MD5, so a write of
+  /// identical bytes may keep it). Compare it only for equality, only with tags of the same store.
   std::string etag;
 };
 

@@ -5,6 +5,7 @@
 
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/store/s3/s3_store.h"
 
 namespace timelake {
 namespace {
@@ -24,7 +25,8 @@ const std::set<std::string>& KnownStorageOptions() {
       "azure_use_azure_cli", "google_service_account", "google_service_account_key",
       "google_application_credentials", "google_base_url", "google_bearer_token",
       "google_skip_signature", "allow_http", "allow_invalid_certificates", "timeout",
-      "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent"};
+      "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent", "max_retries",
+      "retry_timeout"};
   return keys;
 }
 
@@ -85,6 +87,7 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenStore(const std::string& locatio
     }
     return std::make_shared<MemoryStore>(rest);
   }
+  if (scheme == "s3" || scheme == "s3a") return OpenS3Store(location, options);
   if (IsCloudScheme(scheme)) {
     return arrow::Status::NotImplemented(
         "lake '", location, "': the ", scheme,

@@ -5,7 +5,8 @@
 //   /abs/path, relative/path, file:///abs/path  LocalStore over the (absolute, normalized) folder
 //   memory://name                              a new, empty MemoryStore named `name`; each call
 //                                              makes its own (nothing is shared by name)
-//   s3://, s3a://, gs://, az://, abfs://, abfss://  NotImplemented: not in this build yet
+//   s3://bucket/path, s3a://…                  S3Store (store/s3/s3_store.h)
+//   gs://, az://, abfs://, abfss://            NotImplemented: not in this build yet
 // Anything else is Invalid naming the scheme.
 //
 // storage_options use the key names of delta-rs/object_store (aws_region, aws_endpoint,
