@@ -159,6 +159,11 @@ class _Catalog:
         # lie elsewhere in a table's folder (never the log or the index). Grows as tables appear.
         self._directories: Set[str] = set()
         self._files: Set[str] = set()
+        # A lake in an object store: DuckDB reads local copies of its data files, kept in the
+        # lake's own cache folder (see FileCache in the core), and nothing else.
+        self._cache: Optional[str] = None if self._root is not None else lake._core.cache_directory
+        if self._cache is not None:
+            self._directories.add(self._cache)
         if self._root is not None:
             for qualified in lake.tables():
                 ns, name = qualified.split(".", 1)
@@ -246,13 +251,14 @@ class _Catalog:
             plan = handle.scan(**scan_filter.arguments()) if scan_filter is not None else handle.scan()
             if self._admit(plan):
                 raise _Reconnected()
+            paths = self._local_paths(plan)
             # Schema capsules can be imported once; turn them into pyarrow schemas right away.
             declared = pa.schema(_Capsule(plan.declared_schema))
             file_schema = pa.schema(_Capsule(plan.file_schema))
             self._ensure_schema(ns)
             if cached is not None and cached.empty_name is not None:
                 self.con.unregister(cached.empty_name)
-            view_sql, empty_name = self._view_sql(plan, declared, file_schema)
+            view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
             self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
             self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files))
         for field in declared:
@@ -267,14 +273,26 @@ class _Catalog:
     def forget(self, qualified: str) -> None:
         self._views.pop(qualified, None)
 
-    def _view_sql(self, plan: Any, declared: pa.Schema, file_schema: pa.Schema) -> Tuple[str, Optional[str]]:
+    def _local_paths(self, plan: Any) -> Optional[List[str]]:
+        """For a lake in an object store: local copies of the plan's files, in order (downloaded
+        now when missing). None for local lakes, whose files DuckDB reads in place."""
+        if self._cache is None:
+            return None
+        files = plan.files
+        outside = [f.path for f in files if not f.store_path]
+        if outside:
+            raise RuntimeError(f"data file {outside[0]} lies outside the lake's store; timelake cannot read it")
+        return self.lake._core.local_copies([f.store_path for f in files], [f.size for f in files])
+
+    def _view_sql(self, plan: Any, declared: pa.Schema, file_schema: pa.Schema,
+                  paths: Optional[List[str]] = None) -> Tuple[str, Optional[str]]:
         """The view's SQL for a core ScanPlan, and the name of the empty Arrow table it reads (if
-        it does)."""
+        it does). `paths` replaces the files' own paths (local copies of remote files)."""
         partition_columns = plan.partition_columns
         contract = plan.contract
         storage_types = {f.name: f.type for f in file_schema}
         columns = ", ".join(_quote(f.name) for f in declared)
-        files = plan.files
+        files = plan.files if paths is None else [_Located(f, p) for f, p in zip(plan.files, paths)]
         if not files:
             self._empty += 1
             empty_name = f"__timelake_empty_{self._empty}"
@@ -302,6 +320,19 @@ class _Catalog:
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", None
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", None
+
+
+class _Located:
+    """A ScanFile read from another path (its local copy)."""
+
+    __slots__ = ("path", "seq", "order", "dedup", "partition_values")
+
+    def __init__(self, f: Any, path: str) -> None:
+        self.path = path
+        self.seq = f.seq
+        self.order = f.order
+        self.dedup = f.dedup
+        self.partition_values = f.partition_values
 
 
 def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str]) -> str:
