@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up timelake on a fresh Debian 12 machine and runs the demo:
-#   system packages (compiler, CMake, Ninja, RapidJSON, OpenSSL, GoogleTest),
+#   system packages (compiler, CMake, Ninja, RapidJSON, OpenSSL, expat, GoogleTest),
 #   a virtual environment .venv at the repository root with timelake and its test tools,
 #   then `python -m timelake.demo` on a local lake (skip it with --no-demo).
 set -euo pipefail
@@ -15,7 +15,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build ccache rapidjson-dev libssl-dev libcurl4-openssl-dev
-          libgtest-dev python3-venv)
+          libexpat1-dev libgtest-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
