@@ -104,7 +104,8 @@ arrow::Result<int64_t> ParseDurationMs(const std::string& key, const std::string
     if (digits == 0) throw std::invalid_argument("no number");
     number = std::stod(v.substr(0, digits));
   } catch (const std::exception&) {
-    return arrow::Status::Invalid("storage option '", key, "' = '", value,
+    // Values are not quoted: option values count as secrets in messages (store_factory.h).
+    return arrow::Status::Invalid("storage option '", key,
                                   "' is not a duration; write it like 30s, 500ms or 2m");
   }
   double scale;
@@ -117,7 +118,7 @@ arrow::Result<int64_t> ParseDurationMs(const std::string& key, const std::string
   } else if (unit == "h" || unit == "hours") {
     scale = 3'600'000;
   } else {
-    return arrow::Status::Invalid("storage option '", key, "' = '", value,
+    return arrow::Status::Invalid("storage option '", key,
                                   "' has an unknown unit; use ms, s, m or h");
   }
   return static_cast<int64_t>(number * scale);
@@ -127,8 +128,7 @@ arrow::Result<bool> ParseBoolOption(const std::string& key, const std::string& v
   const std::string v = Lower(Trim(value));
   if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
-  return arrow::Status::Invalid("storage option '", key, "' = '", value,
-                                "' is not a boolean; use true or false");
+  return arrow::Status::Invalid("storage option '", key, "' must be true or false");
 }
 
 std::string RedactUrl(const std::string& url) { return url.substr(0, url.find('?')); }

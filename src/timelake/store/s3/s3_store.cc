@@ -806,8 +806,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
   std::string endpoint = get("aws_endpoint");
   if (endpoint.empty()) endpoint = get("aws_endpoint_url");
   if (!endpoint.empty() && endpoint.find("://") == std::string::npos) {
-    return arrow::Status::Invalid("storage option 'aws_endpoint' = '", endpoint,
-                                  "' must be a URL such as http://127.0.0.1:9000");
+    return arrow::Status::Invalid("storage option 'aws_endpoint' must be a URL such as "
+                                  "http://127.0.0.1:9000");
   }
   config.endpoint = endpoint;
 
@@ -848,8 +848,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
     char* end = nullptr;
     const long n = std::strtol(get("max_retries").c_str(), &end, 10);
     if (*end || n < 0 || n > 100) {
-      return arrow::Status::Invalid("storage option 'max_retries' = '", get("max_retries"),
-                                    "' must be a whole number from 0 to 100");
+      return arrow::Status::Invalid("storage option 'max_retries' must be a whole number from 0 "
+                                    "to 100");
     }
     config.retry.max_retries = static_cast<int>(n);
   }
@@ -861,10 +861,25 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
   const std::string conditional = get("aws_conditional_put");
   if (!conditional.empty() && conditional != "etag") {
     return arrow::Status::Invalid(
-        "storage option 'aws_conditional_put' = '", conditional,
-        "' is not supported: timelake commits with S3's own conditional writes (If-None-Match), "
+        "this value of storage option 'aws_conditional_put' is not supported: timelake commits with S3's own conditional writes (If-None-Match), "
         "as delta-rs does with 'etag'; remove the option or set it to 'etag'");
   }
+  // How the chain reaches STS, the container endpoint and instance metadata: a client of its
+  // own with short timeouts (metadata endpoints answer at once or not at all) and few retries.
+  HttpClientOptions metadata;
+  metadata.connect_timeout_ms = 1'000;
+  metadata.request_timeout_ms = 5'000;
+  metadata.stall_timeout_ms = 5'000;
+  metadata.allow_http = true;  // IMDS and the container endpoint are plain http on link-local hosts
+  metadata.user_agent = config.http.user_agent;
+  ARROW_ASSIGN_OR_RAISE(auto metadata_client, HttpClient::Make(metadata));
+  inputs.fetch = [metadata_client](const HttpRequest& request) {
+    RetryOptions retry;
+    retry.max_retries = 2;
+    retry.max_total_ms = 10'000;
+    return SendWithRetry(*metadata_client, retry, request.method + " " + RedactUrl(request.url),
+                         [&request]() -> arrow::Result<HttpRequest> { return request; });
+  };
   ARROW_ASSIGN_OR_RAISE(auto credentials, MakeAwsCredentialChain(inputs));
   return MakeS3Store(config, std::move(credentials));
 }
