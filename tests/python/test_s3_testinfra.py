@@ -98,6 +98,24 @@ def test_storage_options_point_at_the_given_endpoint(s3_server, fault_proxy):
     assert {"aws_access_key_id", "aws_secret_access_key", "aws_region"} <= set(options)
 
 
+def test_moto_wants_a_signature_but_does_not_check_it(s3_server, s3_bucket):
+    """What moto can and cannot catch: a request without Authorization is refused, but any
+    signature passes, so SigV4 is checked against AWS's examples and botocore, not against moto."""
+    s3_server.client().put_object(Bucket=s3_bucket, Key="k", Body=b"hello")
+    unsigned = http_connection(s3_server.endpoint)
+    unsigned.request("GET", f"/{s3_bucket}/k")
+    assert unsigned.getresponse().status == 403
+    unsigned.close()
+    garbage = http_connection(s3_server.endpoint)
+    garbage.request("GET", f"/{s3_bucket}/k", headers={
+        "Authorization": "AWS4-HMAC-SHA256 Credential=nobody/20260101/us-east-1/s3/aws4_request, "
+                         "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
+        "x-amz-date": "20260101T000000Z", "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    response = garbage.getresponse()
+    assert (response.status, response.read()) == (200, b"hello")
+    garbage.close()
+
+
 # -- the proxy passes requests through -------------------------------------------------------
 
 
