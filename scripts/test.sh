@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ unit tests (GoogleTest via CTest) and the Python tests (pytest).
 # Needs scripts/setup.sh to have run once. Rebuilds what changed first.
+# Starts the servers the tests need (an S3 server, moto, named to the tests by
+# TIMELAKE_TEST_S3_ENDPOINT) and stops them when it exits, whether the tests pass or not. A
+# TIMELAKE_TEST_S3_ENDPOINT already set is used as it is and nothing is started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
@@ -9,19 +12,49 @@ if [ ! -x .venv/bin/python ]; then
 fi
 jobs=${JOBS:-2}
 
-# The S3 server the tests use (moto, with atomic conditional writes: tests/servers/moto_atomic.py),
-# on a free port of 127.0.0.1, stopped when this script ends however it ends.
-if [ -z "${TIMELAKE_TEST_S3_ENDPOINT:-}" ]; then
-  port=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  .venv/bin/python tests/servers/moto_atomic.py -H 127.0.0.1 -p "$port" >"${TMPDIR:-/tmp}/timelake-moto-$port.log" 2>&1 &
-  moto_pid=$!
-  trap 'kill $moto_pid 2>/dev/null; sleep 1; kill -9 $moto_pid 2>/dev/null || true' EXIT
-  export TIMELAKE_TEST_S3_ENDPOINT="http://127.0.0.1:$port"
-  for _ in $(seq 100); do
-    if .venv/bin/python -c "import urllib.request as u; u.urlopen('$TIMELAKE_TEST_S3_ENDPOINT/moto-api/', timeout=1)" 2>/dev/null; then break; fi
-    sleep 0.2
+servers_dir=$(mktemp -d)
+server_pids=()
+stop_servers() {
+  local pid
+  for pid in "${server_pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true  # the wrapper stops its server, then exits
   done
-  echo "==> S3 test server (moto) at $TIMELAKE_TEST_S3_ENDPOINT"
+  for pid in "${server_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$servers_dir"
+}
+trap stop_servers EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start_server NAME VARIABLE COMMAND...: runs COMMAND (which writes its endpoint to the file
+# given after --endpoint-file, then serves until SIGTERM) and exports VARIABLE=endpoint.
+start_server() {
+  local name=$1 variable=$2
+  shift 2
+  local file="$servers_dir/$name.endpoint"
+  "$@" --endpoint-file "$file" >"$servers_dir/$name.log" 2>&1 &
+  server_pids+=($!)
+  local waited=0
+  until [ -s "$file" ]; do
+    if ! kill -0 "${server_pids[-1]}" 2>/dev/null || ((waited >= 900)); then
+      echo "the $name server did not start; its output:" >&2
+      cat "$servers_dir/$name.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  export "$variable=$(cat "$file")"
+  echo "    $name: ${!variable}"
+}
+
+echo "==> test servers"
+if [ -z "${TIMELAKE_TEST_S3_ENDPOINT:-}" ]; then
+  start_server s3 TIMELAKE_TEST_S3_ENDPOINT .venv/bin/python tests/python/s3_server.py
+else
+  echo "    s3: $TIMELAKE_TEST_S3_ENDPOINT (given)"
 fi
 
 echo "==> C++ unit tests"
