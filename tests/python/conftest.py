@@ -4,6 +4,8 @@ fault-injecting proxy in front of it (docs/testing.md)."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from pathlib import Path
 
 import pyarrow as pa  # noqa: F401  (pyarrow before the extension: shared Arrow libraries)
@@ -20,9 +22,75 @@ def lake_path(tmp_path) -> Path:
     return tmp_path / "lake"
 
 
+# Where `lake` lives. Tests that use `lake` run once per store kind: "local" (a temporary folder)
+# and "s3" (a fresh bucket on the session's S3 server), unless they also use `lake_path` (they
+# look at or damage files on the local disk) or their module opts out with
+# `pytestmark = pytest.mark.local_only`.
+STORE_KINDS = ("local", "s3")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "local_only: the module's `lake` tests run on a local lake only")
+
+
+# Helpers (helpers.py) and fixtures that reach into a lake's files on the local disk: a test whose
+# code names one of them runs on a local lake only.
+_LOCAL_FILE_ACCESS = re.compile(
+    r"\b(table_dir|url_to_path|lake_path|data_files|all_files|log_path|log_actions|commit_versions|"
+    r"delta_read|delta_write|_run_child|tmp_path)\b")
+
+
+def _reaches_local_files(function, module, depth: int = 2) -> bool:
+    """True if `function`'s code, or that of a function of its module it calls (`depth` levels
+    deep), names a local-file helper."""
+    source = inspect.getsource(function)
+    if _LOCAL_FILE_ACCESS.search(source):
+        return True
+    if depth == 0:
+        return False
+    for name in set(re.findall(r"\b([A-Za-z_]\w*)\(", source)):
+        called = getattr(module, name, None)
+        if inspect.isfunction(called) and called is not function and called.__module__ == module.__name__:
+            if _reaches_local_files(called, module, depth - 1):
+                return True
+    return False
+
+
+def pytest_generate_tests(metafunc):
+    if "lake_store" not in metafunc.fixturenames:
+        return
+    local_only = (
+        "lake_path" in metafunc.fixturenames
+        or metafunc.definition.get_closest_marker("local_only") is not None
+        or _reaches_local_files(metafunc.function, metafunc.module)
+    )
+    metafunc.parametrize("lake_store", ("local",) if local_only else STORE_KINDS)
+
+
+class LakeLocation:
+    """Where a test's lake lives: its URL and storage_options; `open()` opens it anew (another
+    handle on the same lake, as another process would)."""
+
+    def __init__(self, url: str, storage_options=None) -> None:
+        self.url = url
+        self.storage_options = storage_options
+
+    def open(self) -> "timelake.Lake":
+        return timelake.Lake(self.url, storage_options=self.storage_options)
+
+
 @pytest.fixture
-def lake(lake_path):
-    return timelake.Lake(str(lake_path))
+def lake_location(lake_store, request) -> LakeLocation:
+    if lake_store == "s3":
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        return LakeLocation(f"s3://{bucket}/lake", server.storage_options())
+    return LakeLocation(str(request.getfixturevalue("lake_path")))
+
+
+@pytest.fixture
+def lake(lake_location):
+    return lake_location.open()
 
 
 @pytest.fixture
