@@ -38,21 +38,27 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="timelake", description="An embedded time-series lakehouse.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the guided tour", add_help=False)
-    t = sub.add_parser("tables", help="list the tables of a lake")
+    # Every command that opens a lake takes storage options (for s3:// lakes: aws_endpoint,
+    # aws_region, ...); secrets are better left in the environment (AWS_SECRET_ACCESS_KEY, ...),
+    # where the store finds them, than on a command line other users can see.
+    lake_options = argparse.ArgumentParser(add_help=False)
+    lake_options.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                              help="a storage option of the lake (repeatable), e.g. aws_region=eu-west-1")
+    t = sub.add_parser("tables", help="list the tables of a lake", parents=[lake_options])
     t.add_argument("lake")
-    i = sub.add_parser("info", help="a table's contract, size, snapshots and index")
+    i = sub.add_parser("info", help="a table's contract, size, snapshots and index", parents=[lake_options])
     i.add_argument("lake")
     i.add_argument("table")
-    q = sub.add_parser("sql", help="run a read-only SQL query")
+    q = sub.add_parser("sql", help="run a read-only SQL query", parents=[lake_options])
     q.add_argument("lake")
     q.add_argument("query")
     q.add_argument("-n", "--namespace", default="default")
     q.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
-    l = sub.add_parser("latest", help="the newest row of every series")
+    l = sub.add_parser("latest", help="the newest row of every series", parents=[lake_options])
     l.add_argument("lake")
     l.add_argument("table")
     l.add_argument("--limit", type=int, default=50)
-    m = sub.add_parser("maintain", help="retention, compaction and index upkeep")
+    m = sub.add_parser("maintain", help="retention, compaction and index upkeep", parents=[lake_options])
     m.add_argument("lake")
     m.add_argument("table")
     m.add_argument("--no-compact", action="store_true")
@@ -71,7 +77,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import timelake
 
     try:
-        lake = timelake.Lake(args.lake)
+        options = {}
+        for item in args.storage_option:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ValueError("storage options are written KEY=VALUE (-o aws_region=eu-west-1)")
+            options[key] = value
+        lake = timelake.Lake(args.lake, storage_options=options or None)
         if args.command == "tables":
             for name in lake.tables():
                 print(name)
