@@ -4,7 +4,11 @@ fault-injecting proxy in front of it (docs/testing.md)."""
 
 from __future__ import annotations
 
+import atexit
 import inspect
+import os
+import shutil
+import tempfile
 import re
 from pathlib import Path
 
@@ -12,6 +16,12 @@ import pyarrow as pa  # noqa: F401  (pyarrow before the extension: shared Arrow 
 import pytest
 
 import timelake
+
+# SQL over S3 lakes copies data files into a local cache (docs/object-stores.md); the tests keep
+# theirs in a folder of their own instead of the user's ~/.cache.
+_CACHE = tempfile.mkdtemp(prefix="timelake-test-cache-")
+os.environ.setdefault("TIMELAKE_CACHE_DIR", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, True)
 from fault_proxy import FaultProxy
 from helpers import IOT_SCHEMA
 from s3_server import S3Server

@@ -1,0 +1,190 @@
+"""S3 lakes beyond what the shared suite checks on them: errors, secrets, credentials from other
+sources, and the SQL file cache."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import timelake
+from helpers import IOT_SCHEMA, T0, iot_series, iot_table, sql_rows
+
+SECRET = "s3cr3t-VALUE-never-shown"
+
+
+@pytest.fixture
+def s3_lake(s3_server, s3_bucket):
+    url = f"s3://{s3_bucket}/lake"
+    return url, s3_server.storage_options()
+
+
+def test_secrets_never_appear_in_repr_location_info_or_errors(s3_server, s3_bucket):
+    # moto accepts any key pair, so a made-up secret works and can be searched for everywhere.
+    options = dict(s3_server.storage_options(), aws_secret_access_key=SECRET, aws_session_token=SECRET + "-token")
+    lake = timelake.Lake(f"s3://{s3_bucket}/lake", storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table(iot_series(T0, 3)))
+    shown = [repr(lake), lake.location, repr(t), t.location, json.dumps(t.info(), default=str)]
+    errors = []
+    for bad in ({"aws_allow_http": "maybe"}, {"timeout": "soon"}, {"aws_conditional_put": "dynamo"},
+                {"aws_endpoint": "no-scheme"}, {"max_retries": "lots"}):
+        with pytest.raises(ValueError) as e:
+            timelake.Lake(f"s3://{s3_bucket}/lake", storage_options=dict(options, **bad))
+        errors.append(str(e.value))
+        assert next(iter(bad)) in str(e.value)  # names the key
+    unreachable = dict(options, aws_endpoint="http://127.0.0.1:9", max_retries="1", retry_timeout="1s")
+    with pytest.raises(RuntimeError) as e:
+        timelake.Lake(f"s3://{s3_bucket}/lake", storage_options=unreachable).tables()
+    errors.append(str(e.value))
+    assert "attempts" in str(e.value)
+    for text in shown + errors:
+        assert SECRET not in text, text
+
+
+def test_missing_bucket_is_a_clear_error(s3_server):
+    lake = timelake.Lake("s3://no-such-bucket-here/lake", storage_options=s3_server.storage_options())
+    with pytest.raises(RuntimeError, match="bucket 'no-such-bucket-here' does not exist"):
+        lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+
+
+def test_unknown_and_foreign_options_are_value_errors(s3_lake):
+    url, options = s3_lake
+    with pytest.raises(ValueError, match="aws_regoin"):
+        timelake.Lake(url, storage_options=dict(options, aws_regoin="x"))
+    with pytest.raises(ValueError, match="azure_storage_account_name"):
+        timelake.Lake(url, storage_options=dict(options, azure_storage_account_name="x"))
+    with pytest.raises(ValueError, match="aws_secret_access_key"):
+        half = dict(options)
+        del half["aws_secret_access_key"]
+        timelake.Lake(url, storage_options=half)
+
+
+def _child(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+CHILD = """
+import json, sys, timelake
+lake = timelake.Lake(sys.argv[1] if len(sys.argv) > 1 else {url!r}, storage_options={options!r})
+print(json.dumps(lake.tables()))
+"""
+
+
+def _base_env(s3_server) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["HOME"] = os.environ.get("HOME", "/tmp")
+    return env
+
+
+def test_credentials_from_environment_and_profile_files(s3_server, s3_bucket, tmp_path):
+    url = f"s3://{s3_bucket}/lake"
+    options = s3_server.storage_options()
+    timelake.Lake(url, storage_options=options).create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    without_keys = {k: v for k, v in options.items() if k not in ("aws_access_key_id", "aws_secret_access_key")}
+    code = CHILD.format(url=url, options=without_keys)
+    env = _base_env(s3_server)
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    # Nothing configured: a clear error naming what was tried.
+    out = _child(code, dict(env, AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none")))
+    assert out.returncode != 0 and "credentials" in out.stderr.lower(), out.stderr
+    # The environment.
+    out = _child(code, dict(env, AWS_ACCESS_KEY_ID=s3_server.access_key_id, AWS_SECRET_ACCESS_KEY=s3_server.secret_access_key))
+    assert out.returncode == 0 and json.loads(out.stdout) == ["default.readings"], out.stderr
+    # A named profile in the shared credentials file.
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = wrong\n\n[tests]\naws_access_key_id = {s3_server.access_key_id}\n"
+                     f"aws_secret_access_key = {s3_server.secret_access_key}\n")
+    out = _child(code, dict(env, AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_PROFILE="tests"))
+    assert out.returncode == 0 and json.loads(out.stdout) == ["default.readings"], out.stderr
+
+
+class _ContainerCredentials(http.server.BaseHTTPRequestHandler):
+    """The ECS/EKS container credentials endpoint: JSON credentials for the right token."""
+
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 (the base class's name)
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        body = json.dumps({"AccessKeyId": "ASIA-CONTAINER", "SecretAccessKey": SECRET, "Token": "container-token",
+                           "Expiration": "2099-01-01T00:00:00Z"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_credentials_from_a_container_endpoint(s3_server, s3_bucket, tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ContainerCredentials)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"s3://{s3_bucket}/lake"
+        options = {k: v for k, v in s3_server.storage_options().items()
+                   if k not in ("aws_access_key_id", "aws_secret_access_key")}
+        code = CHILD.format(url=url, options=options) + """
+t = lake.create_table("readings", __import__("helpers").IOT_SCHEMA, series_key=["device_id"])
+print(t.append(__import__("helpers").iot_table(__import__("helpers").iot_series(__import__("helpers").T0, 2)))["rows"])
+"""
+        env = _base_env(s3_server)
+        env.update(AWS_CONTAINER_CREDENTIALS_FULL_URI=f"http://127.0.0.1:{server.server_address[1]}/v2/creds",
+                   AWS_CONTAINER_AUTHORIZATION_TOKEN="auth-token-123",
+                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+                   PYTHONPATH=str(Path(__file__).parent))
+        out = _child(code, env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-1] == "6"
+        assert ("/v2/creds", "auth-token-123") in _ContainerCredentials.seen
+        assert SECRET not in out.stdout + out.stderr
+    finally:
+        server.shutdown()
+
+
+def test_sql_reads_local_copies_and_recovers_a_damaged_cache(s3_lake, tmp_path):
+    url, options = s3_lake
+    lake = timelake.Lake(url, storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table(iot_series(T0, 50)))
+    expected = sql_rows(lake, "SELECT count(*) AS n, sum(temp) AS s FROM readings")
+    cache = Path(lake._core.cache_directory)
+    copies = [p for p in cache.rglob("*.parquet")]
+    assert len(copies) == 1 and copies[0].stat().st_size > 0
+    # A copy cut short (a crash mid-write outside timelake, a full disk) is noticed by its size
+    # and fetched again; a removed cache is rebuilt.
+    copies[0].write_bytes(copies[0].read_bytes()[:100])
+    fresh = timelake.Lake(url, storage_options=options)
+    assert sql_rows(fresh, "SELECT count(*) AS n, sum(temp) AS s FROM readings") == expected
+    for p in cache.rglob("*"):
+        if p.is_file():
+            p.unlink()
+    fresh = timelake.Lake(url, storage_options=options)
+    assert sql_rows(fresh, "SELECT count(*) AS n, sum(temp) AS s FROM readings") == expected
+    # Only the files a query's plan keeps are fetched: a query for another day fetches nothing new.
+    for p in cache.rglob("*.parquet"):
+        p.unlink()
+    fresh = timelake.Lake(url, storage_options=options)
+    sql_rows(fresh, "SELECT count(*) FROM readings WHERE time >= TIMESTAMPTZ '2031-01-01'")
+    assert list(cache.rglob("*.parquet")) == []
+
+
+def test_sql_cannot_read_the_cache_of_another_lake_or_the_log(s3_server, s3_lake):
+    url, options = s3_lake
+    lake = timelake.Lake(url, storage_options=options)
+    lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"]).append(iot_table(iot_series(T0, 5)))
+    other_bucket = s3_server.create_bucket()
+    other = timelake.Lake(f"s3://{other_bucket}/lake", storage_options=options)
+    other.create_table("secret", IOT_SCHEMA, series_key=["device_id"]).append(iot_table(iot_series(T0, 5)))
+    sql_rows(other, "SELECT count(*) FROM secret")  # its copies are in the cache now
+    other_copy = next(Path(other._core.cache_directory).rglob("*.parquet"))
+    sql_rows(lake, "SELECT count(*) FROM readings")
+    with pytest.raises((ValueError, RuntimeError)):
+        lake.sql(f"SELECT * FROM read_parquet('{other_copy}')")
