@@ -1,0 +1,240 @@
+// HttpClient and SendWithRetry against a scripted HTTP server on 127.0.0.1: what is retried,
+// how often, within what time, and which failures may have reached the server.
+#include "timelake/http/retry.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "timelake/http/xml.h"
+
+namespace timelake::testing {
+namespace {
+
+// Answers each connection's requests with the next scripted reply ("" = close the connection
+// without answering); once the script is used up, answers 200 "ok". Counts requests.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::deque<std::string> script) : script_(std::move(script)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 16);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~ScriptedServer() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/obj?secret=x"; }
+  int requests() const { return requests_.load(); }
+
+  static std::string Reply(int status, const std::string& body = "") {
+    return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      const int client = accept(fd_, nullptr, nullptr);
+      if (client < 0) break;
+      std::string request;
+      char buf[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = recv(client, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        request.append(buf, static_cast<size_t>(n));
+      }
+      ++requests_;
+      std::string reply = Reply(200, "ok");
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!script_.empty()) {
+          reply = script_.front();
+          script_.pop_front();
+        }
+      }
+      if (!reply.empty()) send(client, reply.data(), reply.size(), MSG_NOSIGNAL);
+      close(client);
+    }
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> requests_{0};
+  std::mutex mutex_;
+  std::deque<std::string> script_;
+};
+
+std::shared_ptr<HttpClient> Client() {
+  HttpClientOptions options;
+  options.allow_http = true;
+  options.request_timeout_ms = 5000;
+  auto client = HttpClient::Make(options);
+  EXPECT_TRUE(client.ok());
+  return *client;
+}
+
+RetryOptions Fast(int retries) {
+  RetryOptions r;
+  r.max_retries = retries;
+  r.base_delay_ms = 1;
+  r.max_delay_ms = 5;
+  return r;
+}
+
+arrow::Result<HttpResponse> Get(HttpClient& client, const RetryOptions& retry, const std::string& url,
+                                RetryOutcome* outcome) {
+  int builds = 0;
+  return SendWithRetry(
+      client, retry, "GET test",
+      [&]() -> arrow::Result<HttpRequest> {
+        ++builds;  // rebuilt (re-signed) for every attempt
+        HttpRequest r;
+        r.url = url;
+        r.headers.emplace_back("x-attempt", std::to_string(builds));
+        return r;
+      },
+      DefaultVerdict, outcome);
+}
+
+TEST(HttpRetryTest, TransientRepliesAreRetriedUntilOneIsFinal) {
+  ScriptedServer server({ScriptedServer::Reply(503), ScriptedServer::Reply(500),
+                         ScriptedServer::Reply(429), ScriptedServer::Reply(200, "done")});
+  RetryOutcome outcome;
+  ASSERT_OK_AND_ASSIGN(auto reply, Get(*Client(), Fast(5), server.url(), &outcome));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.BodyText(), "done");
+  EXPECT_EQ(outcome.attempts, 4);
+  EXPECT_TRUE(outcome.maybe_applied);  // a 5xx may have been applied
+  EXPECT_EQ(server.requests(), 4);
+}
+
+TEST(HttpRetryTest, FinalRepliesAreNotRetried) {
+  ScriptedServer server({ScriptedServer::Reply(404), ScriptedServer::Reply(200)});
+  RetryOutcome outcome;
+  ASSERT_OK_AND_ASSIGN(auto reply, Get(*Client(), Fast(5), server.url(), &outcome));
+  EXPECT_EQ(reply.status, 404);
+  EXPECT_EQ(outcome.attempts, 1);
+  EXPECT_FALSE(outcome.maybe_applied);
+}
+
+TEST(HttpRetryTest, RetriesStopAtTheLimitWithAClearError) {
+  ScriptedServer server({ScriptedServer::Reply(503), ScriptedServer::Reply(503),
+                         ScriptedServer::Reply(503), ScriptedServer::Reply(503)});
+  RetryOutcome outcome;
+  auto reply = Get(*Client(), Fast(2), server.url(), &outcome);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(outcome.attempts, 3);
+  EXPECT_NE(reply.status().message().find("3 attempts"), std::string::npos) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("HTTP 503"), std::string::npos);
+}
+
+TEST(HttpRetryTest, RetriesStopWithinTheTotalTime) {
+  ScriptedServer server(std::deque<std::string>(100, ScriptedServer::Reply(503)));
+  RetryOptions retry;
+  retry.max_retries = 100;
+  retry.base_delay_ms = 50;
+  retry.max_delay_ms = 200;
+  retry.max_total_ms = 500;
+  const auto start = std::chrono::steady_clock::now();
+  auto reply = Get(*Client(), retry, server.url(), nullptr);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(reply.ok());
+  EXPECT_LT(ms, 5000);  // bounded: no attempt starts past the total time (500 ms)
+  EXPECT_LT(server.requests(), 20);
+}
+
+TEST(HttpRetryTest, AClosedConnectionMayHaveReachedTheServerARefusedOneDidNot) {
+  {
+    ScriptedServer server({"", ""});  // read the request, then close without a reply
+    RetryOutcome outcome;
+    ASSERT_OK_AND_ASSIGN(auto reply, Get(*Client(), Fast(3), server.url(), &outcome));
+    EXPECT_EQ(reply.status, 200);  // the third attempt got the default reply
+    EXPECT_EQ(outcome.attempts, 3);
+    EXPECT_TRUE(outcome.maybe_applied);
+  }
+  auto client = Client();
+  HttpRequest request;
+  request.url = "http://127.0.0.1:9/x";  // nothing listens on the discard port
+  auto refused = client->Send(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_FALSE(MayHaveReachedServer(refused.status()));
+  RetryOutcome outcome;
+  auto retried = Get(*client, Fast(1), "http://127.0.0.1:9/x", &outcome);
+  ASSERT_FALSE(retried.ok());
+  EXPECT_FALSE(outcome.maybe_applied);
+}
+
+TEST(HttpRetryTest, ErrorsNeverShowTheQueryString) {
+  ScriptedServer server({"", "", ""});
+  auto reply = Get(*Client(), Fast(0), server.url(), nullptr);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().message().find("secret=x"), std::string::npos) << reply.status().ToString();
+}
+
+TEST(HttpRetryTest, PlainHttpIsRefusedUnlessAllowed) {
+  HttpClientOptions options;  // allow_http is off by default
+  ASSERT_OK_AND_ASSIGN(auto client, HttpClient::Make(options));
+  HttpRequest request;
+  request.url = "http://127.0.0.1:9/x";
+  auto reply = client->Send(request);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_TRUE(reply.status().IsInvalid());
+  EXPECT_NE(reply.status().message().find("allow_http"), std::string::npos);
+}
+
+TEST(HttpRetryTest, DurationsAndFlagsParseAsDeltaRsWritesThem) {
+  EXPECT_EQ(*ParseDurationMs("timeout", "30s"), 30000);
+  EXPECT_EQ(*ParseDurationMs("timeout", "500ms"), 500);
+  EXPECT_EQ(*ParseDurationMs("timeout", "2m"), 120000);
+  EXPECT_EQ(*ParseDurationMs("timeout", "1.5"), 1500);
+  EXPECT_FALSE(ParseDurationMs("timeout", "soon").ok());
+  EXPECT_FALSE(ParseDurationMs("timeout", "5 fortnights").ok());
+  EXPECT_TRUE(*ParseBoolOption("x", "TRUE"));
+  EXPECT_FALSE(*ParseBoolOption("x", "0"));
+  EXPECT_FALSE(ParseBoolOption("x", "perhaps").ok());
+}
+
+TEST(XmlTest, ParsesNamespacedRepliesIntoATree) {
+  ASSERT_OK_AND_ASSIGN(auto root, ParseXml(
+      "<?xml version=\"1.0\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<IsTruncated>true</IsTruncated><Contents><Key>a &amp; b</Key><Size>3</Size></Contents>"
+      "<Contents><Key>c</Key></Contents></ListBucketResult>"));
+  EXPECT_EQ(root.name, "ListBucketResult");
+  EXPECT_EQ(root.ChildText("IsTruncated"), "true");
+  ASSERT_EQ(root.Children("Contents").size(), 2u);
+  EXPECT_EQ(root.Children("Contents")[0]->ChildText("Key"), "a & b");
+  EXPECT_EQ(root.ChildText("Missing"), "");
+  EXPECT_FALSE(ParseXml("<a><b></a>").ok());
+  EXPECT_FALSE(ParseXml("").ok());
+  EXPECT_EQ(XmlEscape("<a&'\">"), "&lt;a&amp;&apos;&quot;&gt;");
+}
+
+}  // namespace
+}  // namespace timelake::testing
