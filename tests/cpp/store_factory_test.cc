@@ -111,6 +111,9 @@ TEST(StoreFactoryTest, BadS3OptionValuesAreInvalidNamingTheKeyNotTheSecret) {
   EXPECT_TRUE(IsInvalid(dynamo, "aws_conditional_put"));
   EXPECT_NE(dynamo.status().message().find("'etag'"), std::string::npos);
   ASSERT_OK(with("aws_conditional_put", "etag").status());
+  ASSERT_OK(with("aws_s3_allow_unsafe_rename", "true").status());  // nothing is renamed anyway
+  EXPECT_TRUE(IsInvalid(with("aws_s3_locking_provider", "dynamodb"), "needs no lock"));
+  EXPECT_TRUE(IsInvalid(with("delta_dynamo_table_name", "locks"), "delta_dynamo_table_name"));
   auto azure = with("azure_storage_account_key", "s3cr3t-value");
   EXPECT_TRUE(IsInvalid(azure, "azure_storage_account_key"));
   for (const auto& s : {dynamo.status(), azure.status()}) {

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -374,8 +375,81 @@ def test_writers_through_faults_keep_every_acknowledged_batch_once(
     fault_proxy.stop()
     assert stats["injected"][scenario.kind] > 0, f"no {scenario.kind} fault was injected: {stats}"
 
+    attempted = [f"w{w}-{i}" for w in range(WRITERS) for i in range(APPENDS)]
+    audit(s3_server, s3_bucket, report.acked, attempted, tmp_path)
     assert_clear_errors(report.errors)
     assert not report.gave_up, f"batches never acknowledged: {report.gave_up}; errors: {report.errors}"
-    attempted = [f"w{w}-{i}" for w in range(WRITERS) for i in range(APPENDS)]
     assert sorted(report.acked) == sorted(attempted)
-    audit(s3_server, s3_bucket, report.acked, attempted, tmp_path)
+
+
+# ------------------------------------------ a commit whose follow-up check fails stays put
+
+BASE_TIME = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def batch_of(writer: str, i: int) -> pa.Table:
+    """Batch i of `writer` (batch id f"{writer}-{i}"), as the WRITER script builds them."""
+    return pa.table({
+        "time": [BASE_TIME + dt.timedelta(minutes=i, seconds=k) for k in range(ROWS_PER_BATCH)],
+        "writer": [writer] * ROWS_PER_BATCH,
+        "batch": [f"{writer}-{i}"] * ROWS_PER_BATCH,
+        "seq": [i * ROWS_PER_BATCH + k for k in range(ROWS_PER_BATCH)],
+    }, schema=SCHEMA)
+
+
+def commit_key(bucket_prefix: str, version: int) -> str:
+    return f"{bucket_prefix}_delta_log/{version:020d}.json"
+
+
+@pytest.mark.parametrize("head", [1, 8], ids=["plain", "next_writer_checkpoints"])
+def test_landed_commit_is_kept_when_the_check_after_its_put_fails(
+        s3_server, s3_bucket, fault_proxy, tmp_path, head):
+    """Writer A's commit of version head+1 lands; the read of version `head` that A makes right
+    after its put (to check that it built on its own table's head) is held past A's timeout;
+    meanwhile writer B commits version head+2 on top of A's. A may fail, but A's landed commit
+    is part of the table now: the log keeps it (no gap), B's batch stays readable, and A's retry
+    with its batch id is a duplicate."""
+    url = f"s3://{s3_bucket}/lake"
+    direct = timelake.Lake(url, storage_options=s3_server.storage_options())
+    b = direct.create_table(TABLE, SCHEMA, series_key=["writer"])
+    for i in range(head):
+        b.append(batch_of("b", i), batch_id=f"b-{i}")
+    a = timelake.Lake(url, storage_options={**s3_server.storage_options(fault_proxy.endpoint),
+                                            "timeout": "2s", "max_retries": "0"}).table(TABLE)
+    assert a.version == head
+    # A's append reads version `head` three times: when it updates, before its put and after it.
+    fault_proxy.add_rule("delay", method="GET", path=rf"/_delta_log/{head:020d}\.json$", after=2,
+                         delay_s=4)
+
+    client = s3_server.client()
+    landed = commit_key(table_prefix(), head + 1)
+    b_result = {}
+
+    def writer_b():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                client.head_object(Bucket=s3_bucket, Key=landed)
+                break
+            except client.exceptions.ClientError:
+                time.sleep(0.02)
+        b_result.update(b.append(batch_of("b", head), batch_id=f"b-{head}"))
+
+    thread = threading.Thread(target=writer_b)
+    thread.start()
+    try:
+        a_result = a.append(batch_of("a", 0), batch_id="a-0")
+    except RuntimeError as e:
+        a_result = e
+    thread.join()
+    assert fault_proxy.counts()["delay"] == 1
+    assert b_result.get("version") == head + 2, b_result  # B built on A's commit
+
+    versions = log_versions(client, s3_bucket)
+    assert versions == list(range(head + 3)), (
+        f"A's append ended with {a_result!r}; the log now holds versions {versions}")
+    if isinstance(a_result, RuntimeError):
+        assert a.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is True
+    acked = [f"b-{i}" for i in range(head + 1)] + ["a-0"]
+    counts = audit(s3_server, s3_bucket, acked, acked, tmp_path)
+    assert counts == {batch: ROWS_PER_BATCH for batch in acked}

@@ -26,7 +26,8 @@ const std::set<std::string>& KnownStorageOptions() {
       "google_application_credentials", "google_base_url", "google_bearer_token",
       "google_skip_signature", "allow_http", "allow_invalid_certificates", "timeout",
       "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent", "max_retries",
-      "retry_timeout"};
+      "retry_timeout", "aws_s3_allow_unsafe_rename", "aws_s3_locking_provider",
+      "delta_dynamo_table_name"};
   return keys;
 }
 

@@ -858,6 +858,19 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
   config.http.stall_timeout_ms = std::min<int64_t>(config.http.stall_timeout_ms,
                                                    config.http.request_timeout_ms);
 
+  // delta-rs's ways around S3's former lack of conditional writes. Unsafe renames are never
+  // needed here (nothing is renamed), so the flag changes nothing; a DynamoDB lock is refused.
+  for (const char* key : {"aws_s3_locking_provider", "delta_dynamo_table_name"}) {
+    if (!get(key).empty()) {
+      return arrow::Status::Invalid(
+          "storage option '", key, "' is not supported: timelake needs no lock table, it commits "
+          "with S3's own conditional writes (If-None-Match); remove the option");
+    }
+  }
+  if (!get("aws_s3_allow_unsafe_rename").empty()) {
+    ARROW_RETURN_NOT_OK(ParseBoolOption("aws_s3_allow_unsafe_rename",
+                                        get("aws_s3_allow_unsafe_rename")).status());
+  }
   const std::string conditional = get("aws_conditional_put");
   if (!conditional.empty() && conditional != "etag") {
     return arrow::Status::Invalid(

@@ -1,0 +1,1057 @@
+#!/usr/bin/env python3
+"""timelake on S3 vs delta-rs on S3: one moto server, both systems, the same data, one run.
+
+Every system is measured side by side against the same S3 endpoint (a moto server on 127.0.0.1
+that this script starts and stops, tests/python/s3_server.py), DESIGN.md §8:
+
+bulk     one pyarrow Table (IoT shape: time, device_id, 3 floats; 1,000 series) appended by
+           * timelake   Table.append(table)
+           * delta-rs   write_deltalake(url, table, mode="append", storage_options=...)
+small    200 appends of 10 rows, one commit each
+           * timelake   Table.append(batch, batch_id=...)                        (one handle)
+           * delta-rs   write_deltalake(DeltaTable, batch, mode="append",
+                                        commit_properties=CommitProperties(app_transactions=
+                                        [Transaction(app_id, version)]))         (one handle)
+           * delta-rs   the same with the URL instead of a handle                 (re-opens)
+query    one series over one day (avg/min/max, and the rows) on the bulk tables, cold and warm
+           * timelake   lake.sql: cold = a new Lake with an empty TIMELAKE_CACHE_DIR (downloads
+                        the files the scan plan keeps), warm = the same Lake again (local copies)
+           * delta-rs   DeltaTable(url).to_pyarrow_dataset() queried by DuckDB, by pyarrow
+                        (to_table(filter=...)), and delta-rs's own QueryBuilder (DataFusion):
+                        cold = a new DeltaTable, warm = the same one after update_incremental()
+latest   the newest row per series: timelake lake.latest (new Lake, warm) vs DuckDB arg_max /
+         QUALIFY over the delta-rs dataset, on the bulk tables and on the small-append tables
+open     a timelake table grown by 1,000 one-row appends; timelake.Lake(url).table(name) (a new
+         Lake every time) vs deltalake.DeltaTable(url) on that same table
+
+Besides times, every step records how many S3 requests moto served for it (counted from moto's
+request log), and for the cold timelake query how many bytes its cache downloaded against the
+table's size. Ratios are peer / timelake: > 1 means timelake is faster (for commits/s:
+timelake's rate over the peer's). Results go to bench/results/s3.json and s3.md. A benchmark
+measures; it never asserts: a system that fails is reported with its error.
+
+    .venv/bin/python bench/bench_s3.py --quick      # smoke run, ~2 min
+    .venv/bin/python bench/bench_s3.py              # the reported run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "python"))
+from bench_commits_latest import (  # noqa: E402 - the shared helpers of the local benchmarks
+    ARGMAX_SQL,
+    QUALIFY_SQL,
+    add_append_ratios,
+    append_loop,
+    best_run,
+    cpu_busy_pct,
+    delta_props,
+    fms,
+    fx,
+    installed_timelake,
+    normalize,
+    pct,
+    small_batch,
+)
+from bench_ingest_query import (  # noqa: E402
+    SCHEMA,
+    device_name,
+    duckdb_connection,
+    error_text,
+    fingerprint,
+    fmt_rate,
+    generate,
+    jsonable,
+    load_average,
+    log,
+    machine,
+    make_queries,
+    md_table,
+    same_result,
+    text_table,
+    versions,
+    write_report,
+)
+from s3_server import S3Server  # noqa: E402 - tests/python: the moto server of the test suite
+
+TABLE = "bench.readings"
+TABLE_DIR = "bench/readings"  # where TABLE lives under a lake's root
+US_PER_S = 1_000_000
+
+TL_APPEND = "timelake Table.append"
+DELTA_WRITE = "delta-rs write_deltalake(url)"
+TL_SMALL = "timelake Table.append(batch_id)"
+DELTA_SMALL_HANDLE = "delta-rs write_deltalake(DeltaTable)"
+DELTA_SMALL_URL = "delta-rs write_deltalake(url)"
+TL_SQL = "timelake lake.sql"
+DELTA_DUCKDB = "delta-rs dataset + DuckDB"
+DELTA_PYARROW = "delta-rs dataset + pyarrow filter"
+DELTA_QB = "delta-rs QueryBuilder (DataFusion)"
+TL_LATEST = "timelake lake.latest"
+DELTA_ARGMAX = "delta-rs dataset + DuckDB arg_max"
+DELTA_QUALIFY = "delta-rs dataset + DuckDB QUALIFY"
+TL_OPEN = "timelake Lake(url).table(name)"
+DELTA_OPEN = "deltalake.DeltaTable(url), same table"
+
+
+# ---------------------------------------------------------------------------------------------
+# The S3 side: moto's request log, the bucket's contents, the clients' options
+# ---------------------------------------------------------------------------------------------
+
+_REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/[0-9.]+(?:\x1b\[[0-9;]*m)*" (\d{3})')
+
+
+class RequestLog:
+    """Counts the S3 requests moto served between two marks, from its log (a line per request).
+
+    moto writes a request's line after answering it, so a mark first waits until the log has
+    stopped growing; call it outside timed code."""
+
+    def __init__(self, server: S3Server):
+        self.path = server.log_path
+
+    def _settle(self, quiet_s: float = 0.08, limit_s: float = 2.0) -> int:
+        size, deadline = -1, time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            now = self.path.stat().st_size
+            if now == size:
+                return now
+            size = now
+            time.sleep(quiet_s)
+        return self.path.stat().st_size
+
+    def mark(self) -> int:
+        return self._settle()
+
+    def since(self, mark: int) -> dict:
+        end = self._settle()
+        with open(self.path, "rb") as f:
+            f.seek(mark)
+            text = f.read(end - mark).decode("utf-8", "replace")
+        kinds: dict = {}
+        errors: dict = {}
+        total = 0
+        for m in _REQUEST_LINE.finditer(text):
+            method, target, status = m.group(1), m.group(2), m.group(3)
+            kind = "LIST" if method == "GET" and ("list-type=" in target or "prefix=" in target) else method
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if status[0] in "45":
+                errors[status] = errors.get(status, 0) + 1
+            total += 1
+        return {"requests": total, "by_kind": kinds, "error_statuses": errors}
+
+
+class Bucket:
+    """The benchmark's bucket: sizes of what each system wrote, and deleting old runs."""
+
+    def __init__(self, server: S3Server):
+        self.client = server.client(retries=3)
+        self.name = server.create_bucket()
+
+    def objects(self, prefix: str):
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)
+        for page in pages:
+            yield from page.get("Contents", [])
+
+    def usage(self, prefix: str) -> dict:
+        """Objects and bytes under prefix; data files are the Parquet files outside the log and
+        timelake's index (_delta_log/, _timelake/)."""
+        prefix = prefix.rstrip("/") + "/"
+        out = {"objects": 0, "bytes": 0, "data_files": 0, "data_bytes": 0}
+        for o in self.objects(prefix):
+            out["objects"] += 1
+            out["bytes"] += o["Size"]
+            rel = o["Key"][len(prefix):]
+            if rel.endswith(".parquet") and not any(p.startswith("_") for p in rel.split("/")[:-1]):
+                out["data_files"] += 1
+                out["data_bytes"] += o["Size"]
+        return out
+
+    def log_state(self, table_prefix: str) -> dict:
+        """What a reader of this table's _delta_log must read: newest checkpoint and the commits
+        after it (as bench_commits_latest.log_state, over a listing of the bucket)."""
+        log_prefix = table_prefix.rstrip("/") + "/_delta_log/"
+        names = [o["Key"][len(log_prefix):] for o in self.objects(log_prefix)]
+        commits = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+        cps = sorted({int(n[:20]) for n in names if ".checkpoint." in n and n[:20].isdigit()})
+        cp = cps[-1] if cps else None
+        after = [c for c in commits if cp is None or c > cp]
+        return {"version": commits[-1] if commits else None, "last_checkpoint": cp,
+                "commits_after_checkpoint": len(after), "log_objects": len(names)}
+
+    def delete(self, prefix: str) -> None:
+        keys = [{"Key": o["Key"]} for o in self.objects(prefix.rstrip("/") + "/")]
+        for i in range(0, len(keys), 1000):
+            self.client.delete_objects(Bucket=self.name, Delete={"Objects": keys[i:i + 1000]})
+
+
+class Context:
+    """What every part needs: the server, its request log, the bucket, both clients' options."""
+
+    def __init__(self, args, server: S3Server, work: Path):
+        self.args = args
+        self.server = server
+        self.requests = RequestLog(server)
+        self.bucket = Bucket(server)
+        self.work = work
+        self.tl_options = server.storage_options()
+        # delta-rs 1.x names; conditional put "etag" as delta-rs documents for S3-compatible
+        # stores (object_store also takes the key without its aws_ prefix). delta-rs 1.6 sends
+        # `If-None-Match: *` for commit files either way.
+        self.delta_options = {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": server.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
+            "AWS_REGION": server.region,
+            "AWS_ALLOW_HTTP": "true",
+            "aws_conditional_put": "etag",
+        }
+        self._caches = 0
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket.name}/{prefix}"
+
+    def fresh_cache(self) -> Path:
+        """A new, empty TIMELAKE_CACHE_DIR, set in the environment: a Lake opened after this
+        call downloads into it (the core reads the variable when a Lake first needs its cache)."""
+        self._caches += 1
+        path = self.work / f"cache-{self._caches:03d}"
+        path.mkdir(parents=True)
+        os.environ["TIMELAKE_CACHE_DIR"] = str(path)
+        return path
+
+    def tl_lake(self, prefix: str):
+        import timelake
+
+        return timelake.Lake(self.url(prefix), storage_options=self.tl_options)
+
+    def tl_create(self, prefix: str):
+        lake = self.tl_lake(prefix)
+        t = lake.create_table(TABLE, SCHEMA, time_column="time", series_key=["device_id"], chunk="day",
+                              dedup="last")
+        return lake, t
+
+    def delta(self, url: str):
+        from deltalake import DeltaTable
+
+        return DeltaTable(url, storage_options=self.delta_options)
+
+
+def dir_bytes(path: Path) -> tuple[int, int]:
+    """(bytes, files) under path, leaving out half-written downloads."""
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for n in names:
+            if ".part-" not in n:
+                total += os.path.getsize(os.path.join(root, n))
+                files += 1
+    return total, files
+
+
+def per_call(reqs: dict, calls: int) -> float | None:
+    return reqs["requests"] / calls if calls else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 1: bulk append
+# ---------------------------------------------------------------------------------------------
+
+
+def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
+    """Each system writes `data` --ingest-runs times into fresh prefixes; keeps the last tables."""
+    from deltalake import write_deltalake
+
+    def tl(prefix):
+        _lake, t = ctx.tl_create(prefix)  # create_table is not timed
+        mark = ctx.requests.mark()
+        t0 = time.perf_counter()
+        res = t.append(data)
+        seconds = time.perf_counter() - t0
+        return seconds, ctx.requests.since(mark), {"append_result": jsonable(res)}, f"{prefix}/{TABLE_DIR}"
+
+    def delta(prefix):
+        mark = ctx.requests.mark()
+        t0 = time.perf_counter()
+        write_deltalake(ctx.url(prefix), data, mode="append", storage_options=ctx.delta_options)
+        seconds = time.perf_counter() - t0
+        return seconds, ctx.requests.since(mark), None, prefix
+
+    entries, where = [], {}
+    for name, key, fn in ((TL_APPEND, "timelake", tl), (DELTA_WRITE, "delta", delta)):
+        entry = {"system": name, "key": key, "times_s": [], "error": None}
+        kept = None
+        for r in range(ctx.args.ingest_runs):
+            prefix = f"bulk-{key}-{r}"
+            gc.collect()
+            try:
+                seconds, reqs, details, table_prefix = fn(prefix)
+            except Exception as e:  # noqa: BLE001 - report, never abort the benchmark
+                entry["error"] = error_text(e)
+                entry["traceback"] = traceback.format_exc()
+                log(f"    {name}: FAILED {entry['error']}")
+                break
+            entry["times_s"].append(seconds)
+            entry["requests"] = reqs
+            if details:
+                entry["details"] = details
+            if kept is not None:
+                ctx.bucket.delete(kept[0])  # keep the store small: moto holds it in memory
+            kept = (prefix, table_prefix)
+            log(f"    {name}: run {r + 1}/{ctx.args.ingest_runs} {seconds:.2f} s, {reqs['requests']} S3 requests")
+        if entry["times_s"]:
+            entry["best_s"] = min(entry["times_s"])
+            entry["rows_per_s"] = data.num_rows / entry["best_s"]
+            entry["store"] = ctx.bucket.usage(kept[1])
+            where[key] = kept
+        entries.append(entry)
+    base = next((e for e in entries if e["key"] == "timelake" and "best_s" in e), None)
+    for e in entries:
+        if base and "best_s" in e:
+            e["ratio"] = e["best_s"] / base["best_s"]
+    return entries, where
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: small appends with batch ids
+# ---------------------------------------------------------------------------------------------
+
+
+def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
+    from deltalake import DeltaTable, write_deltalake
+
+    a = ctx.args
+    batches = [small_batch(start_us, i * a.small_rows, a.small_rows, a.devices) for i in range(a.small_appends)]
+
+    def tl_run(prefix):
+        _lake, t = ctx.tl_create(prefix)
+        mark = ctx.requests.mark()
+        res = append_loop(lambda i, b: t.append(b, batch_id=f"w0-{i:06d}"), batches)
+        res["s3"] = ctx.requests.since(mark)
+        res["final_version"] = t.version
+        res["replay_of_batch_0"] = jsonable(t.append(batches[0], batch_id="w0-000000"))
+        return res, f"{prefix}/{TABLE_DIR}"
+
+    def delta_handle_run(prefix):
+        d = DeltaTable.create(ctx.url(prefix), schema=SCHEMA, storage_options=ctx.delta_options)
+        mark = ctx.requests.mark()
+        res = append_loop(lambda i, b: write_deltalake(d, b, mode="append", commit_properties=delta_props("w0", i)),
+                          batches)
+        res["s3"] = ctx.requests.since(mark)
+        after = ctx.delta(ctx.url(prefix))
+        res["final_version"] = after.version()
+        res["txn_version_w0"] = after.transaction_version("w0")
+        return res, prefix
+
+    def delta_url_run(prefix):
+        url = ctx.url(prefix)
+        DeltaTable.create(url, schema=SCHEMA, storage_options=ctx.delta_options)
+        mark = ctx.requests.mark()
+        res = append_loop(lambda i, b: write_deltalake(url, b, mode="append", storage_options=ctx.delta_options,
+                                                      commit_properties=delta_props("w0", i)), batches)
+        res["s3"] = ctx.requests.since(mark)
+        res["final_version"] = ctx.delta(url).version()
+        return res, prefix
+
+    systems = [(TL_SMALL, "timelake", tl_run), (DELTA_SMALL_HANDLE, "delta_handle", delta_handle_run)]
+    if not a.skip_delta_url:
+        systems.append((DELTA_SMALL_URL, "delta_url", delta_url_run))
+    entries, kept = [], {}
+    for name, key, fn in systems:
+        entry = {"system": name, "key": key, "runs": [], "error": None}
+        last = None
+        for r in range(a.append_runs):
+            prefix = f"small-{key}-{r}"
+            try:
+                run, table_prefix = fn(prefix)
+            except Exception as e:  # noqa: BLE001
+                entry["error"] = error_text(e)
+                entry["traceback"] = traceback.format_exc()
+                log(f"    {name}: FAILED {entry['error']}")
+                break
+            run["s3_requests_per_append"] = per_call(run["s3"], run["commits"])
+            entry["runs"].append(run)
+            if last is not None:
+                ctx.bucket.delete(last[0])
+            last = (prefix, table_prefix)
+            log(f"    {name}: run {r + 1}/{a.append_runs} {run['commits_per_s']:.1f} commits/s, "
+                f"p50 {run['p50_ms']:.1f} ms, p99 {run['p99_ms']:.1f} ms, "
+                f"{run['s3_requests_per_append']:.1f} S3 requests per append"
+                + (f", {run['errors']} errors ({run['error_samples'][0][:120]})" if run["errors"] else ""))
+        if entry["runs"]:
+            entry["best"] = best_run(entry["runs"])
+            kept[key] = last
+        entries.append(entry)
+    add_append_ratios(entries)
+    out = {"appends": a.small_appends, "rows_per_append": a.small_rows, "results": entries}
+    return out, {"batches": batches, "kept": kept}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: one procedure for the query and latest parts
+# ---------------------------------------------------------------------------------------------
+
+
+class Reader:
+    """One way of answering a question, cold and warm.
+
+    open() -> state is what a new process would do first (a new Lake with an empty cache, a new
+    DeltaTable); ask(state) answers; refresh(state) is what a long-lived handle does before
+    asking again (nothing for timelake, whose reads check for new commits themselves;
+    update_incremental() for delta-rs). cold = open + ask, warm = refresh + ask."""
+
+    def __init__(self, name, key, open_, ask, refresh=None, cache=False):
+        self.name, self.key, self.open, self.ask = name, key, open_, ask
+        self.refresh = refresh or (lambda state: None)
+        self.cache = cache  # the open sets a fresh TIMELAKE_CACHE_DIR: report what it downloaded
+
+
+def measure_reader(ctx: Context, reader: Reader, truth_check, runs: int) -> dict:
+    """Best of `runs` cold answers (each with a fresh state) and of `runs` warm ones (on the last
+    state); S3 requests per answer; the answers checked by truth_check(table) -> bool."""
+    entry = {"system": reader.name, "key": reader.key, "error": None, "cold_ms": [], "open_ms": [],
+             "warm_ms": []}
+    state = result = None
+    try:
+        cold_reqs = []
+        for _ in range(runs):
+            gc.collect()
+            cache = ctx.fresh_cache() if reader.cache else None
+            mark = ctx.requests.mark()
+            t0 = time.perf_counter()
+            state = reader.open()
+            t1 = time.perf_counter()
+            result = reader.ask(state)
+            t2 = time.perf_counter()
+            cold_reqs.append(ctx.requests.since(mark))
+            entry["cold_ms"].append((t2 - t0) * 1e3)
+            entry["open_ms"].append((t1 - t0) * 1e3)
+            if cache is not None:
+                entry["cache_bytes"], entry["cache_files"] = dir_bytes(cache)
+        entry["cold_same"] = truth_check(result)
+        entry["cold_requests"] = cold_reqs[-1]
+        entry["result_rows"] = result.num_rows
+        mark = ctx.requests.mark()
+        for _ in range(runs):
+            gc.collect()
+            t0 = time.perf_counter()
+            reader.refresh(state)
+            result = reader.ask(state)
+            entry["warm_ms"].append((time.perf_counter() - t0) * 1e3)
+        entry["warm_requests"] = ctx.requests.since(mark)
+        entry["warm_requests_per_call"] = per_call(entry["warm_requests"], runs)
+        entry["warm_same"] = truth_check(result)
+    except Exception as e:  # noqa: BLE001 - report, never abort
+        entry["error"] = error_text(e)
+        entry["traceback"] = traceback.format_exc()
+        log(f"    {reader.name}: FAILED {entry['error']}")
+        return entry
+    entry["best_cold_ms"] = min(entry["cold_ms"])
+    entry["best_open_ms"] = min(entry["open_ms"])
+    entry["best_warm_ms"] = min(entry["warm_ms"])
+    entry["same"] = entry["cold_same"] and entry["warm_same"]
+    log(f"    {reader.name}: cold {entry['best_cold_ms']:.0f} ms ({entry['cold_requests']['requests']} "
+        f"requests), warm {entry['best_warm_ms']:.0f} ms ({entry['warm_requests_per_call']:.1f} requests), "
+        f"{entry['result_rows']} rows, same: {entry['same']}"
+        + (f", cache downloaded {entry['cache_bytes'] / 1e6:.2f} MB in {entry['cache_files']} files"
+           if "cache_bytes" in entry else ""))
+    return entry
+
+
+def add_read_ratios(entries: list[dict], base_key: str) -> None:
+    base = next((e for e in entries if e["key"] == base_key and "best_cold_ms" in e), None)
+    for e in entries:
+        if base and "best_cold_ms" in e:
+            e["ratio_cold"] = e["best_cold_ms"] / base["best_cold_ms"]
+            e["ratio_warm"] = e["best_warm_ms"] / base["best_warm_ms"]
+
+
+class DeltaState:
+    """A delta-rs handle and a DuckDB connection (as a delta-rs + DuckDB user keeps them)."""
+
+    def __init__(self, d):
+        self.d = d
+        self.con = duckdb_connection()
+
+
+def delta_sql(state: DeltaState, sql: str) -> pa.Table:
+    """DuckDB over the table's pyarrow dataset (filters and columns pushed into the dataset)."""
+    state.con.register("readings", state.d.to_pyarrow_dataset())
+    return state.con.sql(sql.format(src="readings")).to_arrow_table()
+
+
+def delta_refresh(state: DeltaState) -> None:
+    state.d.update_incremental()
+
+
+def delta_readers(ctx: Context, url: str, sql_readers) -> list[Reader]:
+    return [Reader(name, key, lambda: DeltaState(ctx.delta(url)), ask, delta_refresh)
+            for name, key, ask in sql_readers]
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: one series over one day, cold and warm
+# ---------------------------------------------------------------------------------------------
+
+
+def series_day_filter(device: str, day: dt.datetime):
+    ts = pa.timestamp("us", tz="UTC")
+    return ((pc.field("device_id") == device) & (pc.field("time") >= pa.scalar(day, ts))
+            & (pc.field("time") < pa.scalar(day + dt.timedelta(days=1), ts)))
+
+
+def pyarrow_stats(rows: pa.Table) -> pa.Table:
+    temp = rows.column("temp")
+    return pa.table({"avg_temp": [pc.mean(temp).as_py()], "min_temp": [pc.min(temp).as_py()],
+                     "max_temp": [pc.max(temp).as_py()], "n": pa.array([rows.num_rows], pa.int64())})
+
+
+def run_query(ctx: Context, data: pa.Table, where: dict, device: str, day: dt.datetime) -> dict:
+    from deltalake import QueryBuilder
+
+    queries = {k: v for k, v in make_queries(device, day).items() if k.startswith("series_day")}
+    expr = series_day_filter(device, day)
+    pyarrow_answer = {
+        "series_day_stats": lambda ds: pyarrow_stats(ds.to_table(filter=expr, columns=["temp"])),
+        "series_day_rows": lambda ds: ds.to_table(filter=expr).sort_by("time"),
+    }
+    con = duckdb_connection()
+    out = {"device": device, "day": day.date().isoformat(), "queries": []}
+    for qkey, q in queries.items():
+        log(f"  {qkey}: {q['title']}")
+        truth = fingerprint(con.sql(q["sql"].format(src="data")).to_arrow_table())
+        readers = []
+        if "timelake" in where:
+            lake_prefix = where["timelake"][0]
+            readers.append(Reader(TL_SQL, "timelake", lambda p=lake_prefix: ctx.tl_lake(p),
+                                  lambda lake, s=q["sql"]: lake.sql(s.format(src=TABLE)), cache=True))
+        if "delta" in where:
+            url = ctx.url(where["delta"][0])
+            readers += delta_readers(ctx, url, [
+                (DELTA_DUCKDB, "delta_duckdb", lambda st, s=q["sql"]: delta_sql(st, s)),
+                (DELTA_PYARROW, "delta_pyarrow", lambda st, f=pyarrow_answer[qkey]: f(st.d.to_pyarrow_dataset())),
+                (DELTA_QB, "delta_querybuilder",
+                 lambda st, s=q["sql"]: pa.table(QueryBuilder().register("readings", st.d)
+                                                 .execute(s.format(src="readings")).read_all())),
+            ])
+        entries = [measure_reader(ctx, r, lambda res: same_result(fingerprint(res), truth), ctx.args.query_runs)
+                   for r in readers]
+        add_read_ratios(entries, "timelake")
+        out["queries"].append({"query": qkey, "title": q["title"], "sql": q["sql"], "truth": truth,
+                               "results": entries})
+    if "timelake" in where:
+        out["timelake_table"] = ctx.bucket.usage(where["timelake"][1])
+    if "delta" in where:
+        out["delta_table"] = ctx.bucket.usage(where["delta"][1])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 4: latest()
+# ---------------------------------------------------------------------------------------------
+
+
+def run_latest(ctx: Context, tables: list[tuple[str, pa.Table, dict]]) -> list[dict]:
+    """tables: (title, the data written, {"timelake": lake prefix, "delta": table prefix})."""
+    con = duckdb_connection()
+    out = []
+    for title, data, where in tables:
+        log(f"  latest on {title}")
+        truth = normalize(con.sql(ARGMAX_SQL.format(src="data")).to_arrow_table())
+
+        def check(res):
+            return normalize(res).equals(truth)
+
+        readers = []
+        if where.get("timelake"):
+            readers.append(Reader(TL_LATEST, "timelake", lambda p=where["timelake"]: ctx.tl_lake(p),
+                                  lambda lake: lake.latest(TABLE), cache=True))
+        if where.get("delta"):
+            readers += delta_readers(ctx, ctx.url(where["delta"]), [
+                (DELTA_ARGMAX, "delta_argmax", lambda st: delta_sql(st, ARGMAX_SQL)),
+                (DELTA_QUALIFY, "delta_qualify", lambda st: delta_sql(st, QUALIFY_SQL)),
+            ])
+        entries = [measure_reader(ctx, r, check, ctx.args.query_runs) for r in readers]
+        add_read_ratios(entries, "timelake")
+        info = None
+        if where.get("timelake"):
+            try:
+                info = jsonable(ctx.tl_lake(where["timelake"]).table(TABLE).info())
+            except Exception as e:  # noqa: BLE001
+                info = {"error": error_text(e)}
+        out.append({"table": title, "rows": data.num_rows, "series": truth.num_rows, "timelake_info": info,
+                    "results": entries})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 5: opening a table with many commits
+# ---------------------------------------------------------------------------------------------
+
+
+def run_open(ctx: Context, start_us: int) -> dict:
+    import timelake
+
+    a = ctx.args
+    marks = sorted(set(a.open_at))
+    prefix = "open-timelake"
+    _lake, t = ctx.tl_create(prefix)
+    table_prefix = f"{prefix}/{TABLE_DIR}"
+    table_url = ctx.url(table_prefix)
+    lake_url = ctx.url(prefix)
+    done, grow_s, points = 0, 0.0, []
+    log(f"  growing a timelake table by one-row appends to {marks[-1]:,} commits")
+    for mark in marks:
+        t0 = time.perf_counter()
+        for i in range(done, mark):
+            t.append(small_batch(start_us, i, 1, a.devices), batch_id=f"open-{i:06d}")
+        grow_s += time.perf_counter() - t0
+        done = mark
+        log(f"    {mark:,} commits ({grow_s:.0f} s of appends so far)")
+
+        def tl_once():
+            return timelake.Lake(lake_url, storage_options=ctx.tl_options).table(TABLE).version
+
+        def delta_once():
+            return ctx.delta(table_url).version()
+
+        entries = []
+        for name, key, once in ((TL_OPEN, "timelake", tl_once), (DELTA_OPEN, "delta", delta_once)):
+            entries.append(time_open(ctx, name, key, once, a.open_runs))
+        base = next((e for e in entries if e["key"] == "timelake" and "best_ms" in e), None)
+        for e in entries:
+            if base and "best_ms" in e:
+                e["ratio"] = e["best_ms"] / base["best_ms"]
+        points.append({"commits": mark, "log": ctx.bucket.log_state(table_prefix),
+                       "table": ctx.bucket.usage(table_prefix), "results": entries})
+    return {"points": points, "grow_s": grow_s, "appends_per_s": done / grow_s if grow_s else None,
+            "open_runs": a.open_runs}
+
+
+def time_open(ctx: Context, name: str, key: str, once, runs: int) -> dict:
+    entry = {"system": name, "key": key, "times_ms": [], "error": None}
+    mark = ctx.requests.mark()
+    try:
+        for _ in range(runs):
+            gc.collect()
+            t0 = time.perf_counter()
+            entry["version"] = once()
+            entry["times_ms"].append((time.perf_counter() - t0) * 1e3)
+    except Exception as e:  # noqa: BLE001
+        entry["error"] = error_text(e)
+        entry["traceback"] = traceback.format_exc()
+        log(f"    {name}: FAILED {entry['error']}")
+        return entry
+    entry["requests"] = ctx.requests.since(mark)
+    entry["requests_per_open"] = per_call(entry["requests"], runs)
+    entry["best_ms"] = min(entry["times_ms"])
+    entry["median_ms"] = pct(entry["times_ms"], 0.5)
+    log(f"    {name}: best {entry['best_ms']:.1f} ms, median {entry['median_ms']:.1f} ms, "
+        f"{entry['requests_per_open']:.1f} S3 requests, version {entry['version']}")
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+
+def fmb(b) -> str:
+    return "n/a" if b is None else f"{b / 1e6:.2f} MB"
+
+
+def freq(x) -> str:
+    return "" if x is None else f"{x:.1f}" if x != int(x) else f"{int(x)}"
+
+
+def same_text(v) -> str:
+    return {True: "yes", False: "NO", None: "?"}[v]
+
+
+BULK_HEAD = ["system", "best s", "rows/s", "in the store", "data files", "S3 requests", "time / timelake"]
+
+
+def bulk_rows(entries) -> list[list[str]]:
+    rows = []
+    for e in entries:
+        if e.get("error") and "best_s" not in e:
+            rows.append([e["system"], "FAILED"] + [""] * (len(BULK_HEAD) - 2))
+            continue
+        st = e.get("store", {})
+        rows.append([e["system"], f"{e['best_s']:.2f}", fmt_rate(e.get("rows_per_s")), fmb(st.get("bytes")),
+                     str(st.get("data_files", "")), str(e["requests"]["requests"]), fx(e.get("ratio"))])
+    return rows
+
+
+SMALL_HEAD = ["system", "commits/s", "p50 ms", "p99 ms", "max ms", "S3 requests / append", "errors",
+              "timelake rate / rate", "p50 / timelake", "p99 / timelake"]
+
+
+def small_rows(entries) -> list[list[str]]:
+    rows = []
+    for e in entries:
+        b = e.get("best")
+        if not b:
+            rows.append([e["system"], "FAILED"] + [""] * (len(SMALL_HEAD) - 2))
+            continue
+        rows.append([e["system"], fms(b.get("commits_per_s"), 1), fms(b.get("p50_ms"), 1), fms(b.get("p99_ms"), 1),
+                     fms(b.get("max_ms"), 1), freq(b.get("s3_requests_per_append")), str(b.get("errors", 0)),
+                     fx(e.get("ratio_rate")), fx(e.get("ratio_p50")), fx(e.get("ratio_p99"))])
+    return rows
+
+
+READ_HEAD = ["system", "cold ms", "of which open ms", "warm ms", "S3 requests cold / warm", "rows", "same",
+             "cold / timelake", "warm / timelake"]
+
+
+def read_rows(entries) -> list[list[str]]:
+    rows = []
+    for e in entries:
+        if "best_cold_ms" not in e:
+            rows.append([e["system"], "FAILED"] + [""] * (len(READ_HEAD) - 2))
+            continue
+        opened = fms(e["best_open_ms"], 1) if e["key"] != "timelake" else ""
+        rows.append([e["system"], fms(e["best_cold_ms"], 1), opened, fms(e["best_warm_ms"], 1),
+                     f"{e['cold_requests']['requests']} / {freq(e['warm_requests_per_call'])}",
+                     f"{e['result_rows']:,}", same_text(e.get("same")), fx(e.get("ratio_cold")),
+                     fx(e.get("ratio_warm"))])
+    return rows
+
+
+OPEN_HEAD = ["commits", "log read (checkpoint + commits)", "timelake ms", "S3 requests", "delta-rs ms",
+             "S3 requests", "delta-rs / timelake"]
+
+
+def open_rows(part) -> list[list[str]]:
+    rows = []
+    for p in part["points"]:
+        by = {e["key"]: e for e in p["results"]}
+        tl, de = by.get("timelake", {}), by.get("delta", {})
+        g = p["log"]
+        rows.append([f"{p['commits']:,}", f"cp {g['last_checkpoint']} + {g['commits_after_checkpoint']}",
+                     "FAILED" if tl.get("error") else f"{fms(tl.get('best_ms'), 1)} (median {fms(tl.get('median_ms'), 1)})",
+                     freq(tl.get("requests_per_open")),
+                     "FAILED" if de.get("error") else f"{fms(de.get('best_ms'), 1)} (median {fms(de.get('median_ms'), 1)})",
+                     freq(de.get("requests_per_open")), fx(de.get("ratio"))])
+    return rows
+
+
+def sections(report) -> list[tuple[str, str, list, list]]:
+    out = []
+    p = report["params"]
+    if report.get("bulk"):
+        out.append(("Bulk append", f"{report['data']['rows']:,} rows, {p['devices']:,} series, {p['days']} days; "
+                    f"best of {p['ingest_runs']}", BULK_HEAD, bulk_rows(report["bulk"])))
+    if report.get("small"):
+        s = report["small"]
+        out.append(("Small appends with batch ids", f"{s['appends']} appends of {s['rows_per_append']} rows, "
+                    f"best of {p['append_runs']}", SMALL_HEAD, small_rows(s["results"])))
+    for q in (report.get("query") or {}).get("queries", []):
+        out.append((f"Query {q['query']}", f"{q['title']}; best of {p['query_runs']} cold and {p['query_runs']} warm",
+                    READ_HEAD, read_rows(q["results"])))
+    for lt in report.get("latest") or []:
+        out.append((f"latest() on {lt['table']}", f"{lt['series']:,} series, {lt['rows']:,} rows; best of "
+                    f"{p['query_runs']} cold and {p['query_runs']} warm", READ_HEAD, read_rows(lt["results"])))
+    if report.get("open"):
+        out.append(("Opening a table", f"timelake table grown by one-row appends; best of {p['open_runs']}; the same "
+                    "table for both readers", OPEN_HEAD, open_rows(report["open"])))
+    return out
+
+
+def text_report(report) -> str:
+    parts = [f"timelake bench: S3 (moto) vs delta-rs   {report['finished_at']}",
+             "ratios: > 1 means timelake is faster"]
+    for title, detail, head, rows in sections(report):
+        parts += ["", f"{title.upper()}: {detail}", text_table(head, rows)]
+    parts += [""] + [x[2:] if x.startswith("* ") else x for x in pruning_notes(report)]
+    return "\n".join(parts)
+
+
+def pruning_notes(report) -> list[str]:
+    notes = []
+    q = report.get("query") or {}
+    tt = q.get("timelake_table")
+    for qq in q.get("queries", []):
+        for e in qq["results"]:
+            if e["key"] == "timelake" and "cache_bytes" in e and tt:
+                notes.append(
+                    f"* `{qq['query']}`, timelake cold: the cache downloaded {fmb(e['cache_bytes'])} in "
+                    f"{e['cache_files']} file(s) of the table's {fmb(tt['data_bytes'])} in {tt['data_files']} data "
+                    f"files ({100 * e['cache_bytes'] / max(1, tt['data_bytes']):.1f} %): the scan plan kept only the "
+                    "files whose day chunk and statistics can hold the series and day.")
+    for lt in report.get("latest") or []:
+        for e in lt["results"]:
+            if e["key"] == "timelake" and "cache_bytes" in e:
+                notes.append(f"* latest() on {lt['table']}: timelake's cache downloaded {fmb(e['cache_bytes'])} "
+                             f"({e['cache_files']} files); latest() reads the last-value index objects "
+                             f"({(lt.get('timelake_info') or {}).get('last_value_index')}) through the store.")
+    return notes
+
+
+def md_report(report) -> str:
+    env, p = report["environment"], report["params"]
+    v, m = env["versions"], env["machine"]
+    lines = [
+        "# Benchmark: timelake on S3 vs delta-rs on S3 (moto)",
+        "",
+        f"Run {report['finished_at']} by `bench/bench_s3.py` (`{' '.join(report['argv']) or '(defaults)'}`), "
+        f"{report['total_s']:.0f} s in all.",
+        "",
+        "* Both systems against one moto S3 server on 127.0.0.1 (started by the benchmark, "
+        "`tests/python/s3_server.py`), in the same run, on the same data. moto is a Python process on the "
+        "same 2 cores: each request costs milliseconds of its CPU, so request counts matter as much as bytes. "
+        "**Ratios > 1 mean timelake is faster**: for commits/s timelake's rate over the peer's, for times "
+        "the peer's time over timelake's.",
+        "* `S3 requests` is what moto served for the step (counted from its request log): per call for "
+        "small appends, warm reads and opens; for one cold read; for the whole bulk append.",
+        "* timelake: `timelake.Lake(\"s3://…\", storage_options=…)`, table chunk=day, "
+        "series_key=[device_id], dedup=last. delta-rs: `storage_options` AWS_ENDPOINT_URL, keys, region, "
+        "AWS_ALLOW_HTTP, `aws_conditional_put=etag` (delta-rs 1.6 sends `If-None-Match: *` for each commit "
+        "file either way); `write_deltalake` defaults (no partitioning).",
+        "* Reads: **cold** = what a new process does: timelake a new `Lake` with an empty "
+        "`TIMELAKE_CACHE_DIR` (the query downloads the files its scan plan keeps), delta-rs a new "
+        "`DeltaTable` (the open is part of the time and shown on its own); **warm** = the same handle again: "
+        "timelake `lake.sql`/`latest` (which check the log for new commits themselves, and read data files "
+        "from the cache), delta-rs `update_incremental()` and then the query (delta-rs keeps no local copy: "
+        "every read goes to S3). DuckDB reads the delta-rs table through `DeltaTable.to_pyarrow_dataset()` "
+        "(filters and columns pushed into the dataset). `same` compares the answer (row count and column "
+        "sums; for latest every column of every row) with DuckDB over the in-memory data.",
+        f"* Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gb', '?')} GB; Python "
+        f"{v.get('python')}, timelake {v.get('timelake')}, pyarrow {v.get('pyarrow')}, deltalake "
+        f"{v.get('deltalake')}, duckdb {v.get('duckdb')}, moto {v.get('moto')}; repository HEAD "
+        f"{m.get('git_commit')}, measured build `{env['timelake_installed'].get('module')}` (core built "
+        f"{env['timelake_installed'].get('core_built_at')}); CPUs {env.get('cpu_busy_pct_before')} % busy in "
+        f"the second before the run; 1-minute load average {env['load_average_1m'].get('start')} at start, "
+        f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work and moto's).",
+    ]
+    for title, detail, head, rows in sections(report):
+        lines += ["", f"## {title}: {detail}", "", md_table(head, rows)]
+    notes = pruning_notes(report) + md_notes(report)
+    if notes:
+        lines += ["", "## Notes", ""] + notes
+    errs = collect_errors(report)
+    if errs:
+        lines += ["", "## Failures", ""] + [f"* {n}: `{e[:400]}`" for n, e in errs]
+    return "\n".join(lines) + "\n"
+
+
+def md_notes(report) -> list[str]:
+    notes = []
+    for e in report.get("bulk") or []:
+        if e["key"] == "timelake" and e.get("details"):
+            r = e["details"]["append_result"]
+            notes.append(f"* Bulk, timelake: {r.get('files')} data files (one per day chunk), commit "
+                         f"{fms(r.get('commit_ms'), 1)} ms of the append.")
+    for e in (report.get("small") or {}).get("results", []):
+        b = e.get("best") or {}
+        if e["key"] == "timelake" and b:
+            kinds = "; ".join(f"{k}: {x['n']} appends, p50 {x['p50_ms']:.1f} ms, max {x['max_ms']:.1f} ms"
+                              for k, x in b.get("by_commit_kind", {}).items())
+            notes.append(f"* Small appends, timelake: `commit_ms` p50 {fms(b.get('commit_ms_p50'), 1)} ms, p99 "
+                         f"{fms(b.get('commit_ms_p99'), 1)} ms; wall time by commit kind: {kinds}; S3 requests by "
+                         f"kind over the run: {b['s3']['by_kind']}; replaying batch 0 gave `duplicate: "
+                         f"{(b.get('replay_of_batch_0') or {}).get('duplicate')}`.")
+        elif b:
+            notes.append(f"* Small appends, {e['system']}: S3 requests by kind over the run: {b['s3']['by_kind']}"
+                         + (f"; txn version of w0 afterwards: {b['txn_version_w0']}" if "txn_version_w0" in b else "")
+                         + f"; final version {b.get('final_version')}.")
+    op = report.get("open")
+    if op:
+        notes.append(f"* Open: growing the table to {op['points'][-1]['commits']:,} commits took {op['grow_s']:.0f} s "
+                     f"({fms(op.get('appends_per_s'), 1)} appends/s); at the last point the table held "
+                     f"{op['points'][-1]['table']['data_files']:,} data files and {op['points'][-1]['log']['log_objects']:,} "
+                     "log objects.")
+    return notes
+
+
+def collect_errors(report) -> list[tuple[str, str]]:
+    errs = [(e["system"] + " (bulk)", e["error"]) for e in report.get("bulk") or [] if e.get("error")]
+    errs += [(e["system"] + " (small)", e["error"]) for e in (report.get("small") or {}).get("results", [])
+             if e.get("error")]
+    for q in (report.get("query") or {}).get("queries", []):
+        errs += [(f"{e['system']} ({q['query']})", e["error"]) for e in q["results"] if e.get("error")]
+    for lt in report.get("latest") or []:
+        errs += [(f"{e['system']} (latest, {lt['table']})", e["error"]) for e in lt["results"] if e.get("error")]
+    for pt in (report.get("open") or {}).get("points", []):
+        errs += [(f"{e['system']} (open, {pt['commits']} commits)", e["error"]) for e in pt["results"] if e.get("error")]
+    for k in ("bulk_error", "small_error", "query_error", "latest_error", "open_error", "server_error"):
+        if report.get(k):
+            errs.append((k, report[k]))
+    return errs
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+QUICK = {"rows": 100_000, "small_appends": 20, "open_at": [10, 50], "ingest_runs": 1, "append_runs": 1,
+         "query_runs": 2, "open_runs": 3}
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                   + " (options given explicitly win)")
+    p.add_argument("--rows", type=int, help="rows of the bulk append (default 1,000,000)")
+    p.add_argument("--devices", type=int, default=1000, help="series (default 1000)")
+    p.add_argument("--days", type=int, default=7, help="days the bulk data spans (default 7)")
+    p.add_argument("--small-appends", type=int, help="small appends per run (default 200)")
+    p.add_argument("--small-rows", type=int, default=10, help="rows per small append (default 10)")
+    p.add_argument("--open-at", type=int_list, help="commit counts at which to time opening (default 10,100,1000)")
+    p.add_argument("--ingest-runs", type=int, help="best of N for the bulk append (default 2)")
+    p.add_argument("--append-runs", type=int, help="best of N for small appends (default 2)")
+    p.add_argument("--query-runs", type=int, help="best of N cold and N warm reads (default 3)")
+    p.add_argument("--open-runs", type=int, help="best of N opens (default 5)")
+    p.add_argument("--parts", default="bulk,small,query,latest,open",
+                   help="which parts to run (default bulk,small,query,latest,open; query needs bulk)")
+    p.add_argument("--skip-delta-url", action="store_true",
+                   help="skip write_deltalake(url) small appends (they re-open the table from S3 each time)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--workdir", type=Path, default=None, help="where the caches go (default: under /tmp)")
+    p.add_argument("--out", type=Path, default=HERE / "results", help="folder for s3.json/.md (default bench/results)")
+    args = p.parse_args(argv)
+    defaults = {"rows": 1_000_000, "small_appends": 200, "open_at": [10, 100, 1000], "ingest_runs": 2,
+                "append_runs": 2, "query_runs": 3, "open_runs": 5}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, QUICK[k] if args.quick else v)
+    args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if min(args.rows, args.devices, args.days, args.small_appends, args.small_rows, args.ingest_runs,
+           args.append_runs, args.query_runs, args.open_runs, *args.open_at) < 1:
+        p.error("sizes, counts and runs must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    started = dt.datetime.now(dt.timezone.utc)
+    t_start = time.perf_counter()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="timelake-bench-s3-", dir=args.workdir or "/tmp"))
+    os.environ["TIMELAKE_CACHE_DIR"] = str(work / "cache-writers")  # never the user's own cache
+    log(f"workdir {work}")
+
+    # Bulk data ends at today's UTC midnight (no retention can touch it); small appends start a
+    # day before it.
+    end = started.replace(hour=0, minute=0, second=0, microsecond=0)
+    start = end - dt.timedelta(days=args.days)
+    start_us = int((end - dt.timedelta(days=1)).timestamp()) * US_PER_S
+    data = generate(args.rows, args.devices, args.days, args.seed, start)
+    log(f"generated {data.num_rows:,} rows ({data.nbytes / 1e6:.0f} MB in Arrow)")
+
+    env_versions = versions()
+    for mod in ("moto", "boto3"):
+        try:
+            env_versions[mod] = __import__(mod).__version__
+        except Exception as e:  # noqa: BLE001
+            env_versions[mod] = f"unavailable ({error_text(e)})"
+    report = {
+        "benchmark": "s3",
+        "argv": argv,
+        "started_at": started.isoformat(timespec="seconds"),
+        "params": {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
+                   for k, v in vars(args).items()},
+        "environment": {"versions": env_versions, "machine": machine(),
+                        "timelake_installed": installed_timelake(), "cpu_busy_pct_before": cpu_busy_pct(),
+                        "load_average_1m": {"start": load_average()}},
+        "data": {"rows": data.num_rows, "devices": args.devices, "days": args.days, "start": start.isoformat(),
+                 "end": end.isoformat(), "arrow_bytes": data.nbytes},
+    }
+    log(f"CPUs {report['environment']['cpu_busy_pct_before']} % busy before the run, load average "
+        f"{report['environment']['load_average_1m']['start']}; measuring {report['environment']['timelake_installed']}")
+
+    server = None
+    try:
+        server = S3Server.start()
+        ctx = Context(args, server, work)
+        report["s3"] = {"endpoint": server.endpoint, "bucket": ctx.bucket.name}
+        log(f"moto on {server.endpoint}, bucket {ctx.bucket.name}")
+        where, small_kept = {}, None
+
+        def part(key, fn):
+            if key not in args.parts:
+                return
+            log(key)
+            t0 = time.perf_counter()
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - report, never abort the other parts
+                report[key + "_error"] = error_text(e)
+                report[key + "_traceback"] = traceback.format_exc()
+                log(f"  FAILED {report[key + '_error']}")
+            log(f"  ({time.perf_counter() - t0:.0f} s)")
+
+        def bulk():
+            report["bulk"], found = run_bulk(ctx, data)
+            where.update(found)
+
+        def small():
+            nonlocal small_kept
+            report["small"], small_kept = run_small(ctx, start_us)
+
+        def query():
+            if not where:
+                raise RuntimeError("the query part reads the bulk tables: run it with the bulk part")
+            device = device_name(args.devices // 2)
+            day = start + dt.timedelta(days=args.days // 2)
+            report["query"] = run_query(ctx, data, where, device, day)
+
+        def latest():
+            tables = []
+            if where:
+                tables.append((f"the bulk table ({data.num_rows:,} rows, one append)", data,
+                               {"timelake": where.get("timelake", (None,))[0], "delta": where.get("delta", (None,))[0]}))
+            if small_kept:
+                kept = small_kept["kept"]
+                rows = pa.concat_tables(small_kept["batches"])
+                tables.append((f"the small-append table ({len(small_kept['batches'])} appends)", rows,
+                               {"timelake": kept.get("timelake", (None,))[0],
+                                "delta": kept.get("delta_handle", (None,))[0]}))
+            if not tables:
+                raise RuntimeError("the latest part reads the bulk and small-append tables: run it with those parts")
+            report["latest"] = run_latest(ctx, tables)
+
+        part("bulk", bulk)
+        part("small", small)
+        part("query", query)
+        part("latest", latest)
+        part("open", lambda: report.__setitem__("open", run_open(ctx, start_us)))
+    except Exception as e:  # noqa: BLE001 - the server did not start: still write what we have
+        report["server_error"] = error_text(e)
+        report["server_traceback"] = traceback.format_exc()
+        log(f"FAILED {report['server_error']}")
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    report["total_s"] = time.perf_counter() - t_start
+    write_report(report, args.out, "s3", md_report, text_report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
