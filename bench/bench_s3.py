@@ -25,12 +25,13 @@ open     a timelake table grown by 1,000 one-row appends; timelake.Lake(url).tab
          Lake every time) vs deltalake.DeltaTable(url) on that same table
 
 Besides times, every step records how many S3 requests moto served for it (counted from moto's
-request log), and for the cold timelake query how many bytes its cache downloaded against the
-table's size. Ratios are peer / timelake: > 1 means timelake is faster (for commits/s:
-timelake's rate over the peer's). Results go to bench/results/s3.json and s3.md. A benchmark
-measures; it never asserts: a system that fails is reported with its error.
+request log); every cold read is done once more, untimed, through a byte-counting proxy (what it
+read from S3), and the cold timelake query's cache is weighed against the table's size. Ratios
+are peer / timelake: > 1 means timelake is faster (for commits/s: timelake's rate over the
+peer's). Results go to bench/results/s3.json and s3.md. A benchmark measures; it never asserts: a
+system that fails is reported with its error.
 
-    .venv/bin/python bench/bench_s3.py --quick      # smoke run, ~2 min
+    .venv/bin/python bench/bench_s3.py --quick      # smoke run, ~1 min
     .venv/bin/python bench/bench_s3.py              # the reported run
 """
 
@@ -111,7 +112,7 @@ DELTA_OPEN = "deltalake.DeltaTable(url), same table"
 
 
 # ---------------------------------------------------------------------------------------------
-# The S3 side: moto's request log, the bucket's contents, the clients' options
+# The S3 side: moto's request log, the buckets' contents, the clients' options
 # ---------------------------------------------------------------------------------------------
 
 _REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/[0-9.]+(?:\x1b\[[0-9;]*m)*" (\d{3})')
@@ -157,15 +158,25 @@ class RequestLog:
         return {"requests": total, "by_kind": kinds, "error_statuses": errors}
 
 
-class Bucket:
-    """The benchmark's bucket: sizes of what each system wrote, and deleting old runs."""
+class Buckets:
+    """The benchmark's buckets, one per table (per first segment of a prefix): moto lists a
+    prefix by going over every key of the bucket, so one table's listings must not grow with the
+    others' objects. Also: sizes of what each system wrote, and deleting old runs."""
 
     def __init__(self, server: S3Server):
+        self.server = server
         self.client = server.client(retries=3)
-        self.name = server.create_bucket()
+        self.names: dict[str, str] = {}
+
+    def name(self, prefix: str) -> str:
+        """The bucket of `prefix` (created when first asked for)."""
+        top = prefix.split("/", 1)[0]
+        if top not in self.names:
+            self.names[top] = self.server.create_bucket()
+        return self.names[top]
 
     def objects(self, prefix: str):
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name(prefix), Prefix=prefix)
         for page in pages:
             yield from page.get("Contents", [])
 
@@ -185,7 +196,7 @@ class Bucket:
 
     def log_state(self, table_prefix: str) -> dict:
         """What a reader of this table's _delta_log must read: newest checkpoint and the commits
-        after it (as bench_commits_latest.log_state, over a listing of the bucket)."""
+        after it (as bench_commits_latest.log_state, over a listing of the store)."""
         log_prefix = table_prefix.rstrip("/") + "/_delta_log/"
         names = [o["Key"][len(log_prefix):] for o in self.objects(log_prefix)]
         commits = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
@@ -198,23 +209,78 @@ class Bucket:
     def delete(self, prefix: str) -> None:
         keys = [{"Key": o["Key"]} for o in self.objects(prefix.rstrip("/") + "/")]
         for i in range(0, len(keys), 1000):
-            self.client.delete_objects(Bucket=self.name, Delete={"Objects": keys[i:i + 1000]})
+            self.client.delete_objects(Bucket=self.name(prefix), Delete={"Objects": keys[i:i + 1000]})
+
+
+def _count_bytes(upstream: str, total, endpoint_conn, stop) -> None:
+    """The byte-counting proxy's process (see ByteCounter)."""
+    import fault_proxy
+
+    original = fault_proxy._Handler._forward
+
+    def forward(handler, body):
+        reply = original(handler, body)
+        with total.get_lock():
+            total.value += len(reply.body)
+        return reply
+
+    fault_proxy._Handler._forward = forward
+    proxy = fault_proxy.FaultProxy(upstream).start()
+    endpoint_conn.send(proxy.endpoint)
+    stop.wait()
+    proxy.stop()
+
+
+class ByteCounter:
+    """A forwarding proxy in front of moto (tests/python/fault_proxy.py with no fault armed) that
+    adds up the bytes of the replies' bodies: what a client read from S3.
+
+    It runs in its own process: a proxy in this one would need the GIL, which some clients hold
+    while they wait for their requests (delta-rs's QueryBuilder does). Reads go through it only in
+    an extra, untimed pass, since it slows every request it forwards."""
+
+    def __init__(self, upstream: str):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._total = ctx.Value("q", 0)
+        self._stop = ctx.Event()
+        receive, send = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=_count_bytes, args=(upstream, self._total, send, self._stop),
+                                    daemon=True)
+        self._process.start()
+        if not receive.poll(60):
+            self.stop()
+            raise RuntimeError("the byte-counting proxy did not start within 60 s")
+        self.endpoint = receive.recv()
+
+    @property
+    def total(self) -> int:
+        with self._total.get_lock():
+            return self._total.value
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._process.join(timeout=10)
+        if self._process.is_alive():  # only the process this object started, by its handle
+            self._process.terminate()
+            self._process.join(timeout=10)
 
 
 class Context:
-    """What every part needs: the server, its request log, the bucket, both clients' options."""
+    """What every part needs: the server, its request log, the buckets, both clients' options."""
 
     def __init__(self, args, server: S3Server, work: Path):
         self.args = args
         self.server = server
         self.requests = RequestLog(server)
-        self.bucket = Bucket(server)
+        self.buckets = Buckets(server)
         self.work = work
-        self.tl_options = server.storage_options()
+        self.bytes: ByteCounter | None = None  # set while the byte-counting proxy runs
         # delta-rs 1.x names; conditional put "etag" as delta-rs documents for S3-compatible
         # stores (object_store also takes the key without its aws_ prefix). delta-rs 1.6 sends
         # `If-None-Match: *` for commit files either way.
-        self.delta_options = {
+        self._delta_options = {
             "AWS_ENDPOINT_URL": server.endpoint,
             "AWS_ACCESS_KEY_ID": server.access_key_id,
             "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
@@ -224,8 +290,15 @@ class Context:
         }
         self._caches = 0
 
+    def tl_options(self, endpoint: str | None = None) -> dict:
+        """timelake storage_options, for moto or for `endpoint` (the byte-counting proxy)."""
+        return self.server.storage_options(endpoint)
+
+    def delta_options(self, endpoint: str | None = None) -> dict:
+        return {**self._delta_options, "AWS_ENDPOINT_URL": endpoint or self.server.endpoint}
+
     def url(self, prefix: str) -> str:
-        return f"s3://{self.bucket.name}/{prefix}"
+        return f"s3://{self.buckets.name(prefix)}/{prefix}"
 
     def fresh_cache(self) -> Path:
         """A new, empty TIMELAKE_CACHE_DIR, set in the environment: a Lake opened after this
@@ -236,10 +309,10 @@ class Context:
         os.environ["TIMELAKE_CACHE_DIR"] = str(path)
         return path
 
-    def tl_lake(self, prefix: str):
+    def tl_lake(self, prefix: str, endpoint: str | None = None):
         import timelake
 
-        return timelake.Lake(self.url(prefix), storage_options=self.tl_options)
+        return timelake.Lake(self.url(prefix), storage_options=self.tl_options(endpoint))
 
     def tl_create(self, prefix: str):
         lake = self.tl_lake(prefix)
@@ -247,10 +320,10 @@ class Context:
                               dedup="last")
         return lake, t
 
-    def delta(self, url: str):
+    def delta(self, url: str, endpoint: str | None = None):
         from deltalake import DeltaTable
 
-        return DeltaTable(url, storage_options=self.delta_options)
+        return DeltaTable(url, storage_options=self.delta_options(endpoint))
 
 
 def dir_bytes(path: Path) -> tuple[int, int]:
@@ -288,7 +361,7 @@ def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
     def delta(prefix):
         mark = ctx.requests.mark()
         t0 = time.perf_counter()
-        write_deltalake(ctx.url(prefix), data, mode="append", storage_options=ctx.delta_options)
+        write_deltalake(ctx.url(prefix), data, mode="append", storage_options=ctx.delta_options())
         seconds = time.perf_counter() - t0
         return seconds, ctx.requests.since(mark), None, prefix
 
@@ -311,13 +384,13 @@ def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
             if details:
                 entry["details"] = details
             if kept is not None:
-                ctx.bucket.delete(kept[0])  # keep the store small: moto holds it in memory
+                ctx.buckets.delete(kept[0])  # keep the store small: moto holds it in memory
             kept = (prefix, table_prefix)
             log(f"    {name}: run {r + 1}/{ctx.args.ingest_runs} {seconds:.2f} s, {reqs['requests']} S3 requests")
         if entry["times_s"]:
             entry["best_s"] = min(entry["times_s"])
             entry["rows_per_s"] = data.num_rows / entry["best_s"]
-            entry["store"] = ctx.bucket.usage(kept[1])
+            entry["store"] = ctx.buckets.usage(kept[1])
             where[key] = kept
         entries.append(entry)
     base = next((e for e in entries if e["key"] == "timelake" and "best_s" in e), None)
@@ -348,7 +421,7 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
         return res, f"{prefix}/{TABLE_DIR}"
 
     def delta_handle_run(prefix):
-        d = DeltaTable.create(ctx.url(prefix), schema=SCHEMA, storage_options=ctx.delta_options)
+        d = DeltaTable.create(ctx.url(prefix), schema=SCHEMA, storage_options=ctx.delta_options())
         mark = ctx.requests.mark()
         res = append_loop(lambda i, b: write_deltalake(d, b, mode="append", commit_properties=delta_props("w0", i)),
                           batches)
@@ -360,9 +433,9 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
 
     def delta_url_run(prefix):
         url = ctx.url(prefix)
-        DeltaTable.create(url, schema=SCHEMA, storage_options=ctx.delta_options)
+        DeltaTable.create(url, schema=SCHEMA, storage_options=ctx.delta_options())
         mark = ctx.requests.mark()
-        res = append_loop(lambda i, b: write_deltalake(url, b, mode="append", storage_options=ctx.delta_options,
+        res = append_loop(lambda i, b: write_deltalake(url, b, mode="append", storage_options=ctx.delta_options(),
                                                       commit_properties=delta_props("w0", i)), batches)
         res["s3"] = ctx.requests.since(mark)
         res["final_version"] = ctx.delta(url).version()
@@ -387,7 +460,7 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
             run["s3_requests_per_append"] = per_call(run["s3"], run["commits"])
             entry["runs"].append(run)
             if last is not None:
-                ctx.bucket.delete(last[0])
+                ctx.buckets.delete(last[0])
             last = (prefix, table_prefix)
             log(f"    {name}: run {r + 1}/{a.append_runs} {run['commits_per_s']:.1f} commits/s, "
                 f"p50 {run['p50_ms']:.1f} ms, p99 {run['p99_ms']:.1f} ms, "
@@ -410,10 +483,11 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
 class Reader:
     """One way of answering a question, cold and warm.
 
-    open() -> state is what a new process would do first (a new Lake with an empty cache, a new
+    open(endpoint) -> state is what a new process would do first (a new Lake with an empty cache, a new
     DeltaTable); ask(state) answers; refresh(state) is what a long-lived handle does before
     asking again (nothing for timelake, whose reads check for new commits themselves;
-    update_incremental() for delta-rs). cold = open + ask, warm = refresh + ask."""
+    update_incremental() for delta-rs). cold = open + ask, warm = refresh + ask. `endpoint` is
+    None (moto) or the byte-counting proxy's."""
 
     def __init__(self, name, key, open_, ask, refresh=None, cache=False):
         self.name, self.key, self.open, self.ask = name, key, open_, ask
@@ -434,7 +508,7 @@ def measure_reader(ctx: Context, reader: Reader, truth_check, runs: int) -> dict
             cache = ctx.fresh_cache() if reader.cache else None
             mark = ctx.requests.mark()
             t0 = time.perf_counter()
-            state = reader.open()
+            state = reader.open(None)
             t1 = time.perf_counter()
             result = reader.ask(state)
             t2 = time.perf_counter()
@@ -444,6 +518,12 @@ def measure_reader(ctx: Context, reader: Reader, truth_check, runs: int) -> dict
             if cache is not None:
                 entry["cache_bytes"], entry["cache_files"] = dir_bytes(cache)
         entry["cold_same"] = truth_check(result)
+        if ctx.bytes is not None:  # one more cold answer, through the proxy, untimed
+            if reader.cache:
+                ctx.fresh_cache()
+            before = ctx.bytes.total
+            reader.ask(reader.open(ctx.bytes.endpoint))
+            entry["cold_s3_bytes"] = ctx.bytes.total - before
         entry["cold_requests"] = cold_reqs[-1]
         entry["result_rows"] = result.num_rows
         mark = ctx.requests.mark()
@@ -500,7 +580,7 @@ def delta_refresh(state: DeltaState) -> None:
 
 
 def delta_readers(ctx: Context, url: str, sql_readers) -> list[Reader]:
-    return [Reader(name, key, lambda: DeltaState(ctx.delta(url)), ask, delta_refresh)
+    return [Reader(name, key, lambda endpoint: DeltaState(ctx.delta(url, endpoint)), ask, delta_refresh)
             for name, key, ask in sql_readers]
 
 
@@ -538,7 +618,7 @@ def run_query(ctx: Context, data: pa.Table, where: dict, device: str, day: dt.da
         readers = []
         if "timelake" in where:
             lake_prefix = where["timelake"][0]
-            readers.append(Reader(TL_SQL, "timelake", lambda p=lake_prefix: ctx.tl_lake(p),
+            readers.append(Reader(TL_SQL, "timelake", lambda endpoint, p=lake_prefix: ctx.tl_lake(p, endpoint),
                                   lambda lake, s=q["sql"]: lake.sql(s.format(src=TABLE)), cache=True))
         if "delta" in where:
             url = ctx.url(where["delta"][0])
@@ -555,9 +635,9 @@ def run_query(ctx: Context, data: pa.Table, where: dict, device: str, day: dt.da
         out["queries"].append({"query": qkey, "title": q["title"], "sql": q["sql"], "truth": truth,
                                "results": entries})
     if "timelake" in where:
-        out["timelake_table"] = ctx.bucket.usage(where["timelake"][1])
+        out["timelake_table"] = ctx.buckets.usage(where["timelake"][1])
     if "delta" in where:
-        out["delta_table"] = ctx.bucket.usage(where["delta"][1])
+        out["delta_table"] = ctx.buckets.usage(where["delta"][1])
     return out
 
 
@@ -579,7 +659,7 @@ def run_latest(ctx: Context, tables: list[tuple[str, pa.Table, dict]]) -> list[d
 
         readers = []
         if where.get("timelake"):
-            readers.append(Reader(TL_LATEST, "timelake", lambda p=where["timelake"]: ctx.tl_lake(p),
+            readers.append(Reader(TL_LATEST, "timelake", lambda endpoint, p=where["timelake"]: ctx.tl_lake(p, endpoint),
                                   lambda lake: lake.latest(TABLE), cache=True))
         if where.get("delta"):
             readers += delta_readers(ctx, ctx.url(where["delta"]), [
@@ -625,7 +705,7 @@ def run_open(ctx: Context, start_us: int) -> dict:
         log(f"    {mark:,} commits ({grow_s:.0f} s of appends so far)")
 
         def tl_once():
-            return timelake.Lake(lake_url, storage_options=ctx.tl_options).table(TABLE).version
+            return timelake.Lake(lake_url, storage_options=ctx.tl_options()).table(TABLE).version
 
         def delta_once():
             return ctx.delta(table_url).version()
@@ -637,8 +717,8 @@ def run_open(ctx: Context, start_us: int) -> dict:
         for e in entries:
             if base and "best_ms" in e:
                 e["ratio"] = e["best_ms"] / base["best_ms"]
-        points.append({"commits": mark, "log": ctx.bucket.log_state(table_prefix),
-                       "table": ctx.bucket.usage(table_prefix), "results": entries})
+        points.append({"commits": mark, "log": ctx.buckets.log_state(table_prefix),
+                       "table": ctx.buckets.usage(table_prefix), "results": entries})
     return {"points": points, "grow_s": grow_s, "appends_per_s": done / grow_s if grow_s else None,
             "open_runs": a.open_runs}
 
@@ -715,8 +795,8 @@ def small_rows(entries) -> list[list[str]]:
     return rows
 
 
-READ_HEAD = ["system", "cold ms", "of which open ms", "warm ms", "S3 requests cold / warm", "rows", "same",
-             "cold / timelake", "warm / timelake"]
+READ_HEAD = ["system", "cold ms", "of which open ms", "warm ms", "S3 requests cold / warm", "S3 bytes cold",
+             "rows", "same", "cold / timelake", "warm / timelake"]
 
 
 def read_rows(entries) -> list[list[str]]:
@@ -728,6 +808,7 @@ def read_rows(entries) -> list[list[str]]:
         opened = fms(e["best_open_ms"], 1) if e["key"] != "timelake" else ""
         rows.append([e["system"], fms(e["best_cold_ms"], 1), opened, fms(e["best_warm_ms"], 1),
                      f"{e['cold_requests']['requests']} / {freq(e['warm_requests_per_call'])}",
+                     fmb(e.get("cold_s3_bytes")),
                      f"{e['result_rows']:,}", same_text(e.get("same")), fx(e.get("ratio_cold")),
                      fx(e.get("ratio_warm"))])
     return rows
@@ -739,14 +820,17 @@ OPEN_HEAD = ["commits", "log read (checkpoint + commits)", "timelake ms", "S3 re
 
 def open_rows(part) -> list[list[str]]:
     rows = []
+    def timed(e):
+        return "FAILED" if e.get("error") else f"{fms(e.get('best_ms'), 1)} (median {fms(e.get('median_ms'), 1)})"
+
     for p in part["points"]:
         by = {e["key"]: e for e in p["results"]}
         tl, de = by.get("timelake", {}), by.get("delta", {})
         g = p["log"]
         rows.append([f"{p['commits']:,}", f"cp {g['last_checkpoint']} + {g['commits_after_checkpoint']}",
-                     "FAILED" if tl.get("error") else f"{fms(tl.get('best_ms'), 1)} (median {fms(tl.get('median_ms'), 1)})",
+                     timed(tl),
                      freq(tl.get("requests_per_open")),
-                     "FAILED" if de.get("error") else f"{fms(de.get('best_ms'), 1)} (median {fms(de.get('median_ms'), 1)})",
+                     timed(de),
                      freq(de.get("requests_per_open")), fx(de.get("ratio"))])
     return rows
 
@@ -786,14 +870,21 @@ def pruning_notes(report) -> list[str]:
     notes = []
     q = report.get("query") or {}
     tt = q.get("timelake_table")
+    dt_ = q.get("delta_table")
     for qq in q.get("queries", []):
         for e in qq["results"]:
             if e["key"] == "timelake" and "cache_bytes" in e and tt:
+                peers = "; ".join(f"{x['system']} {fmb(x['cold_s3_bytes'])}" for x in qq["results"]
+                                  if x["key"] != "timelake" and x.get("cold_s3_bytes") is not None)
                 notes.append(
                     f"* `{qq['query']}`, timelake cold: the cache downloaded {fmb(e['cache_bytes'])} in "
                     f"{e['cache_files']} file(s) of the table's {fmb(tt['data_bytes'])} in {tt['data_files']} data "
                     f"files ({100 * e['cache_bytes'] / max(1, tt['data_bytes']):.1f} %): the scan plan kept only the "
-                    "files whose day chunk and statistics can hold the series and day.")
+                    "files whose day chunk and statistics can hold the series and day, and each kept file is "
+                    "downloaded whole"
+                    + (f". Read from S3 by one cold read (log included): timelake {fmb(e.get('cold_s3_bytes'))}; "
+                       f"{peers} (ranged reads of the delta-rs table's {fmb(dt_['data_bytes'])} in "
+                       f"{dt_['data_files']} file(s))" if peers and dt_ else "") + ".")
     for lt in report.get("latest") or []:
         for e in lt["results"]:
             if e["key"] == "timelake" and "cache_bytes" in e:
@@ -818,7 +909,9 @@ def md_report(report) -> str:
         "**Ratios > 1 mean timelake is faster**: for commits/s timelake's rate over the peer's, for times "
         "the peer's time over timelake's.",
         "* `S3 requests` is what moto served for the step (counted from its request log): per call for "
-        "small appends, warm reads and opens; for one cold read; for the whole bulk append.",
+        "small appends, warm reads and opens; for one cold read; for the whole bulk append. `S3 bytes cold` "
+        "is what one more cold read (untimed) received from S3, counted by a forwarding proxy "
+        "(`tests/python/fault_proxy.py` in its own process, no fault armed).",
         "* timelake: `timelake.Lake(\"s3://…\", storage_options=…)`, table chunk=day, "
         "series_key=[device_id], dedup=last. delta-rs: `storage_options` AWS_ENDPOINT_URL, keys, region, "
         "AWS_ALLOW_HTTP, `aws_conditional_put=etag` (delta-rs 1.6 sends `If-None-Match: *` for each commit "
@@ -853,10 +946,15 @@ def md_report(report) -> str:
 def md_notes(report) -> list[str]:
     notes = []
     for e in report.get("bulk") or []:
+        if "best_s" not in e:
+            continue
+        detail = ""
         if e["key"] == "timelake" and e.get("details"):
             r = e["details"]["append_result"]
-            notes.append(f"* Bulk, timelake: {r.get('files')} data files (one per day chunk), commit "
-                         f"{fms(r.get('commit_ms'), 1)} ms of the append.")
+            detail = (f"{r.get('files')} data files (one per day chunk), commit {fms(r.get('commit_ms'), 1)} ms "
+                      "of the append; ")
+        notes.append(f"* Bulk, {e['system']}: {detail}S3 requests by kind: {e['requests']['by_kind']}; "
+                     f"runs {', '.join(f'{x:.2f}' for x in e['times_s'])} s.")
     for e in (report.get("small") or {}).get("results", []):
         b = e.get("best") or {}
         if e["key"] == "timelake" and b:
@@ -872,10 +970,10 @@ def md_notes(report) -> list[str]:
                          + f"; final version {b.get('final_version')}.")
     op = report.get("open")
     if op:
-        notes.append(f"* Open: growing the table to {op['points'][-1]['commits']:,} commits took {op['grow_s']:.0f} s "
+        last = op["points"][-1]
+        notes.append(f"* Open: growing the table to {last['commits']:,} commits took {op['grow_s']:.0f} s "
                      f"({fms(op.get('appends_per_s'), 1)} appends/s); at the last point the table held "
-                     f"{op['points'][-1]['table']['data_files']:,} data files and {op['points'][-1]['log']['log_objects']:,} "
-                     "log objects.")
+                     f"{last['table']['data_files']:,} data files and {last['log']['log_objects']:,} log objects.")
     return notes
 
 
@@ -888,7 +986,8 @@ def collect_errors(report) -> list[tuple[str, str]]:
     for lt in report.get("latest") or []:
         errs += [(f"{e['system']} (latest, {lt['table']})", e["error"]) for e in lt["results"] if e.get("error")]
     for pt in (report.get("open") or {}).get("points", []):
-        errs += [(f"{e['system']} (open, {pt['commits']} commits)", e["error"]) for e in pt["results"] if e.get("error")]
+        errs += [(f"{e['system']} (open, {pt['commits']} commits)", e["error"])
+                 for e in pt["results"] if e.get("error")]
     for k in ("bulk_error", "small_error", "query_error", "latest_error", "open_error", "server_error"):
         if report.get(k):
             errs.append((k, report[k]))
@@ -927,6 +1026,8 @@ def parse_args(argv):
                    help="which parts to run (default bulk,small,query,latest,open; query needs bulk)")
     p.add_argument("--skip-delta-url", action="store_true",
                    help="skip write_deltalake(url) small appends (they re-open the table from S3 each time)")
+    p.add_argument("--skip-bytes", action="store_true",
+                   help="skip the untimed pass of each cold read through a byte-counting proxy")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--workdir", type=Path, default=None, help="where the caches go (default: under /tmp)")
     p.add_argument("--out", type=Path, default=HERE / "results", help="folder for s3.json/.md (default bench/results)")
@@ -983,12 +1084,13 @@ def main(argv=None) -> int:
     log(f"CPUs {report['environment']['cpu_busy_pct_before']} % busy before the run, load average "
         f"{report['environment']['load_average_1m']['start']}; measuring {report['environment']['timelake_installed']}")
 
-    server = None
+    server = ctx = None
     try:
         server = S3Server.start()
         ctx = Context(args, server, work)
-        report["s3"] = {"endpoint": server.endpoint, "bucket": ctx.bucket.name}
-        log(f"moto on {server.endpoint}, bucket {ctx.bucket.name}")
+        if not args.skip_bytes:
+            ctx.bytes = ByteCounter(server.endpoint)
+        log(f"moto on {server.endpoint}")
         where, small_kept = {}, None
 
         def part(key, fn):
@@ -1023,7 +1125,8 @@ def main(argv=None) -> int:
             tables = []
             if where:
                 tables.append((f"the bulk table ({data.num_rows:,} rows, one append)", data,
-                               {"timelake": where.get("timelake", (None,))[0], "delta": where.get("delta", (None,))[0]}))
+                               {"timelake": where.get("timelake", (None,))[0],
+                                "delta": where.get("delta", (None,))[0]}))
             if small_kept:
                 kept = small_kept["kept"]
                 rows = pa.concat_tables(small_kept["batches"])
@@ -1044,10 +1147,14 @@ def main(argv=None) -> int:
         report["server_traceback"] = traceback.format_exc()
         log(f"FAILED {report['server_error']}")
     finally:
+        if ctx is not None and ctx.bytes is not None:
+            ctx.bytes.stop()
         if server is not None:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
+    if ctx is not None:
+        report["s3"] = {"endpoint": ctx.server.endpoint, "buckets": ctx.buckets.names}
     report["total_s"] = time.perf_counter() - t_start
     write_report(report, args.out, "s3", md_report, text_report)
     return 0
