@@ -151,9 +151,11 @@ arrow::Status MaybeCheckpoint(TableContext& t) {
   ARROW_RETURN_NOT_OK(t.log.Checkpoint(t.snapshot));
   // A drop between the commit and here would make the checkpoint revive the dropped folder as a
   // broken table: take it back if the commit is no longer there.
+  // Only a definite answer takes it back: a read that failed (a timeout, a 500) leaves the
+  // checkpoint, which is right as long as the commit stands, as it almost always does.
   if (arrow::Status head = t.log.CheckHead(t.snapshot.version, t.snapshot.head_fingerprint);
       !head.ok()) {
-    (void)t.log.store().DeleteCheckpoint(t.snapshot.version);
+    if (IsTableNotFound(head)) (void)t.log.store().DeleteCheckpoint(t.snapshot.version);
     return head;
   }
   t.snapshot.checkpoint_version = t.snapshot.version;

@@ -2,6 +2,7 @@
 // table_context.h).
 #include "timelake/table_context.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -67,8 +68,18 @@ arrow::Status Compact(TableContext& t, bool inline_only, const InterruptCheck& i
   }
   for (const auto& group : PlanCompaction(t.snapshot, t.contract, options)) {
     ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
-    ARROW_ASSIGN_OR_RAISE(auto rewritten,
-                          RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group));
+    auto rewriting = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group);
+    if (!rewriting.ok() && IsNotFound(rewriting.status())) {
+      // An input vanished: another process compacted the group (or retention dropped it) and
+      // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
+      // unless the newest snapshot still lists the file.
+      ARROW_RETURN_NOT_OK(Update(t));
+      const bool overtaken = std::any_of(group.inputs.begin(), group.inputs.end(), [&](const AddFile& f) {
+        return !t.snapshot.files.count(f.path);
+      });
+      if (overtaken) continue;
+    }
+    ARROW_ASSIGN_OR_RAISE(auto rewritten, std::move(rewriting));
     auto delete_outputs = [&] {
       for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
     };

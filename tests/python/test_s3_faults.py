@@ -527,7 +527,10 @@ def test_append_failing_after_its_commit_landed_keeps_that_commits_files(
         a.append(batch_of("a", 0), batch_id="a-0")
     except RuntimeError as e:
         assert_clear_message(str(e))
-    assert fault_proxy.counts()["delay"] == 1 and fault_proxy.counts()["internal_error"] == 1
+    # The held read is what matters; the 500 only hits a writer that reads version 2 after a
+    # failed check (one that asks again about version 1 instead never meets it).
+    assert fault_proxy.counts()["delay"] == 1 and fault_proxy.counts()["internal_error"] <= 1
+    fault_proxy.clear_rules()  # the retry comes once the faults have passed
 
     assert_log_is_whole(s3_server.client(), s3_bucket)
     assert a.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is True

@@ -5,6 +5,7 @@
 #include <random>
 #include <thread>
 
+#include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -46,10 +47,10 @@ arrow::Result<HttpResponse> SendWithRetry(
                                                 std::max(options.base_delay_ms, delay * 3));
     delay = std::min(options.max_delay_ms, pick(random));
     if (attempt >= options.max_retries || elapsed + delay > options.max_total_ms) {
-      return arrow::Status::IOError(what, " failed after ", out.attempts, " attempt",
-                                    out.attempts == 1 ? "" : "s", " in ", elapsed, " ms: ",
-                                    last_status ? "HTTP " + std::to_string(last_status)
-                                                : last_error.message());
+      return StoreUnavailable(arrow::Status::IOError(
+          what, " failed after ", out.attempts, " attempt", out.attempts == 1 ? "" : "s", " in ",
+          elapsed, " ms: ", last_status ? "HTTP " + std::to_string(last_status) : last_error.message(),
+          " (the storage options max_retries and retry_timeout set how long to keep trying)"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay));
   }

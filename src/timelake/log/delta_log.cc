@@ -81,6 +81,7 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
       return replay(&snapshot, *cp + 1);
     }();
     if (st.ok()) return snapshot;
+    if (IsStoreUnavailable(st)) return st;  // unreadable now, not damaged
     failures->push_back("from checkpoint " + std::to_string(*cp) + ": " + st.message());
   }
   if (!from_zero) return arrow::Status::IOError("no checkpoint leads to version ", latest);
@@ -88,6 +89,7 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
     Snapshot snapshot;
     arrow::Status st = replay(&snapshot, 0);
     if (st.ok()) return snapshot;
+    if (IsStoreUnavailable(st)) return st;  // unreadable now, not damaged
     failures->push_back("from commit 0: " + st.message());
   } else {
     failures->push_back("from commit 0: " + LogPath(CommitFileName(0)) + " is missing");

@@ -60,7 +60,13 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       // in the new folder. Take it back; nothing else can have built on it yet.
       if (version > 0) {
         arrow::Status same_table = log_->CheckHead(version - 1, snapshot->head_fingerprint);
-        if (!same_table.ok()) {
+        // A check that could not be made (a timeout, a 500) says nothing about the table: ask
+        // again, a few times.
+        for (int retry = 1; !same_table.ok() && !IsTableNotFound(same_table) && retry <= 3; ++retry) {
+          BackOff(retry);
+          same_table = log_->CheckHead(version - 1, snapshot->head_fingerprint);
+        }
+        if (IsTableNotFound(same_table)) {
           // Only this commit may be taken back: by now the new table's writers may have
           // taken it back themselves and committed that version.
           auto landed = log_->ReadCommit(version);
@@ -68,6 +74,15 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
             (void)log_->store().DeleteCommit(version);
           }
           return same_table;
+        }
+        if (!same_table.ok()) {
+          // The commit landed and may stand (others may already build on it): never take it
+          // back on a failed read, and keep its files. Whether it counts is for a retry with
+          // the same batch id to find out.
+          out->outcome_unknown = true;
+          return OutcomeUnknown(arrow::Status::IOError(
+              "the ", Describe(*pending, version), " was written but could not be confirmed (",
+              same_table.message(), "); it may have committed: retry with the same batch_id"));
         }
       }
       snapshot->Apply(pending->commit, version);

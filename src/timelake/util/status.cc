@@ -33,6 +33,13 @@ class OutcomeUnknownDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "outcome unknown"; }
 };
 
+class StoreUnavailableDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::StoreUnavailable";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "store unavailable"; }
+};
+
 bool HasDetail(const arrow::Status& status, const char* type_id) {
   return status.detail() != nullptr && std::string(status.detail()->type_id()) == type_id;
 }
@@ -54,6 +61,14 @@ arrow::Status OutcomeUnknown(const arrow::Status& status) {
 
 bool IsOutcomeUnknown(const arrow::Status& status) {
   return HasDetail(status, OutcomeUnknownDetail::kTypeId);
+}
+
+arrow::Status StoreUnavailable(const arrow::Status& status) {
+  return status.WithDetail(std::make_shared<StoreUnavailableDetail>());
+}
+
+bool IsStoreUnavailable(const arrow::Status& status) {
+  return HasDetail(status, StoreUnavailableDetail::kTypeId) || IsOutcomeUnknown(status);
 }
 
 arrow::Status TableNotFound(const std::string& name) {

@@ -47,4 +47,13 @@ arrow::Status OutcomeUnknown(const arrow::Status& status);
 /// True if `status` was marked by OutcomeUnknown().
 bool IsOutcomeUnknown(const arrow::Status& status);
 
+/// `status` (an error) marked as the store being unreachable or failing (timeouts, resets, 5xx,
+/// throttling) after every retry: nothing is known to be wrong with what is stored, and the call
+/// may work later. Readers report such errors as they are, never as damage.
+arrow::Status StoreUnavailable(const arrow::Status& status);
+
+/// True if `status` was marked by StoreUnavailable() or OutcomeUnknown() (a write that failed
+/// the same way).
+bool IsStoreUnavailable(const arrow::Status& status);
+
 }  // namespace timelake
