@@ -12,6 +12,7 @@
 #include "test_util.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
+#include "timelake/util/time.h"
 
 namespace timelake::testing {
 namespace {
@@ -151,6 +152,29 @@ TEST_F(S3StoreTest, KeysWithSpecialCharactersRoundTrip) {
     ASSERT_EQ(listed.size(), 1u) << path;
     EXPECT_EQ(listed[0].path, path);
   }
+}
+
+TEST_F(S3StoreTest, DotSegmentsNameNoObject) {
+  // A URL normaliser would turn "a/../b" into "b" (another object, signed for a path never
+  // sent): such paths are refused before any request.
+  for (const std::string path : {"a/../b", "./a", "a/.", "../escape"}) {
+    EXPECT_TRUE(IsInvalid(store_->Put(path, Buf("x")), "'..'")) << path;
+    EXPECT_TRUE(IsInvalid(store_->Get(path).status(), "'..'")) << path;
+  }
+  ASSERT_OK(store_->Put("a/..b/c.", Buf("x")));  // dots inside names are ordinary characters
+  ASSERT_OK_AND_ASSIGN(auto back, store_->Get("a/..b/c."));
+  EXPECT_EQ(back->ToString(), "x");
+}
+
+TEST_F(S3StoreTest, ModificationTimesAreReadFromHeadAndListings) {
+  const int64_t before = NowMillis();
+  ASSERT_OK(store_->Put("t", Buf("x")));
+  ASSERT_OK_AND_ASSIGN(auto head, store_->Head("t"));
+  ASSERT_OK_AND_ASSIGN(auto listed, store_->List("t"));
+  ASSERT_EQ(listed.size(), 1u);
+  // Seconds in HTTP dates, milliseconds in listings: both within a few seconds of the put.
+  EXPECT_NEAR(static_cast<double>(head.modified_ms), static_cast<double>(before), 5000.0);
+  EXPECT_NEAR(static_cast<double>(listed[0].modified_ms), static_cast<double>(head.modified_ms), 1500.0);
 }
 
 TEST_F(S3StoreTest, MissingBucketIsAClearError) {

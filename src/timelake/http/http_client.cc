@@ -214,6 +214,7 @@ arrow::Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, options_.allow_http ? "http,https" : "https");
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);  // the path as signed, never normalised
   if (!options_.proxy_url.empty()) curl_easy_setopt(h, CURLOPT_PROXY, options_.proxy_url.c_str());
   if (options_.allow_invalid_certificates) {
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);

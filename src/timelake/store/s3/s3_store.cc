@@ -13,12 +13,15 @@
 #include <mutex>
 #include <thread>
 
+#include <curl/curl.h>
+
 #include <arrow/buffer_builder.h>
 #include <arrow/io/interfaces.h>
 
 #include "timelake/http/xml.h"
 #include "timelake/store/sigv4.h"
 #include "timelake/util/status.h"
+#include "timelake/util/time.h"
 
 namespace timelake {
 namespace {
@@ -47,18 +50,34 @@ std::string AmzDate(std::time_t now) {
   return buf;
 }
 
-// "Wed, 21 Oct 2015 07:28:00 GMT" (HTTP dates) or "2015-10-21T07:28:00.000Z" (listings).
+// "Wed, 21 Oct 2015 07:28:00 GMT" (HTTP dates, parsed by curl, whatever the locale) or
+// "2015-10-21T07:28:00.000Z" (listings). A time that cannot be read counts as now: callers
+// judge age by it (a stray commit is taken back once old), and "new" is the safe mistake.
 int64_t ParseTimeMs(const std::string& text) {
-  std::tm tm{};
-  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S", &tm);
-  if (!end) {
-    tm = std::tm{};
-    end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &year, &month, &day, &hour, &minute,
+                  &second, &consumed) == 6) {
+    std::tm tm{};
+    tm.tm_year = year - 1900;
+    tm.tm_mon = month - 1;
+    tm.tm_mday = day;
+    tm.tm_hour = hour;
+    tm.tm_min = minute;
+    tm.tm_sec = second;
+    int64_t ms = static_cast<int64_t>(timegm(&tm)) * 1000;
+    const char* fraction = text.c_str() + consumed;
+    if (*fraction == '.') {
+      int scale = 100;
+      for (const char* p = fraction + 1; std::isdigit(static_cast<unsigned char>(*p)) && scale > 0; ++p) {
+        ms += (*p - '0') * scale;
+        scale /= 10;
+      }
+    }
+    return ms;
   }
-  if (!end) return 0;
-  int64_t ms = static_cast<int64_t>(timegm(&tm)) * 1000;
-  if (*end == '.') ms += std::atoi(std::string(end + 1, std::min<size_t>(3, strlen(end + 1))).c_str());
-  return ms;
+  const time_t seconds = curl_getdate(text.c_str(), nullptr);
+  if (seconds >= 0) return static_cast<int64_t>(seconds) * 1000;
+  return NowMillis();
 }
 
 std::string Base64(const unsigned char* data, size_t n) {
@@ -91,25 +110,26 @@ S3Error ParseError(const HttpResponse& reply) {
   return error;
 }
 
-// A 200 reply whose body is an S3 <Error> (CompleteMultipartUpload and copies can answer so).
-bool IsErrorBody(const HttpResponse& reply) {
-  if (reply.status != 200 || !reply.body || reply.body->size() == 0) return false;
-  const std::string_view body(reinterpret_cast<const char*>(reply.body->data()),
-                              static_cast<size_t>(std::min<int64_t>(reply.body->size(), 256)));
-  return body.find("<Error>") != std::string_view::npos;
-}
-
 ReplyVerdict S3Verdict(const HttpResponse& reply) {
   if (DefaultVerdict(reply) == ReplyVerdict::kTransient) return ReplyVerdict::kTransient;
-  if (IsErrorBody(reply)) return ReplyVerdict::kTransient;
-  if (reply.status == 409 || reply.status == 400 || reply.status == 403) {
+  if (reply.status == 409 || reply.status == 400) {
     const std::string code = ParseError(reply).code;
     if (code == "ConditionalRequestConflict" || code == "RequestTimeout" ||
-        code == "RequestTimeTooSkewed" || code == "OperationAborted" || code == "SlowDown") {
+        code == "OperationAborted" || code == "SlowDown") {
       return ReplyVerdict::kTransient;
     }
   }
   return ReplyVerdict::kDone;
+}
+
+// CompleteMultipartUpload answers 200 at once and may then stream whitespace and, in the end,
+// an <Error> instead of its result: only a CompleteMultipartUploadResult root is success.
+ReplyVerdict CompleteVerdict(const HttpResponse& reply) {
+  if (S3Verdict(reply) == ReplyVerdict::kTransient) return ReplyVerdict::kTransient;
+  if (reply.status != 200) return ReplyVerdict::kDone;
+  auto xml = ParseXml(reply.BodyText());
+  if (xml.ok() && xml->name == "CompleteMultipartUploadResult") return ReplyVerdict::kDone;
+  return ReplyVerdict::kTransient;
 }
 
 class S3Store;
@@ -134,6 +154,7 @@ class S3Output : public ObjectOutput {
   arrow::Status WaitForParts(size_t at_most);
   arrow::Status Fail(arrow::Status status) {
     (void)Abort();
+    failure_ = status;
     return status;
   }
 
@@ -144,6 +165,7 @@ class S3Output : public ObjectOutput {
   arrow::BufferBuilder buffer_;
   int64_t written_ = 0;
   bool closed_ = false;
+  arrow::Status failure_;  // why the stream failed (then Close reports it, not OK)
   std::string upload_id_;
   struct Part {
     int number;
@@ -240,6 +262,9 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
                                      static_cast<size_t>(call.body->size())))
                                : Sha256Hex("");
     }
+    if (HasDotSegment(call.key)) {
+      return arrow::Status::Invalid(call.what, ": a path with '.' or '..' segments names no S3 object");
+    }
     const std::string path =
         bucket_path_ + (call.key.empty() ? (bucket_path_.empty() ? "/" : "") : "/" + UriEncodePath(call.key));
     std::string query;
@@ -280,6 +305,19 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
 
   std::string Key(const std::string& path) const {
     return config_.prefix.empty() ? path : config_.prefix + "/" + path;
+  }
+
+  // "." and ".." segments would be resolved by URL normalisation somewhere between here and
+  // the object (and signed differently from what is sent): such a path addresses no object.
+  static bool HasDotSegment(const std::string& path) {
+    size_t start = 0;
+    while (start <= path.size()) {
+      const size_t end = std::min(path.find('/', start), path.size());
+      const std::string_view segment(path.data() + start, end - start);
+      if (segment == "." || segment == "..") return true;
+      start = end + 1;
+    }
+    return false;
   }
   std::string Url(const std::string& path) const { return root_url_ + "/" + path; }
 
@@ -609,10 +647,10 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     call.body = arrow::Buffer::FromString(std::move(body));
     call.what = "CompleteMultipartUpload " + Url(path);
     RetryOutcome outcome;
-    auto reply = Send(call, &outcome);
+    auto reply = Send(call, &outcome, CompleteVerdict);
     if (!reply.ok()) return WriteFailure(reply.status(), outcome);
-    if (reply->status == 200) return arrow::Status::OK();
-    if (reply->status == 404 && ParseError(*reply).code == "NoSuchUpload" && outcome.attempts > 1) {
+    if (reply->status == 200) return arrow::Status::OK();  // CompleteVerdict checked the body
+    if (reply->status == 404 && ParseError(*reply).code == "NoSuchUpload") {
       // An earlier attempt completed the upload and its reply was lost: the object is there
       // when its tag says it was assembled from as many parts.
       auto meta = Head(path);
@@ -700,7 +738,7 @@ arrow::Status S3Output::WaitForParts(size_t at_most) {
 }
 
 arrow::Status S3Output::Close() {
-  if (closed_) return arrow::Status::OK();
+  if (closed_) return failure_;
   std::shared_ptr<arrow::Buffer> last;
   ARROW_RETURN_NOT_OK(buffer_.Finish(&last));
   if (upload_id_.empty()) {
