@@ -130,16 +130,18 @@ class _Reconnected(Exception):
 class _View:
     """What a catalog knows of the view it made for one table."""
 
-    __slots__ = ("version", "declared", "empty_name", "handle", "scan_filter", "files")
+    __slots__ = ("version", "declared", "empty_name", "handle", "scan_filter", "files", "plan", "paths")
 
     def __init__(self, version: int, declared: pa.Schema, empty_name: Optional[str], handle: Any,
-                 scan_filter: Optional[ScanFilter], files: int) -> None:
+                 scan_filter: Optional[ScanFilter], files: int, plan: Any, paths: Optional[List[str]]) -> None:
         self.version = version
         self.declared = declared
         self.empty_name = empty_name  # the registered empty Arrow table the view reads, if any
         self.handle = handle
         self.scan_filter = scan_filter  # the filter the plan was made with (None: every file)
         self.files = files  # data files the view reads
+        self.plan = plan  # the core ScanPlan
+        self.paths = paths  # local copies the view reads (remote lakes), None for local lakes
 
 
 class _Catalog:
@@ -245,6 +247,10 @@ class _Catalog:
         # A view is current while its table is the same one (not dropped and created again) at
         # the same version, planned with the same filter.
         current = cached is not None and cached.version == version and cached.handle is handle
+        if current and cached.scan_filter == scan_filter and cached.paths is not None:
+            # Copies in the cache can be evicted between queries: the view stays only while
+            # the cache still answers with the same copies (touching them as used).
+            current = self._local_paths(cached.plan) == cached.paths
         if current and cached.scan_filter == scan_filter:
             declared = cached.declared
         else:
@@ -260,7 +266,8 @@ class _Catalog:
                 self.con.unregister(cached.empty_name)
             view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
             self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
-            self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files))
+            self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files),
+                                           plan, paths)
         for field in declared:
             self.declared.setdefault(field.name, field)
         return handle, declared
@@ -282,7 +289,7 @@ class _Catalog:
         outside = [f.path for f in files if not f.store_path]
         if outside:
             raise RuntimeError(f"data file {outside[0]} lies outside the lake's store; timelake cannot read it")
-        return self.lake._core.local_copies([f.store_path for f in files], [f.size for f in files])
+        return self.lake._core.local_copies(plan)
 
     def _view_sql(self, plan: Any, declared: pa.Schema, file_schema: pa.Schema,
                   paths: Optional[List[str]] = None) -> Tuple[str, Optional[str]]:

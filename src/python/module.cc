@@ -28,6 +28,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "timelake/lake.h"
+#include "timelake/scan/row_groups.h"
 #include "timelake/table.h"
 #include "timelake/util/status.h"
 
@@ -373,14 +374,17 @@ NB_MODULE(_core, m) {
                      return cache->directory();
                    })
       .def("local_copies",
-           [](Lake& lake, const std::vector<std::string>& store_paths,
-              const std::vector<int64_t>& sizes) {
+           [](Lake& lake, const ScanPlan& plan) {
              auto cache = lake.cache();
              if (!cache) throw nb::value_error("a local lake has no file cache");
              std::vector<CachedFile> files;
-             for (size_t i = 0; i < store_paths.size(); ++i) {
-               files.push_back({store_paths[i], i < sizes.size() ? sizes[i] : -1});
+             for (const auto& f : plan.files) files.push_back({f.store_path, f.size});
+             RowGroupChooser choose;
+             if (!plan.filter.empty()) {
+               choose = [filter = plan.filter, time = plan.contract.time_column](const parquet::FileMetaData& meta) {
+                 return RowGroupsAdmitted(meta, filter, time);
+               };
              }
-             return Released([&] { return cache->Materialize(files); });
+             return Released([&] { return cache->Materialize(files, choose); });
            });
 }

@@ -188,3 +188,75 @@ def test_sql_cannot_read_the_cache_of_another_lake_or_the_log(s3_server, s3_lake
     sql_rows(lake, "SELECT count(*) FROM readings")
     with pytest.raises((ValueError, RuntimeError)):
         lake.sql(f"SELECT * FROM read_parquet('{other_copy}')")
+
+
+def _large_day(devices: int = 40, per_device: int = 30000, seed: int = 7):
+    """One day of rows for `devices` series, enough for a file of several row groups (≥ 8 MiB)."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    n = devices * per_device
+    start = int(T0.timestamp() * 1_000_000)
+    times = start + (np.arange(n) % per_device) * 2_880_000  # every 2.88 s over one day
+    names = np.array([f"dev-{i:03d}" for i in range(devices)])[np.arange(n) // per_device]
+    return pa.table({
+        "time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        "device_id": pa.array(names),
+        "temp": pa.array(rng.normal(20, 5, n)),
+    })
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+@pytest.mark.parametrize("dedup", [None, "last"])
+def test_selective_sql_on_a_large_file_fetches_only_the_row_groups_it_needs(s3_lake, tmp_path, dedup):
+    url, options = s3_lake
+    lake = timelake.Lake(url, storage_options=options)
+    local = timelake.Lake(str(tmp_path / "local"))
+    data = _large_day()
+    for target in (lake, local):
+        t = target.create_table("readings", IOT_SCHEMA, series_key=["device_id"], chunk="day", dedup=dedup)
+        t.append(data)
+        if dedup:  # a second commit rewriting one series: files that overlap, deduplicated at read time
+            t.append(data.filter(pa_compute_equal(data, "dev-017")).set_column(
+                2, "temp", pa_float_array([99.0] * 30000)))
+    plan = lake.table("readings")._core.scan()
+    big = max(plan.files, key=lambda f: f.size)
+    assert big.size >= 8 << 20, "the test needs a file large enough for row-group copies"
+
+    cache = Path(lake._core.cache_directory)
+    queries = [
+        "SELECT count(*) AS n, round(avg(temp), 9) AS a, min(time) AS lo, max(time) AS hi FROM readings WHERE device_id = 'dev-017'",
+        "SELECT time, temp FROM readings WHERE device_id = 'dev-003' AND time < TIMESTAMPTZ '2024-03-05 01:00:00+00' ORDER BY time",
+        "SELECT count(*) AS n FROM readings WHERE device_id = 'dev-999'",
+    ]
+    for q in queries:
+        assert sql_rows(lake, q) == sql_rows(local, q), q
+    copies = [p for p in cache.rglob("*.parquet*") if ".rg-" in p.name]
+    assert copies, "a selective query over a large file should make row-group copies"
+    assert not any(p.name.endswith(".parquet") and p.stat().st_size == big.size for p in cache.rglob("*.parquet")), \
+        "no whole copy of the large file should be fetched for selective queries"
+    assert max(_allocated(p) for p in copies) < big.size // 2
+    # A query without a usable filter reads every row: a whole copy, same answer as local.
+    q = "SELECT device_id, count(*) AS n, round(sum(temp), 6) AS s FROM readings GROUP BY device_id ORDER BY device_id"
+    assert sql_rows(lake, q) == sql_rows(local, q)
+    # A new handle with the copies evicted between queries fetches them again.
+    for p in copies:
+        p.unlink()
+    fresh = timelake.Lake(url, storage_options=options)
+    assert sql_rows(fresh, queries[0]) == sql_rows(local, queries[0])
+
+
+def pa_compute_equal(table, device):
+    import pyarrow.compute as pc
+
+    return pc.equal(table["device_id"], device)
+
+
+def pa_float_array(values):
+    import pyarrow as pa
+
+    return pa.array(values, pa.float64())

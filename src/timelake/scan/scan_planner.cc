@@ -251,6 +251,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   plan.version = snapshot.version;
   plan.declared = source.declared;
   plan.contract = contract;
+  plan.filter = filter;
   plan.partition_columns = snapshot.metadata.partition_columns;
   arrow::FieldVector file_fields;
   for (const auto& f : source.storage->fields()) {

@@ -74,6 +74,7 @@ struct ScanPlan {
   std::shared_ptr<arrow::Schema> file_schema;  // the columns the files hold
   std::vector<std::string> partition_columns;
   Contract contract;
+  ScanFilter filter;  // the filter the plan was made with
 };
 
 /// The table a plan is made for. Everything is borrowed for the duration of PlanScan.

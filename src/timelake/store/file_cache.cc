@@ -5,9 +5,22 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <future>
 #include <system_error>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <arrow/io/memory.h>
+#include <parquet/exception.h>
+#include <parquet/metadata.h>
+
+#include "timelake/scan/row_groups.h"
 #include "timelake/store/sigv4.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
@@ -60,84 +73,287 @@ int64_t FileCache::DefaultBudget() {
 
 FileCache::FileCache(std::shared_ptr<ObjectStore> store, std::string root, int64_t max_bytes)
     : store_(std::move(store)), max_bytes_(max_bytes) {
-  const std::string key = Sha256Hex(store_->RootUrl()).substr(0, 20);
+  const std::string key = Sha256Hex(store_->Identity()).substr(0, 20);
   directory_ = (fs::path(root) / key).lexically_normal().string() + "/";
 }
 
-arrow::Status FileCache::Download(const CachedFile& file, const std::string& local) {
-  int64_t size = file.size;
-  if (size < 0) {
-    ARROW_ASSIGN_OR_RAISE(auto meta, store_->Head(file.store_path));
-    size = meta.size;
+struct FileCache::Target {
+  std::string store_path;
+  std::string local;  // the final path
+  int64_t size = 0;   // the final local size
+  // (offset, length) ranges of the remote file, written at the same offsets locally.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  // Row-group copies: the new footer (with its length and magic), written at trailer_offset.
+  std::string trailer;
+  int64_t trailer_offset = -1;
+  std::string temp;
+  int fd = -1;
+};
+
+namespace {
+
+// The footer of a Parquet file is at most this far from its end in the common case: one read.
+constexpr int64_t kFooterGuess = 64 << 10;
+
+arrow::Status WriteAt(int fd, const uint8_t* data, int64_t size, int64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, data, static_cast<size_t>(size), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return arrow::Status::IOError("cannot write the cache file ", path, ": ", std::strerror(errno));
+    data += n;
+    size -= n;
+    offset += n;
+  }
+  return arrow::Status::OK();
+}
+
+std::string Damaged(const ObjectStore& store, const std::string& path, int64_t size) {
+  return "data file " + store.ExternalPath(path) + " is shorter than the " + std::to_string(size) +
+         " bytes the table's log records; it is damaged";
+}
+
+}  // namespace
+
+arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
+    const CachedFile& file, const std::string& whole, const RowGroupChooser& choose) {
+  const int64_t size = file.size;
+  // The footer (with its length and magic) is kept beside the copies: warm queries read no
+  // remote byte to choose their row groups.
+  const std::string footer_copy = whole + ".footer";
+  std::string tail;
+  {
+    std::ifstream in(footer_copy, std::ios::binary);
+    if (in) {
+      std::ostringstream text;
+      text << in.rdbuf();
+      tail = text.str();
+    }
+  }
+  const bool had_copy = tail.size() >= 12;
+  if (!had_copy) {
+    const int64_t tail_size = std::min(size, kFooterGuess);
+    ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, size - tail_size, tail_size));
+    if (buffer->size() != tail_size) return arrow::Status::IOError(Damaged(*store_, file.store_path, size));
+    tail = buffer->ToString();
+  }
+  if (tail.size() < 12 || tail.compare(tail.size() - 4, 4, "PAR1") != 0) return std::nullopt;  // not plain Parquet
+  uint32_t footer_len = 0;
+  std::memcpy(&footer_len, tail.data() + tail.size() - 8, 4);  // little-endian, as every platform timelake builds on
+  const int64_t footer_start = size - 8 - int64_t{footer_len};
+  if (footer_start < 4) return std::nullopt;
+  if (static_cast<int64_t>(tail.size()) < int64_t{footer_len} + 8) {
+    if (had_copy) return std::nullopt;
+    ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, footer_start, footer_len));
+    if (buffer->size() != footer_len) return arrow::Status::IOError(Damaged(*store_, file.store_path, size));
+    tail = buffer->ToString() + tail.substr(tail.size() - 8);
+  }
+  tail.erase(0, tail.size() - (int64_t{footer_len} + 8));
+  if (!had_copy) {
+    std::error_code ec;
+    fs::create_directories(fs::path(footer_copy).parent_path(), ec);
+    const std::string temp = footer_copy + ".part-" + NewUuid();
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      out.write(tail.data(), static_cast<std::streamsize>(tail.size()));
+    }
+    fs::rename(temp, footer_copy, ec);  // best effort: without it, the next query reads it again
+    if (ec) fs::remove(temp, ec);
+  }
+  std::shared_ptr<parquet::FileMetaData> meta;
+  std::vector<int> chosen;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges;
+  std::string trailer;
+  try {
+    meta = parquet::FileMetaData::Make(tail.data(), int64_t{footer_len});
+    if (meta->is_encryption_algorithm_set()) return std::nullopt;
+    chosen = choose(*meta);
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    if (static_cast<int>(chosen.size()) >= meta->num_row_groups()) return std::nullopt;
+    ranges = RowGroupByteRanges(*meta, chosen, footer_start);
+    if (!ranges) return std::nullopt;
+    ARROW_ASSIGN_OR_RAISE(auto out, arrow::io::BufferOutputStream::Create());
+    meta->Subset(chosen)->WriteTo(out.get());
+    ARROW_ASSIGN_OR_RAISE(auto serialized, out->Finish());
+    trailer = serialized->ToString();
+  } catch (const std::exception&) {
+    return std::nullopt;  // a footer Arrow cannot read: copy the whole file, the reader will say why
+  }
+  const uint32_t trailer_len = static_cast<uint32_t>(trailer.size());
+  trailer.append(reinterpret_cast<const char*>(&trailer_len), 4);
+  trailer.append("PAR1", 4);
+
+  std::string key = std::to_string(size);
+  for (int i : chosen) key += "," + std::to_string(i);
+  Target target;
+  target.store_path = file.store_path;
+  target.local = whole + ".rg-" + Sha256Hex(key).substr(0, 16);
+  target.size = footer_start + static_cast<int64_t>(trailer.size());
+  target.ranges = std::move(*ranges);
+  target.trailer = std::move(trailer);
+  target.trailer_offset = footer_start;
+  return target;
+}
+
+arrow::Status FileCache::Download(std::vector<Target>& targets) {
+  struct Piece {
+    size_t target;
+    int64_t offset, length;
+  };
+  std::vector<Piece> pieces;
+  arrow::Status status;
+  for (size_t t = 0; t < targets.size() && status.ok(); ++t) {
+    Target& target = targets[t];
+    std::error_code ec;
+    fs::create_directories(fs::path(target.local).parent_path(), ec);
+    if (ec) {
+      status = arrow::Status::IOError("cannot create the cache folder for ", target.local, ": ", ec.message());
+      break;
+    }
+    target.temp = target.local + ".part-" + NewUuid();
+    target.fd = ::open(target.temp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    if (target.fd < 0 || ::ftruncate(target.fd, target.size) != 0) {
+      status = arrow::Status::IOError("cannot write the cache file ", target.temp, ": ", std::strerror(errno));
+      break;
+    }
+    for (const auto& [offset, length] : target.ranges) {
+      for (int64_t at = offset; at < offset + length; at += kChunk) {
+        pieces.push_back({t, at, std::min(kChunk, offset + length - at)});
+      }
+    }
+  }
+  if (status.ok() && !pieces.empty()) {
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_mutex;
+    auto work = [&]() {
+      for (size_t i = next++; i < pieces.size() && !failed; i = next++) {
+        const Piece& piece = pieces[i];
+        const Target& target = targets[piece.target];
+        arrow::Status s;
+        auto data = store_->GetRange(target.store_path, piece.offset, piece.length);
+        if (!data.ok()) {
+          s = data.status();
+        } else if ((*data)->size() != piece.length) {
+          s = arrow::Status::IOError(Damaged(*store_, target.store_path, piece.offset + piece.length));
+        } else {
+          s = WriteAt(target.fd, (*data)->data(), piece.length, piece.offset, target.temp);
+        }
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (status.ok()) status = s;
+          failed = true;
+        }
+      }
+    };
+    const size_t workers = std::min<size_t>(kParallelDownloads, pieces.size());
+    std::vector<std::future<void>> running;
+    for (size_t w = 1; w < workers; ++w) running.push_back(std::async(std::launch::async, work));
+    work();
+    for (auto& r : running) r.get();
+  }
+  for (Target& target : targets) {
+    if (target.fd < 0) continue;
+    if (status.ok() && target.trailer_offset >= 0) {
+      status = WriteAt(target.fd, reinterpret_cast<const uint8_t*>("PAR1"), 4, 0, target.temp);
+      if (status.ok()) {
+        status = WriteAt(target.fd, reinterpret_cast<const uint8_t*>(target.trailer.data()),
+                         static_cast<int64_t>(target.trailer.size()), target.trailer_offset, target.temp);
+      }
+    }
+    if (status.ok() && ::fdatasync(target.fd) != 0) {
+      status = arrow::Status::IOError("cannot sync the cache file ", target.temp, ": ", std::strerror(errno));
+    }
+    ::close(target.fd);
+    target.fd = -1;
   }
   std::error_code ec;
-  fs::create_directories(fs::path(local).parent_path(), ec);
-  if (ec) return arrow::Status::IOError("cannot create the cache folder for ", local, ": ", ec.message());
-  const std::string temp = local + ".part-" + NewUuid();
-  arrow::Status status;
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return arrow::Status::IOError("cannot write the cache file ", temp);
-    for (int64_t offset = 0; offset < size && status.ok(); offset += kChunk) {
-      auto chunk = store_->GetRange(file.store_path, offset, std::min(kChunk, size - offset));
-      if (!chunk.ok()) {
-        status = chunk.status();
-        break;
-      }
-      if ((*chunk)->size() != std::min(kChunk, size - offset)) {
-        status = arrow::Status::IOError("data file ", store_->ExternalPath(file.store_path),
-                                        " is shorter than the ", size,
-                                        " bytes the table's log records; it is damaged");
-        break;
-      }
-      out.write(reinterpret_cast<const char*>((*chunk)->data()), (*chunk)->size());
+  for (Target& target : targets) {
+    if (target.temp.empty()) continue;
+    if (status.ok()) {
+      fs::rename(target.temp, target.local, ec);
+      if (ec) status = arrow::Status::IOError("cannot publish the cache file ", target.local, ": ", ec.message());
     }
-    out.flush();
-    if (status.ok() && !out) status = arrow::Status::IOError("cannot write the cache file ", temp);
+    if (!status.ok()) fs::remove(target.temp, ec);
   }
-  if (status.ok()) {
-    fs::rename(temp, local, ec);
-    if (ec) status = arrow::Status::IOError("cannot publish the cache file ", local, ": ", ec.message());
-  }
-  if (!status.ok()) fs::remove(temp, ec);
   return status;
 }
 
-arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector<CachedFile>& files) {
-  std::vector<std::string> locals;
-  locals.reserve(files.size());
-  std::vector<size_t> missing;
+arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector<CachedFile>& files,
+                                                                const RowGroupChooser& choose) {
+  std::vector<std::string> locals(files.size());
+  std::vector<Target> targets;
+  std::vector<size_t> row_group_candidates;
+  auto touch = [](const std::string& path) {
+    std::error_code ec;
+    fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used
+    return !ec;
+  };
   for (size_t i = 0; i < files.size(); ++i) {
     if (!SafeRelative(files[i].store_path)) {
       return arrow::Status::Invalid("data file path '", files[i].store_path,
                                     "' cannot be copied to the local cache");
     }
-    locals.push_back(directory_ + files[i].store_path);
+    locals[i] = directory_ + files[i].store_path;
     std::error_code ec;
-    const auto size = fs::file_size(locals.back(), ec);
+    const auto size = fs::file_size(locals[i], ec);
     if (!ec && (files[i].size < 0 || static_cast<int64_t>(size) == files[i].size)) {
-      fs::last_write_time(locals.back(), fs::file_time_type::clock::now(), ec);  // recently used
+      touch(locals[i]);
       continue;
     }
-    missing.push_back(i);
+    if (choose && files[i].size >= kRowGroupCopyMinBytes) {
+      row_group_candidates.push_back(i);
+      continue;
+    }
+    Target whole;
+    whole.store_path = files[i].store_path;
+    whole.local = locals[i];
+    whole.size = files[i].size;
+    if (whole.size < 0) {
+      ARROW_ASSIGN_OR_RAISE(auto meta, store_->Head(files[i].store_path));
+      whole.size = meta.size;
+    }
+    whole.ranges = {{0, whole.size}};
+    targets.push_back(std::move(whole));
   }
-  int64_t downloaded = 0;
-  for (size_t start = 0; start < missing.size(); start += kParallelDownloads) {
-    std::vector<std::future<arrow::Status>> running;
-    const size_t end = std::min(missing.size(), start + kParallelDownloads);
+  // Footers of the row-group candidates, read in parallel.
+  for (size_t start = 0; start < row_group_candidates.size(); start += kParallelDownloads) {
+    const size_t end = std::min(row_group_candidates.size(), start + kParallelDownloads);
+    std::vector<std::future<arrow::Result<std::optional<Target>>>> running;
     for (size_t j = start; j < end; ++j) {
-      const size_t i = missing[j];
-      running.push_back(std::async(std::launch::async,
-                                   [this, &files, &locals, i] { return Download(files[i], locals[i]); }));
+      const size_t i = row_group_candidates[j];
+      running.push_back(std::async(std::launch::async, [this, &files, &locals, &choose, i] {
+        return PlanRowGroupCopy(files[i], locals[i], choose);
+      }));
     }
     arrow::Status first;
-    for (auto& r : running) {
-      auto s = r.get();
-      if (first.ok() && !s.ok()) first = s;
+    for (size_t j = start; j < end; ++j) {
+      auto planned = running[j - start].get();
+      const size_t i = row_group_candidates[j];
+      if (!planned.ok()) {
+        if (first.ok()) first = planned.status();
+        continue;
+      }
+      Target target;
+      if (planned->has_value()) {
+        target = std::move(**planned);
+        locals[i] = target.local;
+        if (touch(target.local)) continue;  // made before (by this or another process)
+      } else {
+        target.store_path = files[i].store_path;
+        target.local = locals[i];
+        target.size = files[i].size;
+        target.ranges = {{0, target.size}};
+      }
+      targets.push_back(std::move(target));
     }
     ARROW_RETURN_NOT_OK(first);
-    for (size_t j = start; j < end; ++j) downloaded += std::max<int64_t>(0, files[missing[j]].size);
   }
+  int64_t downloaded = 0;
+  for (const Target& t : targets) {
+    for (const auto& r : t.ranges) downloaded += r.second;
+  }
+  ARROW_RETURN_NOT_OK(Download(targets));
   bool check = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -163,7 +379,9 @@ void FileCache::Evict(const std::vector<std::string>& keep) {
   for (auto it = fs::recursive_directory_iterator(directory_, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
-    const int64_t size = static_cast<int64_t>(it->file_size(ec));
+    struct stat st {};
+    if (::stat(it->path().c_str(), &st) != 0) continue;
+    const int64_t size = static_cast<int64_t>(st.st_blocks) * 512;  // row-group copies are sparse
     entries.push_back({it->last_write_time(ec), size, it->path().string()});
     total += size;
   }

@@ -7,17 +7,27 @@
 // file has a fresh name), so a copy never goes stale; a copy is trusted only when its size is the
 // one the log records.
 //
-// Layout: <root>/<hash of the store's root URL>/<path in the store>. Downloads go to a temporary
-// name beside the target and are renamed into place, so concurrent processes sharing a cache see
-// whole files or none. When the cache holds more than its budget, the least recently used
+// Row-group copies: for a large Parquet file, a caller that knows which row groups a query can
+// need (a RowGroupChooser, see scan/row_groups.h) gets a partial copy instead: a sparse local file
+// in which those row groups (and the page indexes and bloom filters after the last row group)
+// sit at their original offsets, the rest is a hole, and a new footer lists only the chosen row
+// groups, so a reader cannot reach bytes that were not fetched. The file costs one footer read
+// plus the chosen row groups' bytes. A whole copy, when present, is used instead.
+//
+// Layout: <root>/<hash of the store's root URL>/<path in the store>, and a row-group copy beside
+// it named <path>.rg-<hash of the chosen row groups>. Downloads go to a temporary name beside the
+// target (16 MiB ranges, up to 8 at once over all files of a request), are synced, and renamed
+// into place, so concurrent processes sharing a cache see whole files or none. When the cache holds more than its budget, the least recently used
 // copies not needed by the current request and untouched for a minute are deleted.
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +35,14 @@
 
 #include "timelake/store/object_store.h"
 
+namespace parquet {
+class FileMetaData;
+}
+
 namespace timelake {
+
+/// The row groups (indices) of a Parquet file that a reader needs, given its footer.
+using RowGroupChooser = std::function<std::vector<int>(const parquet::FileMetaData&)>;
 
 struct CachedFile {
   std::string store_path;  // path in the store
@@ -45,11 +62,21 @@ class FileCache {
   /// The folder holding this store's copies (with a trailing '/').
   const std::string& directory() const { return directory_; }
 
-  /// Local paths of `files`, in order, downloading the missing ones (up to 8 at once).
-  arrow::Result<std::vector<std::string>> Materialize(const std::vector<CachedFile>& files);
+  /// Files of at least this size get row-group copies when a chooser is given.
+  static constexpr int64_t kRowGroupCopyMinBytes = int64_t{8} << 20;
+
+  /// Local paths of `files`, in order, downloading the missing ones. With `choose`, a Parquet
+  /// file of at least kRowGroupCopyMinBytes that has no whole copy gets a row-group copy of the
+  /// row groups `choose` names (a whole copy when it names all of them, or when the footer is
+  /// not one timelake can rewrite).
+  arrow::Result<std::vector<std::string>> Materialize(const std::vector<CachedFile>& files,
+                                                      const RowGroupChooser& choose = nullptr);
 
  private:
-  arrow::Status Download(const CachedFile& file, const std::string& local);
+  struct Target;
+  arrow::Result<std::optional<Target>> PlanRowGroupCopy(const CachedFile& file, const std::string& whole,
+                                                        const RowGroupChooser& choose);
+  arrow::Status Download(std::vector<Target>& targets);
   void Evict(const std::vector<std::string>& keep);
 
   std::shared_ptr<ObjectStore> store_;

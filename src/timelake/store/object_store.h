@@ -175,6 +175,9 @@ class ObjectStore {
 
   /// The URL of the store root, without a trailing slash (file:///abs/path, memory://name, …).
   virtual std::string RootUrl() const = 0;
+  /// What tells this store's objects apart from another store's with the same RootUrl (the
+  /// service endpoint of an object store): keys local caches of its objects.
+  virtual std::string Identity() const { return RootUrl(); }
   /// A path other engines can open: an absolute file path for LocalStore, the URL otherwise.
   virtual std::string ExternalPath(const std::string& path) const = 0;
 };

@@ -596,6 +596,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   }
 
   std::string RootUrl() const override { return root_url_; }
+  std::string Identity() const override { return root_url_ + " at " + config_.endpoint + " in " + config_.region; }
   std::string ExternalPath(const std::string& path) const override { return Url(path); }
 
   // ---- multipart uploads (used by S3Output) --------------------------------------------------

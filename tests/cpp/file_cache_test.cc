@@ -1,0 +1,249 @@
+// FileCache and row-group pruning (store/file_cache.h, scan/row_groups.h): which row groups a
+// filter keeps, and that a row-group copy holds exactly their rows while fetching only their bytes.
+
+#include "timelake/store/file_cache.h"
+
+#include <atomic>
+#include <filesystem>
+
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <arrow/io/memory.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/writer.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
+
+#include "timelake/scan/row_groups.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/util/ids.h"
+
+namespace timelake::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kGroups = 8;
+constexpr int kRowsPerGroup = 50000;
+constexpr int64_t kDay = int64_t{86400} * 1000000;
+
+/// A MemoryStore that counts the bytes and requests of ranged reads.
+class CountingStore : public MemoryStore {
+ public:
+  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
+                                                         int64_t length) override {
+    ++requests;
+    bytes += length;
+    return MemoryStore::GetRange(path, offset, length);
+  }
+  std::atomic<int64_t> requests{0}, bytes{0};
+};
+
+// Rows sorted by (device, time): device d (0..kGroups-1) fills row group d, its times run over
+// day d; the text column is "dev-<d>".
+std::shared_ptr<arrow::Table> SortedTable() {
+  arrow::Int64Builder device, value;
+  arrow::TimestampBuilder time(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), arrow::default_memory_pool());
+  arrow::StringBuilder name;
+  for (int d = 0; d < kGroups; ++d) {
+    for (int r = 0; r < kRowsPerGroup; ++r) {
+      EXPECT_TRUE(device.Append(d).ok());
+      EXPECT_TRUE(time.Append(d * kDay + r * int64_t{1000000}).ok());
+      const auto appended = name.Append("dev-" + std::to_string(d));
+      if (!appended.ok()) { ADD_FAILURE() << appended.ToString(); return nullptr; }
+      EXPECT_TRUE(value.Append((int64_t{d} * 7919 + int64_t{r} * 104729) % 1000003).ok());  // incompressible enough
+    }
+  }
+  auto schema = arrow::schema({arrow::field("device", arrow::int64()),
+                               arrow::field("time", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC")),
+                               arrow::field("name", arrow::utf8()), arrow::field("value", arrow::int64())});
+  return arrow::Table::Make(schema, {*device.Finish(), *time.Finish(), *name.Finish(), *value.Finish()});
+}
+
+std::shared_ptr<arrow::Buffer> ParquetOf(const arrow::Table& table) {
+  auto out = *arrow::io::BufferOutputStream::Create();
+  auto props = parquet::WriterProperties::Builder().compression(parquet::Compression::UNCOMPRESSED)->disable_dictionary()->build();
+  EXPECT_TRUE(parquet::arrow::WriteTable(table, arrow::default_memory_pool(), out, kRowsPerGroup, props).ok());
+  return *out->Finish();
+}
+
+std::shared_ptr<parquet::FileMetaData> FooterOf(const std::shared_ptr<arrow::Buffer>& file) {
+  auto reader = parquet::ParquetFileReader::Open(std::make_shared<arrow::io::BufferReader>(file));
+  return reader->metadata();
+}
+
+std::shared_ptr<arrow::Table> ReadLocal(const std::string& path) {
+  auto input = *arrow::io::ReadableFile::Open(path);
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  EXPECT_TRUE(parquet::arrow::OpenFile(input, arrow::default_memory_pool()).Value(&reader).ok());
+  std::shared_ptr<arrow::Table> table;
+  EXPECT_TRUE(reader->ReadTable(&table).ok());
+  return table;
+}
+
+TEST(RowGroups, KeyAndTimeStatisticsPickTheGroupsThatCanMatch) {
+  auto file = ParquetOf(*SortedTable());
+  auto meta = FooterOf(file);
+  ASSERT_EQ(meta->num_row_groups(), kGroups);
+
+  EXPECT_EQ(RowGroupsAdmitted(*meta, {}, "time").size(), static_cast<size_t>(kGroups));
+  ScanFilter one_device;
+  one_device.key_equals["device"] = int64_t{5};
+  EXPECT_EQ(RowGroupsAdmitted(*meta, one_device, "time"), std::vector<int>{5});
+  ScanFilter by_name;
+  by_name.key_equals["name"] = std::string("dev-3");
+  EXPECT_EQ(RowGroupsAdmitted(*meta, by_name, "time"), std::vector<int>{3});
+  ScanFilter absent;
+  absent.key_equals["device"] = int64_t{99};
+  EXPECT_TRUE(RowGroupsAdmitted(*meta, absent, "time").empty());
+
+  ScanFilter days;  // from the last second of day 2 to the first microsecond of day 4
+  days.min_time = 2 * kDay + (kRowsPerGroup - 1) * int64_t{1000000};
+  days.max_time = 4 * kDay;
+  EXPECT_EQ(RowGroupsAdmitted(*meta, days, "time"), (std::vector<int>{2, 3, 4}));
+  // Without the time column's name, time says nothing.
+  EXPECT_EQ(RowGroupsAdmitted(*meta, days, "").size(), static_cast<size_t>(kGroups));
+  // A column the file lacks, or of a kind the statistics cannot order, keeps every group.
+  ScanFilter unknown;
+  unknown.key_equals["missing"] = int64_t{1};
+  EXPECT_EQ(RowGroupsAdmitted(*meta, unknown, "time").size(), static_cast<size_t>(kGroups));
+  ScanFilter wrong_kind;
+  wrong_kind.key_equals["device"] = std::string("5");
+  EXPECT_EQ(RowGroupsAdmitted(*meta, wrong_kind, "time").size(), static_cast<size_t>(kGroups));
+}
+
+TEST(RowGroups, ByteRangesCoverTheChosenGroupsOnly) {
+  auto file = ParquetOf(*SortedTable());
+  auto meta = FooterOf(file);
+  const int64_t footer_start = file->size() - 8 - meta->size();
+  auto ranges = RowGroupByteRanges(*meta, {2, 3, 6}, footer_start);
+  ASSERT_TRUE(ranges.has_value());
+  auto group = [&](int i) {
+    auto g = meta->RowGroup(i);
+    auto first = g->ColumnChunk(0);
+    return first->has_dictionary_page() ? first->dictionary_page_offset() : first->data_page_offset();
+  };
+  auto last = meta->RowGroup(kGroups - 1);
+  auto last_column = last->ColumnChunk(last->num_columns() - 1);
+  const int64_t data_end = last_column->data_page_offset() + last_column->total_compressed_size();
+  // 2 and 3 merge; 6 alone; then what lies between the groups and the footer (page indexes).
+  ASSERT_EQ(ranges->size(), data_end < footer_start ? 3u : 2u);
+  EXPECT_EQ((*ranges)[0].first, group(2));
+  EXPECT_EQ((*ranges)[0].first + (*ranges)[0].second, group(4));
+  EXPECT_EQ((*ranges)[1].first, group(6));
+  EXPECT_EQ((*ranges)[1].first + (*ranges)[1].second, group(7));
+  if (data_end < footer_start) {
+    EXPECT_EQ((*ranges)[2].first, data_end);
+    EXPECT_EQ((*ranges)[2].first + (*ranges)[2].second, footer_start);
+  }
+  // Offsets past the footer are not a layout to trust.
+  EXPECT_FALSE(RowGroupByteRanges(*meta, {0}, group(7)).has_value());
+}
+
+class FileCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("timelake-cache-test-" + NewUuid());
+    table_ = SortedTable();
+    file_ = ParquetOf(*table_);
+    ASSERT_GE(file_->size(), FileCache::kRowGroupCopyMinBytes);
+    ASSERT_TRUE(store_->Put("t/data/part.parquet", file_).ok());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  RowGroupChooser Choose(std::vector<int> groups) {
+    return [groups](const parquet::FileMetaData&) { return groups; };
+  }
+  std::shared_ptr<arrow::Table> Rows(const std::vector<int>& groups) {
+    std::vector<std::shared_ptr<arrow::Table>> parts;
+    for (int g : groups) parts.push_back(table_->Slice(int64_t{g} * kRowsPerGroup, kRowsPerGroup));
+    if (parts.empty()) return table_->Slice(0, 0);
+    return *arrow::ConcatenateTables(parts);
+  }
+
+  fs::path root_;
+  std::shared_ptr<CountingStore> store_ = std::make_shared<CountingStore>();
+  std::shared_ptr<arrow::Table> table_;
+  std::shared_ptr<arrow::Buffer> file_;
+};
+
+TEST_F(FileCacheTest, RowGroupCopyHoldsExactlyTheChosenRowsAndFetchesOnlyTheirBytes) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  const CachedFile f{"t/data/part.parquet", file_->size()};
+  auto paths = cache.Materialize({f}, Choose({1, 5}));
+  ASSERT_TRUE(paths.ok()) << paths.status().ToString();
+  const std::string local = (*paths)[0];
+  EXPECT_NE(local.find(".rg-"), std::string::npos) << local;
+  EXPECT_TRUE(ReadLocal(local)->Equals(*Rows({1, 5}))) << "the copy must hold exactly rows of groups 1 and 5";
+  EXPECT_LT(store_->bytes.load(), file_->size() / 3) << "fetched " << store_->bytes << " of " << file_->size();
+
+  // Again: the footer and the copy are local; nothing is fetched.
+  store_->requests = 0;
+  auto again = cache.Materialize({f}, Choose({5, 1}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0], local);
+  EXPECT_EQ(store_->requests.load(), 0);
+
+  // Other groups: another copy, with the footer read locally.
+  store_->requests = 0;
+  auto other = cache.Materialize({f}, Choose({7}));
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)[0], local);
+  EXPECT_TRUE(ReadLocal((*other)[0])->Equals(*Rows({7})));
+  EXPECT_EQ(store_->requests.load(), 1);  // group 7's bytes, one range
+}
+
+TEST_F(FileCacheTest, NoGroupIsAnEmptyFileAndEveryGroupIsTheWholeFile) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  const CachedFile f{"t/data/part.parquet", file_->size()};
+  auto none = cache.Materialize({f}, Choose({}));
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  auto empty = ReadLocal((*none)[0]);
+  EXPECT_EQ(empty->num_rows(), 0);
+  EXPECT_TRUE(empty->schema()->Equals(*table_->schema(), /*check_metadata=*/false));
+
+  auto all = cache.Materialize({f}, Choose({0, 1, 2, 3, 4, 5, 6, 7}));
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ((*all)[0], root_.string() + "/" + fs::path(cache.directory()).parent_path().filename().string() +
+                           "/t/data/part.parquet");
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size((*all)[0])), file_->size());
+  EXPECT_TRUE(ReadLocal((*all)[0])->Equals(*table_));
+  // With a whole copy present, a chooser changes nothing.
+  auto some = cache.Materialize({f}, Choose({3}));
+  ASSERT_TRUE(some.ok());
+  EXPECT_EQ((*some)[0], (*all)[0]);
+}
+
+TEST_F(FileCacheTest, ShortOrForeignFilesAreErrorsOrWholeCopies) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  // The log records more bytes than the store holds: damaged, and nothing is published.
+  auto longer = cache.Materialize({{"t/data/part.parquet", file_->size() + 100}}, Choose({1}));
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.status().message().find("damaged"), std::string::npos) << longer.status().ToString();
+  // Not Parquet at all (no magic at the end): copied whole, the reader will say what it is.
+  std::string junk(FileCache::kRowGroupCopyMinBytes, 'x');
+  ASSERT_TRUE(store_->Put("t/data/junk.parquet", arrow::Buffer::FromString(junk)).ok());
+  auto copied = cache.Materialize({{"t/data/junk.parquet", static_cast<int64_t>(junk.size())}}, Choose({0}));
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size((*copied)[0])), static_cast<int64_t>(junk.size()));
+  for (const auto& entry : fs::recursive_directory_iterator(root_)) {
+    EXPECT_EQ(entry.path().string().find(".part-"), std::string::npos) << "leftover " << entry.path();
+  }
+}
+
+TEST_F(FileCacheTest, WholeCopiesOfSeveralFilesDownloadInParallelRanges) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  std::vector<CachedFile> files;
+  for (int i = 0; i < 3; ++i) {
+    const std::string path = "t/data/copy-" + std::to_string(i) + ".parquet";
+    ASSERT_TRUE(store_->Put(path, file_).ok());
+    files.push_back({path, file_->size()});
+  }
+  auto paths = cache.Materialize(files);
+  ASSERT_TRUE(paths.ok()) << paths.status().ToString();
+  for (const auto& p : *paths) EXPECT_TRUE(ReadLocal(p)->Equals(*table_));
+}
+
+}  // namespace
+}  // namespace timelake::testing
