@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <future>
 #include <optional>
 #include <map>
 #include <set>
@@ -102,10 +103,12 @@ struct IndexObject {
   std::vector<std::string> files;
 };
 
-// Reads an index object and checks that it is what this table's index writes.
+// Reads an index object (one GET: they are small) and checks that it is what this table's index
+// writes.
 arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string& path,
                                            const arrow::Schema& expected) {
-  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
+  ARROW_ASSIGN_OR_RAISE(auto bytes, store->Get(path));
+  auto input = std::make_shared<arrow::io::BufferReader>(bytes);
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
   IndexObject out;
   ARROW_ASSIGN_OR_RAISE(out.rows, reader->ReadTable());
@@ -157,6 +160,68 @@ arrow::Result<std::shared_ptr<arrow::Table>> EmptyState(const arrow::Schema& sto
 }  // namespace
 
 
+struct LastValueIndex::Object : IndexObject {};
+
+struct LastValueIndex::Cached {
+  int64_t size = -1;
+  int64_t modified_ms = 0;
+  std::shared_ptr<const Object> object;
+};
+
+LastValueIndex::~LastValueIndex() = default;
+
+std::vector<std::shared_ptr<const LastValueIndex::Object>> LastValueIndex::ReadObjects(
+    const std::vector<ObjectMeta>& metas, const arrow::Schema& expected,
+    std::vector<arrow::Status>* errors) {
+  constexpr size_t kParallelReads = 8;
+  std::vector<std::shared_ptr<const Object>> out(metas.size());
+  errors->assign(metas.size(), arrow::Status::OK());
+  std::vector<size_t> missing;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    for (size_t i = 0; i < metas.size(); ++i) {
+      auto it = cache_->find(metas[i].path);
+      if (it != cache_->end() && it->second.size == metas[i].size &&
+          it->second.modified_ms == metas[i].modified_ms) {
+        out[i] = it->second.object;
+      } else {
+        missing.push_back(i);
+      }
+    }
+  }
+  auto read = [&](size_t i) {
+    auto object = ReadIndexObject(store_.get(), metas[i].path, expected);
+    if (!object.ok()) {
+      (*errors)[i] = object.status();
+      return;
+    }
+    auto shared = std::make_shared<Object>();
+    static_cast<IndexObject&>(*shared) = std::move(*object);
+    out[i] = std::move(shared);
+  };
+  for (size_t start = 0; start < missing.size(); start += kParallelReads) {
+    const size_t end = std::min(missing.size(), start + kParallelReads);
+    std::vector<std::future<void>> running;
+    for (size_t j = start + 1; j < end; ++j) running.push_back(std::async(std::launch::async, read, missing[j]));
+    read(missing[start]);
+    for (auto& r : running) r.get();
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  for (size_t i : missing) {
+    if (out[i]) (*cache_)[metas[i].path] = Cached{metas[i].size, metas[i].modified_ms, out[i]};
+  }
+  return out;
+}
+
+void LastValueIndex::KeepOnly(const std::vector<ObjectMeta>& listing) {
+  std::unordered_set<std::string> listed;
+  for (const auto& meta : listing) listed.insert(meta.path);
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  for (auto it = cache_->begin(); it != cache_->end();) {
+    it = listed.count(it->first) ? std::next(it) : cache_->erase(it);
+  }
+}
+
 LastValueIndex::LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path,
                                const std::string& table_id, Contract contract,
                                std::shared_ptr<arrow::Schema> storage)
@@ -165,7 +230,8 @@ LastValueIndex::LastValueIndex(std::shared_ptr<ObjectStore> store, std::string t
       root_(table_path_ + "/_timelake/lvi/"),
       dir_(root_ + IdFolder(table_id) + "/"),
       contract_(std::move(contract)),
-      storage_(std::move(storage)) {}
+      storage_(std::move(storage)),
+      cache_(std::make_unique<std::unordered_map<std::string, Cached>>()) {}
 
 arrow::Status LastValueIndex::Record(int64_t version, const std::vector<std::string>& files,
                                      const std::shared_ptr<arrow::Table>& newest) {
@@ -240,36 +306,41 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
         }
       }
     }
-    std::vector<IndexObject> objects;
+    KeepOnly(listing);
+    std::vector<std::shared_ptr<const Object>> objects;
+    std::vector<arrow::Status> errors;
     if (base) {
-      auto object = ReadIndexObject(store_.get(), base->path, object_schema);
-      if (!object.ok() && IsNotFound(object.status())) return object.status();  // start over
-      if (object.ok()) {
-        objects.push_back(std::move(*object));
+      auto read = ReadObjects({*base}, object_schema, &errors);
+      if (!read[0] && IsNotFound(errors[0])) return errors[0];  // start over
+      if (read[0]) {
+        objects.push_back(std::move(read[0]));
         state.bytes += base->size;
       } else {
         state.base_version = -1;  // unreadable: its files are read instead
       }
     }
+    std::vector<ObjectMeta> records;
     for (const auto& [v, meta] : deltas) {
-      if (v <= state.base_version) continue;
-      // A record that is missing (a racing fold deleted it after writing a newer base) or
-      // unreadable only means its files are read.
-      auto object = ReadIndexObject(store_.get(), meta.path, object_schema);
-      if (!object.ok()) continue;
-      objects.push_back(std::move(*object));
-      state.bytes += meta.size;
+      if (v > state.base_version) records.push_back(meta);
+    }
+    // A record that is missing (a racing fold deleted it after writing a newer base) or
+    // unreadable only means its files are read.
+    auto read = ReadObjects(records, object_schema, &errors);
+    for (size_t i = 0; i < records.size(); ++i) {
+      if (!read[i]) continue;
+      objects.push_back(std::move(read[i]));
+      state.bytes += records[i].size;
       ++state.records;
     }
-    for (auto& object : objects) {
-      for (const auto& path : object.files) {
+    for (const auto& object : objects) {
+      for (const auto& path : object->files) {
         if (tagged.count(path)) {
           covered.insert(path);
         } else if (!removal_explained(path)) {
           state.rebuilt = true;
         }
       }
-      pieces.push_back(std::move(object.rows));
+      pieces.push_back(object->rows);
     }
     if (state.rebuilt) {
       pieces.clear();
@@ -336,7 +407,7 @@ arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state) {
   ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*state.tagged_rows, state.tagged_files));
   ARROW_RETURN_NOT_OK(store_->Put(dir_ + RecordName(state.version, kBasePrefix), data));
   ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(root_));
-  int64_t deleted = 0;
+  std::vector<std::string> obsolete_paths;
   for (const auto& meta : listing) {
     bool obsolete = true;  // objects outside this table's folder belong to no live table
     if (meta.path.compare(0, dir_.size(), dir_) == 0) {
@@ -345,12 +416,10 @@ arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state) {
       auto b = RecordVersion(name, kBasePrefix);
       obsolete = (v && *v <= state.version) || (b && *b < state.version);
     }
-    if (obsolete) {
-      ARROW_RETURN_NOT_OK(store_->Delete(meta.path));
-      ++deleted;
-    }
+    if (obsolete) obsolete_paths.push_back(meta.path);
   }
-  return deleted;
+  ARROW_RETURN_NOT_OK(store_->DeleteMany(obsolete_paths));
+  return static_cast<int64_t>(obsolete_paths.size());
 }
 
 }  // namespace timelake

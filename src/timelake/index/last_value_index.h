@@ -25,11 +25,17 @@
 //    other removal (another engine's DELETE/UPDATE/MERGE, an expired tombstone) makes the objects
 //    unusable, and the index is rebuilt from the data files.
 //  * A base deleted by a racing fold between listing and reading makes the read start over.
-// Thread safety: an instance holds no mutable state; concurrent calls are fine.
+// Index objects never change once written (each has a fresh name), so an instance keeps the ones
+// it read in memory (checked against the listing's size and time, dropped once no longer listed):
+// latest() on a warm handle lists the index folder and reads only objects it has not seen. Objects
+// it has not seen are read in parallel, one GET each.
+// Thread safety: concurrent calls are fine.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <arrow/result.h>
@@ -62,6 +68,7 @@ class LastValueIndex {
   LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path,
                  const std::string& table_id, Contract contract,
                  std::shared_ptr<arrow::Schema> storage);
+  ~LastValueIndex();
 
   /// Records `newest` (with the sequence column) as the summary of `files`, the data files commit
   /// `version` added. Call only after the commit is acknowledged.
@@ -84,12 +91,25 @@ class LastValueIndex {
   /// `use_objects` everything is read from the data files.
   arrow::Result<IndexState> TryRead(const Snapshot& snapshot, bool use_objects);
 
+  struct Object;
+  /// The objects of `metas`, in order: from memory when seen before, else read (in parallel).
+  /// An entry is null when its object could not be read; the status of the first failure goes
+  /// to `errors` at the same position.
+  std::vector<std::shared_ptr<const Object>> ReadObjects(const std::vector<ObjectMeta>& metas,
+                                                         const arrow::Schema& expected,
+                                                         std::vector<arrow::Status>* errors);
+  /// Forgets objects that are no longer listed.
+  void KeepOnly(const std::vector<ObjectMeta>& listing);
+
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
   std::string root_;  // `_timelake/lvi/` of the table
   std::string dir_;   // root_ + the table id folder
   Contract contract_;
   std::shared_ptr<arrow::Schema> storage_;
+  struct Cached;
+  std::mutex cache_mutex_;
+  std::unique_ptr<std::unordered_map<std::string, Cached>> cache_;
 };
 
 
