@@ -327,13 +327,14 @@ class Context:
 
 
 def dir_bytes(path: Path) -> tuple[int, int]:
-    """(bytes, files) under path, leaving out half-written downloads."""
+    """(bytes stored on disk, data-file copies) under path, leaving out half-written downloads and
+    kept footers. Row-group copies are sparse files: their allocated blocks count, not their length."""
     total = files = 0
     for root, _dirs, names in os.walk(path):
         for n in names:
             if ".part-" not in n:
-                total += os.path.getsize(os.path.join(root, n))
-                files += 1
+                total += os.stat(os.path.join(root, n)).st_blocks * 512
+                files += not n.endswith(".footer")
     return total, files
 
 
@@ -877,11 +878,11 @@ def pruning_notes(report) -> list[str]:
                 peers = "; ".join(f"{x['system']} {fmb(x['cold_s3_bytes'])}" for x in qq["results"]
                                   if x["key"] != "timelake" and x.get("cold_s3_bytes") is not None)
                 notes.append(
-                    f"* `{qq['query']}`, timelake cold: the cache downloaded {fmb(e['cache_bytes'])} in "
+                    f"* `{qq['query']}`, timelake cold: the cache holds {fmb(e['cache_bytes'])} in "
                     f"{e['cache_files']} file(s) of the table's {fmb(tt['data_bytes'])} in {tt['data_files']} data "
                     f"files ({100 * e['cache_bytes'] / max(1, tt['data_bytes']):.1f} %): the scan plan kept only the "
-                    "files whose day chunk and statistics can hold the series and day, and each kept file is "
-                    "downloaded whole"
+                    "files whose day chunk and statistics can hold the series and day; of a kept file of 8 MiB or "
+                    "more only the row groups whose statistics can hold them are fetched, smaller ones whole"
                     + (f". Read from S3 by one cold read (log included): timelake {fmb(e.get('cold_s3_bytes'))}; "
                        f"{peers} (ranged reads of the delta-rs table's {fmb(dt_['data_bytes'])} in "
                        f"{dt_['data_files']} file(s))" if peers and dt_ else "") + ".")

@@ -154,6 +154,29 @@ TEST(HttpRetryTest, RetriesStopAtTheLimitWithAClearError) {
   EXPECT_NE(reply.status().message().find("HTTP 503"), std::string::npos);
 }
 
+TEST(HttpRetryTest, TheLastErrorNamesTheServicesErrorCode) {
+  const std::string slow = "<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>";
+  ScriptedServer server({ScriptedServer::Reply(503, slow), ScriptedServer::Reply(503, slow)});
+  auto reply = Get(*Client(), Fast(1), server.url(), nullptr);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("HTTP 503 SlowDown"), std::string::npos) << reply.status().ToString();
+  HttpResponse odd;
+  odd.status = 500;
+  odd.body = arrow::Buffer::FromString("<Error><Code>x y <script></Code></Error>");
+  EXPECT_EQ(ServiceErrorCode(odd), "");  // not an identifier: not shown
+  odd.headers["x-ms-error-code"] = "ServerBusy";
+  EXPECT_EQ(ServiceErrorCode(odd), "ServerBusy");
+}
+
+TEST(HttpClientTest, DefaultPortsAreLeftOutOfTheHostAsCurlSendsIt) {
+  EXPECT_EQ(WithoutDefaultPort("https", "s3.example.com:443"), "s3.example.com");
+  EXPECT_EQ(WithoutDefaultPort("http", "127.0.0.1:80"), "127.0.0.1");
+  EXPECT_EQ(WithoutDefaultPort("http", "127.0.0.1:8080"), "127.0.0.1:8080");
+  EXPECT_EQ(WithoutDefaultPort("https", "host:80"), "host:80");
+  EXPECT_EQ(WithoutDefaultPort("https", "[::1]:443"), "[::1]");
+  EXPECT_EQ(WithoutDefaultPort("https", "example.com"), "example.com");
+}
+
 TEST(HttpRetryTest, RetriesStopWithinTheTotalTime) {
   ScriptedServer server(std::deque<std::string>(100, ScriptedServer::Reply(503)));
   RetryOptions retry;

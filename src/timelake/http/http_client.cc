@@ -9,6 +9,15 @@
 #include "timelake/util/status.h"
 
 namespace timelake {
+
+std::string WithoutDefaultPort(const std::string& scheme, const std::string& host) {
+  const std::string port = scheme == "https" ? ":443" : scheme == "http" ? ":80" : "";
+  if (!port.empty() && host.size() > port.size() &&
+      host.compare(host.size() - port.size(), port.size(), port) == 0) {
+    return host.substr(0, host.size() - port.size());
+  }
+  return host;
+}
 namespace {
 
 // Detail attached to transport errors that happened before the request could go out.

@@ -37,6 +37,10 @@ struct HttpRequest {
   std::shared_ptr<arrow::Buffer> body;  // null: no body
 };
 
+/// `host[:port]` without the scheme's default port ("h:443" for https is "h"): curl leaves that
+/// port out of the Host header it sends, so a request signed with it would not verify.
+std::string WithoutDefaultPort(const std::string& scheme, const std::string& host);
+
 struct HttpResponse {
   int status = 0;
   /// Header names lowercased; a repeated header keeps its last value.

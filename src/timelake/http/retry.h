@@ -34,6 +34,10 @@ enum class ReplyVerdict {
 /// The default judgement: 408, 429 and 5xx are transient, everything else final.
 ReplyVerdict DefaultVerdict(const HttpResponse& response);
 
+/// The service's error code in a reply ("SlowDown", "ServerBusy", …), from the x-ms-error-code
+/// header or an XML <Code> element; "" when there is none or it is not a plain identifier.
+std::string ServiceErrorCode(const HttpResponse& response);
+
 struct RetryOutcome {
   /// True if some attempt may have reached the server without its reply reaching us (a
   /// transport failure after sending, or a 5xx): a write whose final result is an error may

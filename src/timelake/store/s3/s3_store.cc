@@ -231,7 +231,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
     const auto scheme_end = endpoint.find("://");
     scheme_ = endpoint.substr(0, scheme_end);
-    host_ = endpoint.substr(scheme_end + 3);
+    host_ = WithoutDefaultPort(scheme_, endpoint.substr(scheme_end + 3));
     if (config_.virtual_hosted) {
       host_ = config_.bucket + "." + host_;
       bucket_path_ = "";
