@@ -11,6 +11,7 @@ namespace timelake {
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
   ARROW_RETURN_NOT_OK(Update(t));
+  const int64_t head_checked_ms = NowMillis();  // Update read the head commit just now
   ARROW_RETURN_NOT_OK(CheckWritable(t));
 
   AppendResult result;
@@ -70,6 +71,7 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   PendingCommit pending;
   pending.commit = std::move(commit);
   pending.intent.kind = CommitKind::kAppend;
+  pending.head_checked_ms = head_checked_ms;
   if (options.batch_id) pending.intent.txn_app_ids.insert(BatchAppId(*options.batch_id));
   pending.prepare = [](Commit* c, int64_t version) {
     for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);

@@ -51,7 +51,11 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     // drop (and a create at the same path) that would leave a stray version, and a gap, in
     // another table's log for as long as it takes to notice. The check after the put covers
     // the rest.
-    if (version > 0) ARROW_RETURN_NOT_OK(log_->CheckHead(version - 1, snapshot->head_fingerprint));
+    const bool fresh_head = attempt == 1 && pending->head_checked_ms > 0 &&
+                            NowMillis() - pending->head_checked_ms < kFreshHeadMs;
+    if (version > 0 && !fresh_head) {
+      ARROW_RETURN_NOT_OK(log_->CheckHead(version - 1, snapshot->head_fingerprint));
+    }
     uint64_t fingerprint = 0;
     ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out));
     if (put == PutResult::kWon) {

@@ -38,6 +38,11 @@ struct PendingCommit {
   /// False: only the version after the snapshot will do (creating a table at version 0); a lost
   /// race abandons instead of rebasing.
   bool rebase = true;
+  /// When (NowMillis) the caller last confirmed the snapshot's head commit by reading it, 0 if
+  /// it did not. A first attempt within Committer::kFreshHeadMs of that skips the head check
+  /// before the put (the check after the put, which takes a stray back, always runs): on an
+  /// object store that saves a request per append.
+  int64_t head_checked_ms = 0;
 };
 
 /// How a commit ended when Commit() returned OK or an error.
@@ -60,6 +65,8 @@ class Committer {
   /// A stray commit (see IsStrayCommit) older than this has outlived its writer, which takes its
   /// strays back at once; the next writer of the table takes it back.
   static constexpr int64_t kStrayAgeMs = 30'000;
+  /// How long a confirmed head stands in for the check before a put (PendingCommit).
+  static constexpr int64_t kFreshHeadMs = 1'000;
 
   /// `log` must outlive the committer; `table_name` is for messages.
   Committer(DeltaLog* log, std::string table_name);
