@@ -3,6 +3,7 @@ sources, and the SQL file cache."""
 
 from __future__ import annotations
 
+import datetime as dt
 import http.server
 import json
 import os
@@ -260,3 +261,27 @@ def pa_float_array(values):
     import pyarrow as pa
 
     return pa.array(values, pa.float64())
+
+
+def test_virtual_hosted_addressing_reaches_the_same_bucket(s3_server, s3_bucket):
+    """`aws_virtual_hosted_style_request=true` puts the bucket in the host name
+    (<bucket>.localhost:<port>, which resolves to 127.0.0.1 and which moto reads as a virtual-hosted
+    request); what it writes is what path-style addressing reads, and the other way round."""
+    port = s3_server.endpoint.rsplit(":", 1)[1]
+    virtual = dict(s3_server.storage_options(), aws_endpoint=f"http://localhost:{port}",
+                   aws_virtual_hosted_style_request="true")
+    path_style = s3_server.storage_options()
+    url = f"s3://{s3_bucket}/lake"
+    vlake = timelake.Lake(url, storage_options=virtual)
+    t = vlake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table(iot_series(T0, 20)), batch_id="v-1")
+    plake = timelake.Lake(url, storage_options=path_style)
+    q = "SELECT device_id, count(*) AS n, max(temp) AS hi FROM readings GROUP BY device_id ORDER BY device_id"
+    assert sql_rows(plake, q) == sql_rows(vlake, q) == [
+        {"device_id": d, "n": 20, "hi": 20.0 + 19 + j / 10} for j, d in enumerate("abc")]
+    plake.table("readings").append(iot_table(iot_series(T0 + dt.timedelta(hours=5), 5)))
+    assert vlake.table("readings").append(iot_table(iot_series(T0, 20)), batch_id="v-1")["duplicate"]
+    assert vlake.latest("readings").num_rows == 3
+    assert sql_rows(vlake, "SELECT count(*) AS n FROM readings") == [{"n": 75}]
+    assert vlake.table("readings").maintain()["partitions_compacted"] == 1  # T0's day: two files
+    assert sql_rows(plake, "SELECT count(*) AS n FROM readings") == [{"n": 75}]
