@@ -285,3 +285,31 @@ def test_virtual_hosted_addressing_reaches_the_same_bucket(s3_server, s3_bucket)
     assert sql_rows(vlake, "SELECT count(*) AS n FROM readings") == [{"n": 75}]
     assert vlake.table("readings").maintain()["partitions_compacted"] == 1  # T0's day: two files
     assert sql_rows(plake, "SELECT count(*) AS n FROM readings") == [{"n": 75}]
+
+
+def test_a_failed_multipart_upload_fails_the_append_and_leaves_nothing(s3_server, s3_bucket, fault_proxy):
+    """Every part upload of a large data file answers 500: the append is a RuntimeError, nothing
+    is committed, the upload is aborted (no data object appears), and the next append works."""
+    url = f"s3://{s3_bucket}/lake"
+    options = dict(s3_server.storage_options(fault_proxy.endpoint), max_retries="1", retry_timeout="5s")
+    lake = timelake.Lake(url, storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], chunk="day")
+    t.append(iot_table(iot_series(T0, 5)))
+    version = t.version
+    client = s3_server.client()
+    def data_objects():
+        listing = client.list_objects_v2(Bucket=s3_bucket, Prefix="lake/default/readings/data/")
+        return sorted(o["Key"] for o in listing.get("Contents", []))
+    before = data_objects()
+    fault_proxy.add_rule("internal_error", count=None, method="PUT", path=r"[?&]partNumber=")
+    with pytest.raises(RuntimeError, match="HTTP 500"):
+        t.append(_large_day())
+    faulted = [e for e in fault_proxy.stats()["log"] if e["kind"] == "internal_error"]
+    assert faulted and all("partNumber=" in e["target"] for e in faulted)
+    fault_proxy.clear_rules()
+    assert t.version == version and timelake.Lake(url, storage_options=options).table("readings").version == version
+    assert data_objects() == before
+    uploads = client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", [])
+    assert uploads == [], "the failed upload must be aborted"
+    t.append(_large_day())
+    assert sql_rows(lake, "SELECT count(*) AS n FROM readings") == [{"n": 15 + 40 * 30000}]
