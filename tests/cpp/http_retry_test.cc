@@ -177,6 +177,19 @@ TEST(HttpClientTest, DefaultPortsAreLeftOutOfTheHostAsCurlSendsIt) {
   EXPECT_EQ(WithoutDefaultPort("https", "example.com"), "example.com");
 }
 
+TEST(HttpClientTest, LargeBodiesAndRangesGetLongerTimeouts) {
+  HttpClientOptions options;
+  options.request_timeout_ms = 30'000;
+  HttpRequest small;
+  EXPECT_EQ(RequestTimeoutMs(options, small), 30'000);
+  HttpRequest part;
+  part.body = arrow::AllocateBuffer(16 << 20).ValueOrDie();
+  EXPECT_EQ(RequestTimeoutMs(options, part), 30'000 + 64'000);  // 16 MiB at 256 KiB/s
+  HttpRequest range;
+  range.expected_response_bytes = 8 << 20;
+  EXPECT_EQ(RequestTimeoutMs(options, range), 30'000 + 32'000);
+}
+
 TEST(HttpRetryTest, RetriesStopWithinTheTotalTime) {
   ScriptedServer server(std::deque<std::string>(100, ScriptedServer::Reply(503)));
   RetryOptions retry;

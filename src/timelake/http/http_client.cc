@@ -10,6 +10,11 @@
 
 namespace timelake {
 
+int64_t RequestTimeoutMs(const HttpClientOptions& options, const HttpRequest& request) {
+  const int64_t bytes = (request.body ? request.body->size() : 0) + std::max<int64_t>(0, request.expected_response_bytes);
+  return options.request_timeout_ms + bytes * 1000 / kSlowestBytesPerSecond;
+}
+
 std::string WithoutDefaultPort(const std::string& scheme, const std::string& host) {
   const std::string port = scheme == "https" ? ":443" : scheme == "http" ? ":80" : "";
   if (!port.empty() && host.size() > port.size() &&
@@ -214,7 +219,7 @@ arrow::Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(h, CURLOPT_SHARE, pool_->share);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(RequestTimeoutMs(options_, request)));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
                    std::max(1L, static_cast<long>(options_.stall_timeout_ms / 1000)));

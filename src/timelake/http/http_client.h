@@ -35,11 +35,22 @@ struct HttpRequest {
   /// (Expect, Accept, a form Content-Type).
   std::vector<std::pair<std::string, std::string>> headers;
   std::shared_ptr<arrow::Buffer> body;  // null: no body
+  /// Bytes the reply body is expected to hold (a ranged GET's length), 0 when unknown: with the
+  /// body's size, it lengthens the request timeout (RequestTimeoutMs).
+  int64_t expected_response_bytes = 0;
 };
 
 /// `host[:port]` without the scheme's default port ("h:443" for https is "h"): curl leaves that
 /// port out of the Host header it sends, so a request signed with it would not verify.
 std::string WithoutDefaultPort(const std::string& scheme, const std::string& host);
+
+struct HttpClientOptions;
+
+/// The whole-request timeout for `request`: the options' request timeout, plus the time the bytes
+/// it sends and expects take at kSlowestBytesPerSecond, so a large part or range on a slow link is
+/// not cut off while it still moves (a body that stops moving is the stall timeout's business).
+int64_t RequestTimeoutMs(const HttpClientOptions& options, const HttpRequest& request);
+constexpr int64_t kSlowestBytesPerSecond = 256 << 10;
 
 struct HttpResponse {
   int status = 0;

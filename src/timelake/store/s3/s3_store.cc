@@ -250,6 +250,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     std::map<std::string, std::string> headers;
     std::shared_ptr<arrow::Buffer> body;
     std::string what;  // for messages: "GET s3://bucket/key"
+    int64_t expected_bytes = 0;  // a ranged GET's length (see RequestTimeoutMs)
   };
 
   arrow::Result<HttpResponse> Send(const Call& call, RetryOutcome* outcome = nullptr,
@@ -283,6 +284,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
       request.method = call.method;
       request.url = scheme_ + "://" + host_ + path + query;
       request.body = call.body;
+      request.expected_response_bytes = call.expected_bytes;
       if (!credentials.anonymous) {
         const std::string amz_date = AmzDate(std::time(nullptr));
         sig.headers["host"] = host_;
@@ -367,6 +369,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     Call call;
     call.key = Key(path);
     call.headers["Range"] = "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+    call.expected_bytes = length;
     call.what = "GET " + Url(path);
     ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
     if (reply.status == 404 && ParseError(reply).code != "NoSuchBucket") return NotFound(path);
