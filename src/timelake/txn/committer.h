@@ -66,7 +66,7 @@ class Committer {
   /// strays back at once; the next writer of the table takes it back.
   static constexpr int64_t kStrayAgeMs = 30'000;
   /// How long a confirmed head stands in for the check before a put (PendingCommit).
-  static constexpr int64_t kFreshHeadMs = 1'000;
+  static constexpr int64_t kFreshHeadMs = 5'000;
 
   /// `log` must outlive the committer; `table_name` is for messages.
   Committer(DeltaLog* log, std::string table_name);
