@@ -29,6 +29,10 @@ if ((${#missing[@]})); then
 fi
 
 python=${PYTHON:-python3}
+if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version > /dev/null 2>&1; then
+  echo "==> .venv is incomplete (an interrupted setup?): making it again"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($python --version)"
   "$python" -m venv .venv
