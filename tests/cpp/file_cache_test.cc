@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <limits>
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -113,6 +114,24 @@ TEST(RowGroups, KeyAndTimeStatisticsPickTheGroupsThatCanMatch) {
   EXPECT_EQ(RowGroupsAdmitted(*meta, wrong_kind, "time").size(), static_cast<size_t>(kGroups));
 }
 
+TEST(RowGroups, MillisecondTimesAtTheEdgeOfTheRangeDoNotOverflow) {
+  // An "end of time" sentinel in milliseconds (INT64_MAX microseconds cut to milliseconds).
+  arrow::TimestampBuilder time(arrow::timestamp(arrow::TimeUnit::MILLI), arrow::default_memory_pool());
+  ASSERT_TRUE(time.Append(0).ok());
+  ASSERT_TRUE(time.Append(std::numeric_limits<int64_t>::max() / 1000).ok());
+  auto schema = arrow::schema({arrow::field("time", arrow::timestamp(arrow::TimeUnit::MILLI))});
+  auto table = arrow::Table::Make(schema, {*time.Finish()});
+  auto out = *arrow::io::BufferOutputStream::Create();
+  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 10).ok());
+  auto meta = FooterOf(*out->Finish());
+  ScanFilter late;
+  late.min_time = int64_t{1} << 60;
+  EXPECT_EQ(RowGroupsAdmitted(*meta, late, "time"), std::vector<int>{0});
+  ScanFilter early;
+  early.max_time = -1;
+  EXPECT_TRUE(RowGroupsAdmitted(*meta, early, "time").empty());
+}
+
 TEST(RowGroups, ByteRangesCoverTheChosenGroupsOnly) {
   auto file = ParquetOf(*SortedTable());
   auto meta = FooterOf(file);
@@ -192,6 +211,28 @@ TEST_F(FileCacheTest, RowGroupCopyHoldsExactlyTheChosenRowsAndFetchesOnlyTheirBy
   EXPECT_NE((*other)[0], local);
   EXPECT_TRUE(ReadLocal((*other)[0])->Equals(*Rows({7})));
   EXPECT_EQ(store_->requests.load(), 1);  // group 7's bytes, one range
+}
+
+TEST_F(FileCacheTest, ADamagedFooterCopyIsReadAgain) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  const CachedFile f{"t/data/part.parquet", file_->size()};
+  ASSERT_TRUE(cache.Materialize({f}, Choose({2})).ok());
+  std::string footer;
+  for (const auto& entry : fs::recursive_directory_iterator(root_)) {
+    if (entry.path().filename().string().find(".footer-") != std::string::npos) footer = entry.path().string();
+  }
+  ASSERT_FALSE(footer.empty());
+  fs::resize_file(footer, fs::file_size(footer) / 2);  // a full disk, a crash
+  store_->requests = 0;
+  auto again = cache.Materialize({f}, Choose({4}));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(ReadLocal((*again)[0])->Equals(*Rows({4})));
+  auto meta = FooterOf(file_);
+  const auto ranges = RowGroupByteRanges(*meta, {4}, file_->size() - 8 - meta->size());
+  ASSERT_TRUE(ranges.has_value());
+  // The footer again, then group 4 (and the page indexes after the last group, if any).
+  EXPECT_EQ(store_->requests.load(), 1 + static_cast<int64_t>(ranges->size()));
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(footer)), meta->size() + 8);
 }
 
 TEST_F(FileCacheTest, NoGroupIsAnEmptyFileAndEveryGroupIsTheWholeFile) {

@@ -59,7 +59,7 @@ std::optional<std::pair<int64_t, int64_t>> TimeBounds(const parquet::ColumnChunk
     case parquet::LogicalType::TimeUnit::MILLIS: {
       constexpr int64_t kLimit = kNoMax / 1000;
       if (min < -kLimit || max > kLimit) return std::nullopt;
-      return std::make_pair(min * 1000, max * 1000 + 999);
+      return std::make_pair(min * 1000, max * 1000);  // exact: a millisecond is 1000 µs
     }
     case parquet::LogicalType::TimeUnit::NANOS: {
       // Floor the min, ceil the max: the range in microseconds covers every nanosecond value.

@@ -119,7 +119,7 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
   const int64_t size = file.size;
   // The footer (with its length and magic) is kept beside the copies: warm queries read no
   // remote byte to choose their row groups.
-  const std::string footer_copy = whole + ".footer";
+  const std::string footer_copy = whole + ".footer-" + std::to_string(size);
   std::string tail;
   {
     std::ifstream in(footer_copy, std::ios::binary);
@@ -129,7 +129,19 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
       tail = text.str();
     }
   }
-  const bool had_copy = tail.size() >= 12;
+  if (!tail.empty()) {
+    // A footer copy holds exactly the footer, its length and the magic; anything else is damage
+    // (a full disk, a crash): forget it and read the footer again.
+    uint32_t n = 0;
+    if (tail.size() >= 12) std::memcpy(&n, tail.data() + tail.size() - 8, 4);
+    if (tail.size() < 12 || tail.compare(tail.size() - 4, 4, "PAR1") != 0 ||
+        int64_t{n} + 8 != static_cast<int64_t>(tail.size())) {
+      std::error_code ec;
+      fs::remove(footer_copy, ec);
+      tail.clear();
+    }
+  }
+  const bool had_copy = !tail.empty();
   if (!had_copy) {
     const int64_t tail_size = std::min(size, kFooterGuess);
     ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, size - tail_size, tail_size));
@@ -152,12 +164,16 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
     std::error_code ec;
     fs::create_directories(fs::path(footer_copy).parent_path(), ec);
     const std::string temp = footer_copy + ".part-" + NewUuid();
+    bool written = false;
     {
       std::ofstream out(temp, std::ios::binary | std::ios::trunc);
       out.write(tail.data(), static_cast<std::streamsize>(tail.size()));
+      out.close();
+      written = static_cast<bool>(out);
     }
-    fs::rename(temp, footer_copy, ec);  // best effort: without it, the next query reads it again
-    if (ec) fs::remove(temp, ec);
+    // Best effort: without it, the next query reads the footer again.
+    if (written) fs::rename(temp, footer_copy, ec);
+    if (!written || ec) fs::remove(temp, ec);
   }
   std::shared_ptr<parquet::FileMetaData> meta;
   std::vector<int> chosen;
@@ -231,13 +247,17 @@ arrow::Status FileCache::Download(std::vector<Target>& targets) {
         const Piece& piece = pieces[i];
         const Target& target = targets[piece.target];
         arrow::Status s;
-        auto data = store_->GetRange(target.store_path, piece.offset, piece.length);
-        if (!data.ok()) {
-          s = data.status();
-        } else if ((*data)->size() != piece.length) {
-          s = arrow::Status::IOError(Damaged(*store_, target.store_path, piece.offset + piece.length));
-        } else {
-          s = WriteAt(target.fd, (*data)->data(), piece.length, piece.offset, target.temp);
+        try {
+          auto data = store_->GetRange(target.store_path, piece.offset, piece.length);
+          if (!data.ok()) {
+            s = data.status();
+          } else if ((*data)->size() != piece.length) {
+            s = arrow::Status::IOError(Damaged(*store_, target.store_path, piece.offset + piece.length));
+          } else {
+            s = WriteAt(target.fd, (*data)->data(), piece.length, piece.offset, target.temp);
+          }
+        } catch (const std::exception& e) {
+          s = arrow::Status::IOError("downloading ", target.store_path, " failed: ", e.what());
         }
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(error_mutex);
@@ -248,9 +268,15 @@ arrow::Status FileCache::Download(std::vector<Target>& targets) {
     };
     const size_t workers = std::min<size_t>(kParallelDownloads, pieces.size());
     std::vector<std::future<void>> running;
-    for (size_t w = 1; w < workers; ++w) running.push_back(std::async(std::launch::async, work));
+    for (size_t w = 1; w < workers; ++w) {
+      try {
+        running.push_back(std::async(std::launch::async, work));
+      } catch (const std::system_error&) {
+        break;  // no more threads to be had: the ones running (and this one) do the rest
+      }
+    }
     work();
-    for (auto& r : running) r.get();
+    for (auto& r : running) r.wait();
   }
   for (Target& target : targets) {
     if (target.fd < 0) continue;
@@ -284,10 +310,15 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
   std::vector<std::string> locals(files.size());
   std::vector<Target> targets;
   std::vector<size_t> row_group_candidates;
+  // Marks a copy as recently used; false if it does not exist. Only a copy unused for half the
+  // eviction age is touched: DuckDB keeps a file's footer cached while its mtime stays the same.
   auto touch = [](const std::string& path) {
     std::error_code ec;
-    fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used
-    return !ec;
+    const auto used = fs::last_write_time(path, ec);
+    if (ec) return false;
+    const auto now = fs::file_time_type::clock::now();
+    if (now - used > kEvictAfterIdle / 2) fs::last_write_time(path, now, ec);
+    return true;
   };
   for (size_t i = 0; i < files.size(); ++i) {
     if (!SafeRelative(files[i].store_path)) {
@@ -389,10 +420,14 @@ void FileCache::Evict(const std::vector<std::string>& keep) {
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.used < b.used; });
   const auto idle_before = fs::file_time_type::clock::now() - kEvictAfterIdle;
+  const auto abandoned_before = fs::file_time_type::clock::now() - std::chrono::hours(6);
   for (const auto& e : entries) {
     if (total <= max_bytes_) break;
     if (e.used > idle_before) break;  // in use now, perhaps by another process's query
     if (std::find(keep.begin(), keep.end(), e.path) != keep.end()) continue;
+    // A download in progress (of another process, its pieces can take minutes on a slow link)
+    // is left alone unless it was abandoned long ago.
+    if (e.path.find(".part-") != std::string::npos && e.used > abandoned_before) continue;
     if (fs::remove(e.path, ec)) total -= e.size;
   }
 }
