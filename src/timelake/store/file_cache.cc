@@ -178,7 +178,6 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
   std::shared_ptr<parquet::FileMetaData> meta;
   std::vector<int> chosen;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges;
-  std::string trailer;
   try {
     meta = parquet::FileMetaData::Make(tail.data(), int64_t{footer_len});
     if (meta->is_encryption_algorithm_set()) return std::nullopt;
@@ -188,22 +187,29 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
     if (static_cast<int>(chosen.size()) >= meta->num_row_groups()) return std::nullopt;
     ranges = RowGroupByteRanges(*meta, chosen, footer_start);
     if (!ranges) return std::nullopt;
-    ARROW_ASSIGN_OR_RAISE(auto out, arrow::io::BufferOutputStream::Create());
-    meta->Subset(chosen)->WriteTo(out.get());
-    ARROW_ASSIGN_OR_RAISE(auto serialized, out->Finish());
-    trailer = serialized->ToString();
   } catch (const std::exception&) {
     return std::nullopt;  // a footer Arrow cannot read: copy the whole file, the reader will say why
   }
-  const uint32_t trailer_len = static_cast<uint32_t>(trailer.size());
-  trailer.append(reinterpret_cast<const char*>(&trailer_len), 4);
-  trailer.append("PAR1", 4);
-
   std::string key = std::to_string(size);
   for (int i : chosen) key += "," + std::to_string(i);
   Target target;
   target.store_path = file.store_path;
   target.local = whole + ".rg-" + Sha256Hex(key).substr(0, 16);
+  std::error_code exists_ec;
+  if (fs::exists(target.local, exists_ec)) return target;  // made before: nothing to write
+
+  std::string trailer;
+  try {
+    ARROW_ASSIGN_OR_RAISE(auto out, arrow::io::BufferOutputStream::Create());
+    meta->Subset(chosen)->WriteTo(out.get());
+    ARROW_ASSIGN_OR_RAISE(auto serialized, out->Finish());
+    trailer = serialized->ToString();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const uint32_t trailer_len = static_cast<uint32_t>(trailer.size());
+  trailer.append(reinterpret_cast<const char*>(&trailer_len), 4);
+  trailer.append("PAR1", 4);
   target.size = footer_start + static_cast<int64_t>(trailer.size());
   target.ranges = std::move(*ranges);
   target.trailer = std::move(trailer);
@@ -370,6 +376,20 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
         target = std::move(**planned);
         locals[i] = target.local;
         if (touch(target.local)) continue;  // made before (by this or another process)
+        if (target.trailer_offset < 0) {
+          // It existed when planned and was evicted since: plan it again, to be written.
+          auto again = PlanRowGroupCopy(files[i], directory_ + files[i].store_path, choose);
+          if (!again.ok()) {
+            if (first.ok()) first = again.status();
+            continue;
+          }
+          if (again->has_value() && (*again)->trailer_offset < 0 && touch(target.local)) continue;
+          if (!again->has_value() || (*again)->trailer_offset < 0) {
+            if (first.ok()) first = arrow::Status::IOError("the cache copy ", target.local, " keeps vanishing");
+            continue;
+          }
+          target = std::move(**again);
+        }
       } else {
         target.store_path = files[i].store_path;
         target.local = locals[i];
