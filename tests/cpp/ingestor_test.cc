@@ -1,7 +1,10 @@
 // Ingestor: user batches in, one Parquet file per chunk out, in the store, before any commit.
 #include "timelake/ingest/ingestor.h"
 
+#include <atomic>
+
 #include <arrow/api.h>
+
 #include <gtest/gtest.h>
 #include <parquet/arrow/reader.h>
 #include <rapidjson/document.h>
@@ -165,7 +168,7 @@ TEST_F(IngestorTest, PlainTableFilesGoDirectlyUnderData) {
 }
 
 TEST_F(IngestorTest, FailedWriteFailsFinishAndAbortCleansUp) {
-  int data_puts = 0;
+  std::atomic<int> data_puts{0};  // files of different chunks are written by parallel threads
   store_->SetFaultHook([&](const std::string& op, const std::string& path) {
     if (op == "put" && path.find("/data/") != std::string::npos && ++data_puts == 2) {
       return arrow::Status::IOError("injected write failure");
