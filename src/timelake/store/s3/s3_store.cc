@@ -19,6 +19,7 @@
 #include <arrow/io/interfaces.h>
 
 #include "timelake/http/xml.h"
+#include "timelake/store/cloud_common.h"
 #include "timelake/store/sigv4.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -28,20 +29,6 @@ namespace {
 
 constexpr int64_t kDeleteBatch = 1000;
 
-std::string UriEncodePath(std::string_view path) {
-  std::string out;
-  size_t start = 0;
-  while (true) {
-    const size_t slash = path.find('/', start);
-    out += AwsUriEncode(path.substr(start, slash == std::string_view::npos ? std::string_view::npos
-                                                                           : slash - start));
-    if (slash == std::string_view::npos) break;
-    out += '/';
-    start = slash + 1;
-  }
-  return out;
-}
-
 std::string AmzDate(std::time_t now) {
   std::tm tm{};
   gmtime_r(&now, &tm);
@@ -50,48 +37,11 @@ std::string AmzDate(std::time_t now) {
   return buf;
 }
 
-// "Wed, 21 Oct 2015 07:28:00 GMT" (HTTP dates, parsed by curl, whatever the locale) or
-// "2015-10-21T07:28:00.000Z" (listings). A time that cannot be read counts as now: callers
-// judge age by it (a stray commit is taken back once old), and "new" is the safe mistake.
-int64_t ParseTimeMs(const std::string& text) {
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, consumed = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &year, &month, &day, &hour, &minute,
-                  &second, &consumed) == 6) {
-    std::tm tm{};
-    tm.tm_year = year - 1900;
-    tm.tm_mon = month - 1;
-    tm.tm_mday = day;
-    tm.tm_hour = hour;
-    tm.tm_min = minute;
-    tm.tm_sec = second;
-    int64_t ms = static_cast<int64_t>(timegm(&tm)) * 1000;
-    const char* fraction = text.c_str() + consumed;
-    if (*fraction == '.') {
-      int scale = 100;
-      for (const char* p = fraction + 1; std::isdigit(static_cast<unsigned char>(*p)) && scale > 0; ++p) {
-        ms += (*p - '0') * scale;
-        scale /= 10;
-      }
-    }
-    return ms;
-  }
-  const time_t seconds = curl_getdate(text.c_str(), nullptr);
-  if (seconds >= 0) return static_cast<int64_t>(seconds) * 1000;
-  return NowMillis();
-}
-
-std::string Base64(const unsigned char* data, size_t n) {
-  std::string out(4 * ((n + 2) / 3) + 1, '\0');
-  const int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(n));
-  out.resize(static_cast<size_t>(len));
-  return out;
-}
-
 std::string ContentMd5(std::string_view body) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(body.data(), body.size(), digest, &len, EVP_md5(), nullptr);
-  return Base64(digest, len);
+  return Base64Encode(std::string_view(reinterpret_cast<const char*>(digest), len));
 }
 
 struct S3Error {
@@ -134,46 +84,26 @@ ReplyVerdict CompleteVerdict(const HttpResponse& reply) {
 
 class S3Store;
 
-// An object written in parts: buffered up to one part, then sent as a multipart upload with up
-// to `parallelism` parts in flight.
-class S3Output : public ObjectOutput {
+// An object sent as a multipart upload whose parts go up in parallel.
+class S3PartUploader : public PartUploader {
  public:
-  S3Output(std::shared_ptr<S3Store> store, std::string path, int64_t part_size, int parallelism)
-      : store_(std::move(store)), path_(std::move(path)), part_size_(part_size),
-        parallelism_(parallelism) {}
-  ~S3Output() override { (void)Abort(); }
-
-  arrow::Status Write(const void* data, int64_t nbytes) override;
-  arrow::Status Close() override;
-  arrow::Status Abort() override;
-  arrow::Result<int64_t> Tell() const override { return written_; }
-  bool closed() const override { return closed_; }
+  S3PartUploader(std::shared_ptr<S3Store> store, std::string path, int parallelism)
+      : store_(std::move(store)), path_(std::move(path)), parallelism_(parallelism) {}
+  arrow::Status PutWhole(std::shared_ptr<arrow::Buffer> data) override;
+  arrow::Result<std::string> Begin() override;
+  arrow::Result<std::string> UploadPart(const std::string& upload_id, int number, int64_t offset,
+                                        std::shared_ptr<arrow::Buffer> data, bool last) override;
+  arrow::Status Complete(const std::string& upload_id,
+                         const std::vector<std::pair<int, std::string>>& parts,
+                         int64_t size) override;
+  arrow::Status Abort(const std::string& upload_id) override;
+  int Parallelism() const override { return parallelism_; }
+  std::string Describe() const override;
 
  private:
-  arrow::Status SendPart(std::shared_ptr<arrow::Buffer> part);
-  arrow::Status WaitForParts(size_t at_most);
-  arrow::Status Fail(arrow::Status status) {
-    (void)Abort();
-    failure_ = status;
-    return status;
-  }
-
   std::shared_ptr<S3Store> store_;
   std::string path_;
-  int64_t part_size_;
   int parallelism_;
-  arrow::BufferBuilder buffer_;
-  int64_t written_ = 0;
-  bool closed_ = false;
-  arrow::Status failure_;  // why the stream failed (then Close reports it, not OK)
-  std::string upload_id_;
-  struct Part {
-    int number;
-    std::future<arrow::Result<std::string>> etag;
-  };
-  std::deque<Part> in_flight_;
-  std::vector<std::pair<int, std::string>> done_;  // part number, etag
-  int next_part_ = 1;
 };
 
 // Random access by ranged GETs; the size comes from one HEAD, on first need.
@@ -309,18 +239,6 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return config_.prefix.empty() ? path : config_.prefix + "/" + path;
   }
 
-  // "." and ".." segments would be resolved by URL normalisation somewhere between here and
-  // the object (and signed differently from what is sent): such a path addresses no object.
-  static bool HasDotSegment(const std::string& path) {
-    size_t start = 0;
-    while (start <= path.size()) {
-      const size_t end = std::min(path.find('/', start), path.size());
-      const std::string_view segment(path.data() + start, end - start);
-      if (segment == "." || segment == "..") return true;
-      start = end + 1;
-    }
-    return false;
-  }
   std::string Url(const std::string& path) const { return root_url_ + "/" + path; }
 
   // An error for a reply that was not what the call wanted; never carries a secret (replies
@@ -341,11 +259,6 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return arrow::Status::IOError(what, ": HTTP ", reply.status,
                                   error.code.empty() ? "" : " " + error.code,
                                   error.message.empty() ? "" : ": " + error.message);
-  }
-
-  // Marks a failed write whose attempts may have reached S3.
-  static arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome) {
-    return outcome.maybe_applied ? OutcomeUnknown(status) : status;
   }
 
   // ---- ObjectStore ---------------------------------------------------------------------------
@@ -394,7 +307,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     ObjectMeta meta;
     meta.path = path;
     meta.size = std::atoll(reply.Header("content-length").c_str());
-    meta.modified_ms = ParseTimeMs(reply.Header("last-modified"));
+    meta.modified_ms = ParseServiceTimeMs(reply.Header("last-modified"));
     meta.etag = reply.Header("etag");
     return meta;
   }
@@ -448,8 +361,10 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
                                                           const OutputOptions& options) override {
     ARROW_RETURN_NOT_OK(options.Validate());
-    return std::make_shared<S3Output>(shared_from_this(), path, options.part_size,
-                                      std::max(1, config_.upload_parallelism));
+    return std::make_shared<MultipartOutput>(
+        std::make_unique<S3PartUploader>(shared_from_this(), path,
+                                         std::max(1, config_.upload_parallelism)),
+        options.part_size);
   }
 
   arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
@@ -476,7 +391,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
       meta.path = key.substr(strip.size());
       if (!InListing(meta.path, request.prefix, request.start_after)) continue;
       meta.size = std::atoll(c->ChildText("Size").c_str());
-      meta.modified_ms = ParseTimeMs(c->ChildText("LastModified"));
+      meta.modified_ms = ParseServiceTimeMs(c->ChildText("LastModified"));
       meta.etag = c->ChildText("ETag");
       page.objects.push_back(std::move(meta));
     }
@@ -602,7 +517,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   std::string Identity() const override { return root_url_ + " at " + config_.endpoint + " in " + config_.region; }
   std::string ExternalPath(const std::string& path) const override { return Url(path); }
 
-  // ---- multipart uploads (used by S3Output) --------------------------------------------------
+  // ---- multipart uploads (used by S3PartUploader) ----------------------------------------------
 
   arrow::Result<std::string> CreateUpload(const std::string& path) {
     Call call;
@@ -688,88 +603,26 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   std::string root_url_;
 };
 
-// ---- S3Output --------------------------------------------------------------------------------
+// ---- S3PartUploader ----------------------------------------------------------------------------
 
-arrow::Status S3Output::Write(const void* data, int64_t nbytes) {
-  if (closed_) return arrow::Status::Invalid("write to a closed output stream (", path_, ")");
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  while (nbytes > 0) {
-    const int64_t take = std::min(nbytes, part_size_ - buffer_.length());
-    ARROW_RETURN_NOT_OK(buffer_.Append(bytes, take));
-    bytes += take;
-    nbytes -= take;
-    written_ += take;
-    if (buffer_.length() == part_size_) {
-      std::shared_ptr<arrow::Buffer> part;
-      ARROW_RETURN_NOT_OK(buffer_.Finish(&part));
-      ARROW_RETURN_NOT_OK(SendPart(std::move(part)));
-    }
-  }
-  return arrow::Status::OK();
+arrow::Status S3PartUploader::PutWhole(std::shared_ptr<arrow::Buffer> data) {
+  return store_->Put(path_, data);
 }
-
-arrow::Status S3Output::SendPart(std::shared_ptr<arrow::Buffer> part) {
-  if (upload_id_.empty()) {
-    auto id = store_->CreateUpload(path_);
-    if (!id.ok()) return Fail(id.status());
-    upload_id_ = *id;
-  }
-  auto status = WaitForParts(static_cast<size_t>(parallelism_ - 1));
-  if (!status.ok()) return Fail(status);
-  const int number = next_part_++;
-  auto store = store_;
-  auto path = path_;
-  auto id = upload_id_;
-  in_flight_.push_back(Part{number, std::async(std::launch::async, [store, path, id, number, part] {
-                              return store->UploadPart(path, id, number, part);
-                            })});
-  return arrow::Status::OK();
+arrow::Result<std::string> S3PartUploader::Begin() { return store_->CreateUpload(path_); }
+arrow::Result<std::string> S3PartUploader::UploadPart(const std::string& upload_id, int number,
+                                                      int64_t, std::shared_ptr<arrow::Buffer> data,
+                                                      bool) {
+  return store_->UploadPart(path_, upload_id, number, std::move(data));
 }
-
-arrow::Status S3Output::WaitForParts(size_t at_most) {
-  arrow::Status first;
-  while (in_flight_.size() > at_most) {
-    Part part = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    auto etag = part.etag.get();
-    if (!etag.ok()) {
-      if (first.ok()) first = etag.status();
-    } else {
-      done_.emplace_back(part.number, *etag);
-    }
-  }
-  return first;
+arrow::Status S3PartUploader::Complete(const std::string& upload_id,
+                                       const std::vector<std::pair<int, std::string>>& parts,
+                                       int64_t) {
+  return store_->CompleteUpload(path_, upload_id, parts);
 }
-
-arrow::Status S3Output::Close() {
-  if (closed_) return failure_;
-  std::shared_ptr<arrow::Buffer> last;
-  ARROW_RETURN_NOT_OK(buffer_.Finish(&last));
-  if (upload_id_.empty()) {
-    closed_ = true;
-    return store_->Put(path_, last);
-  }
-  if (last->size() > 0) ARROW_RETURN_NOT_OK(SendPart(std::move(last)));
-  auto status = WaitForParts(0);
-  if (!status.ok()) return Fail(status);
-  std::sort(done_.begin(), done_.end());
-  status = store_->CompleteUpload(path_, upload_id_, done_);
-  if (!status.ok()) return Fail(status);
-  closed_ = true;
-  upload_id_.clear();
-  return arrow::Status::OK();
+arrow::Status S3PartUploader::Abort(const std::string& upload_id) {
+  return store_->AbortUpload(path_, upload_id);
 }
-
-arrow::Status S3Output::Abort() {
-  if (closed_) return arrow::Status::OK();
-  closed_ = true;
-  (void)WaitForParts(0);
-  buffer_.Reset();
-  if (upload_id_.empty()) return arrow::Status::OK();
-  const std::string id = std::move(upload_id_);
-  upload_id_.clear();
-  return store_->AbortUpload(path_, id);
-}
+std::string S3PartUploader::Describe() const { return store_->ExternalPath(path_); }
 
 // ---- S3Input ---------------------------------------------------------------------------------
 
@@ -787,13 +640,6 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> S3Input::ReadAt(int64_t position, 
   return store_->GetRange(path_, position, nbytes);
 }
 
-// ---- options -----------------------------------------------------------------------------------
-
-std::string Upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-  return s;
-}
-
 }  // namespace
 
 arrow::Result<std::shared_ptr<ObjectStore>> MakeS3Store(
@@ -805,46 +651,19 @@ arrow::Result<std::shared_ptr<ObjectStore>> MakeS3Store(
 arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
                                                         const StorageOptions& given) {
   const auto scheme_end = url.find("://");
-  std::string rest = url.substr(scheme_end + 3);
   S3Config config;
-  const auto slash = rest.find('/');
-  config.bucket = rest.substr(0, slash);
-  std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  if (config.bucket.empty()) {
-    return arrow::Status::Invalid("lake location '", url, "' names no bucket; write s3://bucket/path");
-  }
-  if (prefix.find("//") != std::string::npos || (!prefix.empty() && prefix.front() == '/')) {
-    return arrow::Status::Invalid("lake location '", url, "' has an empty path segment");
-  }
-  config.prefix = prefix;
+  ARROW_RETURN_NOT_OK(SplitBucketAndPrefix(url, url.substr(scheme_end + 3), "s3://bucket/path",
+                                           &config.bucket, &config.prefix));
 
   // Options the user gave win; AWS_* environment variables fill in the rest (as in delta-rs).
   // Credentials are left to the credential chain, which reads the environment itself.
-  StorageOptions options = given;
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v || !*v) return std::nullopt;
-    return std::string(v);
-  };
-  for (const char* key : {"aws_endpoint", "aws_endpoint_url", "aws_allow_http", "aws_region",
-                          "aws_default_region", "aws_virtual_hosted_style_request",
-                          "aws_unsigned_payload", "aws_skip_signature", "aws_conditional_put"}) {
-    if (!options.count(key)) {
-      if (auto v = env(Upper(key))) options[key] = *v;
-    }
-  }
-  auto get = [&](const std::string& key) -> std::string {
-    auto it = options.find(key);
-    return it == options.end() ? std::string() : it->second;
-  };
-
-  for (const auto& [key, value] : options) {
-    if (key.rfind("azure_", 0) == 0 || key == "access_key" || key.rfind("google_", 0) == 0) {
-      return arrow::Status::Invalid("storage option '", key, "' is for another cloud; an s3:// "
-                                    "lake takes aws_* options");
-    }
-  }
+  const StorageOptions options = WithEnvironment(
+      given, {"aws_endpoint", "aws_endpoint_url", "aws_allow_http", "aws_region",
+              "aws_default_region", "aws_virtual_hosted_style_request", "aws_unsigned_payload",
+              "aws_skip_signature", "aws_conditional_put"});
+  auto get = [&](const std::string& key) { return OptionValue(options, key); };
+  ARROW_RETURN_NOT_OK(RefuseOtherClouds(options, {"aws_"}, {"delta_dynamo_table_name"},
+                                        "an s3:// lake"));
   std::string endpoint = get("aws_endpoint");
   if (endpoint.empty()) endpoint = get("aws_endpoint_url");
   if (!endpoint.empty() && endpoint.find("://") == std::string::npos) {
@@ -857,48 +676,13 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
   inputs.options = options;
   config.region = ResolveAwsRegion(inputs);
 
-  auto flag = [&](const std::string& key, bool fallback) -> arrow::Result<bool> {
-    const std::string v = get(key);
-    if (v.empty()) return fallback;
-    return ParseBoolOption(key, v);
-  };
-  ARROW_ASSIGN_OR_RAISE(config.virtual_hosted,
-                        flag("aws_virtual_hosted_style_request", endpoint.empty() &&
-                                                                     config.bucket.find('.') == std::string::npos));
-  ARROW_ASSIGN_OR_RAISE(config.unsigned_payload, flag("aws_unsigned_payload", false));
-  ARROW_ASSIGN_OR_RAISE(bool allow_http, flag("aws_allow_http", false));
-  ARROW_ASSIGN_OR_RAISE(bool allow_http2, flag("allow_http", false));
-  config.http.allow_http = allow_http || allow_http2;
-  ARROW_ASSIGN_OR_RAISE(config.http.allow_invalid_certificates,
-                        flag("allow_invalid_certificates", false));
-  if (!get("timeout").empty()) {
-    ARROW_ASSIGN_OR_RAISE(config.http.request_timeout_ms, ParseDurationMs("timeout", get("timeout")));
-  }
-  if (!get("connect_timeout").empty()) {
-    ARROW_ASSIGN_OR_RAISE(config.http.connect_timeout_ms,
-                          ParseDurationMs("connect_timeout", get("connect_timeout")));
-  }
-  if (!get("pool_idle_timeout").empty()) {
-    ARROW_ASSIGN_OR_RAISE(config.http.pool_idle_timeout_ms,
-                          ParseDurationMs("pool_idle_timeout", get("pool_idle_timeout")));
-  }
-  if (!get("retry_timeout").empty()) {
-    ARROW_ASSIGN_OR_RAISE(config.retry.max_total_ms,
-                          ParseDurationMs("retry_timeout", get("retry_timeout")));
-  }
-  if (!get("max_retries").empty()) {
-    char* end = nullptr;
-    const long n = std::strtol(get("max_retries").c_str(), &end, 10);
-    if (*end || n < 0 || n > 100) {
-      return arrow::Status::Invalid("storage option 'max_retries' must be a whole number from 0 "
-                                    "to 100");
-    }
-    config.retry.max_retries = static_cast<int>(n);
-  }
-  config.http.proxy_url = get("proxy_url");
-  if (!get("user_agent").empty()) config.http.user_agent = get("user_agent");
-  config.http.stall_timeout_ms = std::min<int64_t>(config.http.stall_timeout_ms,
-                                                   config.http.request_timeout_ms);
+  ARROW_ASSIGN_OR_RAISE(
+      config.virtual_hosted,
+      BoolOption(options, "aws_virtual_hosted_style_request",
+                 endpoint.empty() && config.bucket.find('.') == std::string::npos));
+  ARROW_ASSIGN_OR_RAISE(config.unsigned_payload, BoolOption(options, "aws_unsigned_payload", false));
+  ARROW_ASSIGN_OR_RAISE(config.http.allow_http, BoolOption(options, "aws_allow_http", false));
+  ARROW_RETURN_NOT_OK(ApplyClientOptions(options, &config.http, &config.retry));
 
   // delta-rs's ways around S3's former lack of conditional writes. Unsafe renames are never
   // needed here (nothing is renamed), so the flag changes nothing; a DynamoDB lock is refused.
