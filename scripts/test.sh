@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ unit tests (GoogleTest via CTest) and the Python tests (pytest).
 # Needs scripts/setup.sh to have run once. Rebuilds what changed first.
-# Starts the servers the tests need (an S3 server, moto, named to the tests by
-# TIMELAKE_TEST_S3_ENDPOINT) and stops them when it exits, whether the tests pass or not. A
-# TIMELAKE_TEST_S3_ENDPOINT already set is used as it is and nothing is started.
+# Starts the servers the tests need and stops them when it exits, whether the tests pass or not:
+#   S3 (moto)                  named to the tests by TIMELAKE_TEST_S3_ENDPOINT
+#   Azure Blob (Azurite)       TIMELAKE_TEST_AZURE_ENDPOINT
+#   GCS (fake-gcs-server)      TIMELAKE_TEST_GCS_ENDPOINT
+# A variable already set is used as it is and that server is not started. Azurite and
+# fake-gcs-server come from .tools/ (scripts/setup.sh installs them). TIMELAKE_TEST_EXTRA_STORES=azure,gcs
+# runs the `lake` tests on Azure and GCS lakes too (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
@@ -50,12 +54,20 @@ start_server() {
   echo "    $name: ${!variable}"
 }
 
+# start_server_unless_given NAME VARIABLE COMMAND...: start_server, unless VARIABLE is set already.
+start_server_unless_given() {
+  local name=$1 variable=$2
+  if [ -n "${!variable:-}" ]; then
+    echo "    $name: ${!variable} (given)"
+  else
+    start_server "$@"
+  fi
+}
+
 echo "==> test servers"
-if [ -z "${TIMELAKE_TEST_S3_ENDPOINT:-}" ]; then
-  start_server s3 TIMELAKE_TEST_S3_ENDPOINT .venv/bin/python tests/python/s3_server.py
-else
-  echo "    s3: $TIMELAKE_TEST_S3_ENDPOINT (given)"
-fi
+start_server_unless_given s3 TIMELAKE_TEST_S3_ENDPOINT .venv/bin/python tests/python/s3_server.py
+start_server_unless_given azure TIMELAKE_TEST_AZURE_ENDPOINT .venv/bin/python tests/python/azure_server.py
+start_server_unless_given gcs TIMELAKE_TEST_GCS_ENDPOINT .venv/bin/python tests/python/gcs_server.py
 
 echo "==> C++ unit tests"
 cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIMELAKE_TESTS=ON \

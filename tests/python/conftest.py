@@ -1,6 +1,8 @@
 """Fixtures for the timelake Python tests: `lake` is a fresh warehouse in a temporary folder;
 `s3_server`, `s3_bucket` and `fault_proxy` give an S3 endpoint (moto), a fresh bucket on it and a
-fault-injecting proxy in front of it (docs/testing.md)."""
+fault-injecting proxy in front of it; `azure_server`/`azure_container` (Azurite) and
+`gcs_server`/`gcs_bucket` (fake-gcs-server) do the same for Azure Blob and GCS
+(docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ import timelake
 _CACHE = tempfile.mkdtemp(prefix="timelake-test-cache-")
 os.environ.setdefault("TIMELAKE_CACHE_DIR", _CACHE)
 atexit.register(shutil.rmtree, _CACHE, True)
+from azure_server import AzureServer
 from fault_proxy import FaultProxy
+from gcs_server import GcsServer
 from helpers import IOT_SCHEMA
 from s3_server import S3Server
 
@@ -35,8 +39,25 @@ def lake_path(tmp_path) -> Path:
 # Where `lake` lives. Tests that use `lake` run once per store kind: "local" (a temporary folder)
 # and "s3" (a fresh bucket on the session's S3 server), unless they also use `lake_path` (they
 # look at or damage files on the local disk) or their module opts out with
-# `pytestmark = pytest.mark.local_only`.
-STORE_KINDS = ("local", "s3")
+# `pytestmark = pytest.mark.local_only`. The kinds "azure" (a fresh container on the session's
+# Azurite) and "gcs" (a fresh bucket on its fake-gcs-server) are added by naming them in
+# TIMELAKE_TEST_EXTRA_STORES (comma-separated, e.g. "azure,gcs").
+EXTRA_STORES_VARIABLE = "TIMELAKE_TEST_EXTRA_STORES"
+OPTIONAL_STORE_KINDS = ("azure", "gcs")
+
+
+def _extra_store_kinds() -> tuple[str, ...]:
+    named = [k.strip().lower() for k in os.environ.get(EXTRA_STORES_VARIABLE, "").split(",")]
+    named = [k for k in named if k]
+    unknown = sorted(set(named) - set(OPTIONAL_STORE_KINDS))
+    if unknown:
+        raise pytest.UsageError(
+            f"{EXTRA_STORES_VARIABLE} names unknown store kinds {unknown}; the kinds that can be "
+            f"added are {list(OPTIONAL_STORE_KINDS)}")
+    return tuple(k for k in OPTIONAL_STORE_KINDS if k in named)
+
+
+STORE_KINDS = ("local", "s3") + _extra_store_kinds()
 
 
 def pytest_configure(config):
@@ -95,6 +116,14 @@ def lake_location(lake_store, request) -> LakeLocation:
         server = request.getfixturevalue("s3_server")
         bucket = request.getfixturevalue("s3_bucket")
         return LakeLocation(f"s3://{bucket}/lake", server.storage_options())
+    if lake_store == "azure":
+        server = request.getfixturevalue("azure_server")
+        container = request.getfixturevalue("azure_container")
+        return LakeLocation(f"az://{container}/lake", server.storage_options())
+    if lake_store == "gcs":
+        server = request.getfixturevalue("gcs_server")
+        bucket = request.getfixturevalue("gcs_bucket")
+        return LakeLocation(f"gs://{bucket}/lake", server.storage_options())
     return LakeLocation(str(request.getfixturevalue("lake_path")))
 
 
@@ -129,3 +158,34 @@ def fault_proxy(s3_server):
     """A FaultProxy in front of `s3_server`, with no faults armed; stopped after the test."""
     with FaultProxy(s3_server.endpoint) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def azure_server():
+    """The Azure Blob server of the session: the one TIMELAKE_TEST_AZURE_ENDPOINT names
+    (scripts/test.sh starts one), else an Azurite started on first use and stopped when the
+    session ends."""
+    server = AzureServer.from_env_or_start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_container(azure_server) -> str:
+    """A fresh, empty container on `azure_server`: its name."""
+    return azure_server.create_container()
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """The GCS server of the session: the one TIMELAKE_TEST_GCS_ENDPOINT names (scripts/test.sh
+    starts one), else a fake-gcs-server started on first use and stopped when the session ends."""
+    server = GcsServer.from_env_or_start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server) -> str:
+    """A fresh, empty bucket on `gcs_server`: its name."""
+    return gcs_server.create_bucket()

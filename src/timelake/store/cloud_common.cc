@@ -4,6 +4,8 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -255,6 +257,72 @@ arrow::Status SplitBucketAndPrefix(const std::string& url, const std::string& re
 
 arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome) {
   return outcome.maybe_applied ? OutcomeUnknown(status) : status;
+}
+
+arrow::Status RunParallel(size_t n, int parallelism,
+                          const std::function<arrow::Status(size_t)>& task) {
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  arrow::Status first;
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      arrow::Status status = task(i);
+      if (!status.ok()) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (first.ok()) first = std::move(status);
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(n, static_cast<size_t>(std::max(1, parallelism)));
+  std::vector<std::thread> pool;
+  try {
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (const std::exception&) {
+    // Fewer threads than asked: the ones running (and this one) do all the work.
+  }
+  work();
+  for (auto& t : pool) t.join();
+  return first;
+}
+
+// ---- RangedInput -------------------------------------------------------------------------------
+
+arrow::Status RangedInput::Seek(int64_t position) {
+  if (position < 0) return arrow::Status::Invalid("negative seek position");
+  position_ = position;
+  return arrow::Status::OK();
+}
+
+arrow::Result<int64_t> RangedInput::GetSize() {
+  std::lock_guard<std::mutex> lock(size_mutex_);
+  if (size_ < 0) {
+    ARROW_ASSIGN_OR_RAISE(auto meta, store_->Head(path_));
+    size_ = meta.size;
+  }
+  return size_;
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> RangedInput::ReadAt(int64_t position, int64_t nbytes) {
+  if (closed_) return arrow::Status::Invalid("read from a closed file (", path_, ")");
+  return store_->GetRange(path_, position, nbytes);
+}
+
+arrow::Result<int64_t> RangedInput::ReadAt(int64_t position, int64_t nbytes, void* out) {
+  ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position, nbytes));
+  std::memcpy(out, buffer->data(), static_cast<size_t>(buffer->size()));
+  return buffer->size();
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> RangedInput::Read(int64_t nbytes) {
+  ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position_, nbytes));
+  position_ += buffer->size();
+  return buffer;
+}
+
+arrow::Result<int64_t> RangedInput::Read(int64_t nbytes, void* out) {
+  ARROW_ASSIGN_OR_RAISE(int64_t n, ReadAt(position_, nbytes, out));
+  position_ += n;
+  return n;
 }
 
 // ---- MultipartOutput ---------------------------------------------------------------------------

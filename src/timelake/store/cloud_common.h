@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +89,40 @@ arrow::Status SplitBucketAndPrefix(const std::string& url, const std::string& re
 
 /// A failed write whose attempts may have reached the service, marked OutcomeUnknown.
 arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome);
+
+/// Runs `task(i)` for i in [0, n) on up to `parallelism` threads; returns the first failure
+/// (the others still run to their end).
+arrow::Status RunParallel(size_t n, int parallelism,
+                          const std::function<arrow::Status(size_t)>& task);
+
+/// Random access to one object of a store by ranged reads (GetRange); the size comes from one
+/// Head, on first need. For stores whose objects are read over the network.
+class RangedInput : public arrow::io::RandomAccessFile {
+ public:
+  RangedInput(std::shared_ptr<ObjectStore> store, std::string path)
+      : store_(std::move(store)), path_(std::move(path)) {}
+
+  arrow::Status Close() override {
+    closed_ = true;
+    return arrow::Status::OK();
+  }
+  bool closed() const override { return closed_; }
+  arrow::Result<int64_t> Tell() const override { return position_; }
+  arrow::Status Seek(int64_t position) override;
+  arrow::Result<int64_t> GetSize() override;
+  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override;
+  arrow::Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override;
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override;
+  arrow::Result<int64_t> Read(int64_t nbytes, void* out) override;
+
+ private:
+  std::shared_ptr<ObjectStore> store_;
+  std::string path_;
+  int64_t position_ = 0;
+  std::mutex size_mutex_;
+  int64_t size_ = -1;  // GUARDED_BY(size_mutex_)
+  bool closed_ = false;
+};
 
 /// How a store sends one object in parts (S3 multipart uploads, Azure blocks, GCS resumable
 /// uploads). MultipartOutput calls it: PutWhole for an object that fits one part, otherwise Begin,

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <set>
 
+#include "timelake/store/azure/azure_store.h"
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/store/s3/s3_store.h"
@@ -22,18 +23,24 @@ const std::set<std::string>& KnownStorageOptions() {
       "azure_storage_sas_token", "azure_storage_sas_key", "azure_storage_token",
       "azure_storage_client_id", "azure_storage_client_secret", "azure_storage_tenant_id",
       "azure_storage_use_emulator", "azure_storage_endpoint", "azure_federated_token_file",
-      "azure_use_azure_cli", "google_service_account", "google_service_account_key",
-      "google_application_credentials", "google_base_url", "google_bearer_token",
-      "google_skip_signature", "allow_http", "allow_invalid_certificates", "timeout",
-      "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent", "max_retries",
-      "retry_timeout", "aws_s3_allow_unsafe_rename", "aws_s3_locking_provider",
+      "azure_use_azure_cli", "google_service_account", "google_service_account_path",
+      "google_service_account_key", "service_account", "service_account_path",
+      "service_account_key", "google_application_credentials", "google_base_url",
+      "google_bearer_token", "google_skip_signature", "allow_http", "allow_invalid_certificates",
+      "timeout", "connect_timeout", "pool_idle_timeout", "proxy_url", "user_agent",
+      "max_retries", "retry_timeout", "aws_s3_allow_unsafe_rename", "aws_s3_locking_provider",
       "delta_dynamo_table_name"};
-  return keys;
+  static const std::set<std::string> all = [] {
+    std::set<std::string> out = keys;
+    out.insert(AzureStorageOptionKeys().begin(), AzureStorageOptionKeys().end());
+    return out;
+  }();
+  return all;
 }
 
 bool IsCloudScheme(const std::string& scheme) {
   return scheme == "s3" || scheme == "s3a" || scheme == "gs" || scheme == "az" ||
-         scheme == "abfs" || scheme == "abfss";
+         scheme == "azure" || scheme == "abfs" || scheme == "abfss";
 }
 
 arrow::Result<std::shared_ptr<ObjectStore>> OpenLocal(const std::string& path,
@@ -89,6 +96,9 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenStore(const std::string& locatio
     return std::make_shared<MemoryStore>(rest);
   }
   if (scheme == "s3" || scheme == "s3a") return OpenS3Store(location, options);
+  if (scheme == "az" || scheme == "azure" || scheme == "abfs" || scheme == "abfss") {
+    return OpenAzureStore(location, options);
+  }
   if (IsCloudScheme(scheme)) {
     return arrow::Status::NotImplemented(
         "lake '", location, "': the ", scheme,

@@ -6,7 +6,9 @@
 //   memory://name                              a new, empty MemoryStore named `name`; each call
 //                                              makes its own (nothing is shared by name)
 //   s3://bucket/path, s3a://…                  S3Store (store/s3/s3_store.h)
-//   gs://, az://, abfs://, abfss://            NotImplemented: not in this build yet
+//   az://container/path, azure://…,            AzureStore (store/azure/azure_store.h)
+//   abfs[s]://container@account.dfs.core.windows.net/path
+//   gs://                                      NotImplemented: not in this build yet
 // Anything else is Invalid naming the scheme.
 //
 // storage_options use the key names of delta-rs/object_store (aws_region, aws_endpoint,

@@ -106,50 +106,6 @@ class S3PartUploader : public PartUploader {
   int parallelism_;
 };
 
-// Random access by ranged GETs; the size comes from one HEAD, on first need.
-class S3Input : public arrow::io::RandomAccessFile {
- public:
-  S3Input(std::shared_ptr<S3Store> store, std::string path)
-      : store_(std::move(store)), path_(std::move(path)) {}
-
-  arrow::Status Close() override {
-    closed_ = true;
-    return arrow::Status::OK();
-  }
-  bool closed() const override { return closed_; }
-  arrow::Result<int64_t> Tell() const override { return position_; }
-  arrow::Status Seek(int64_t position) override {
-    if (position < 0) return arrow::Status::Invalid("negative seek position");
-    position_ = position;
-    return arrow::Status::OK();
-  }
-  arrow::Result<int64_t> GetSize() override;
-  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override;
-  arrow::Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
-    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position, nbytes));
-    std::memcpy(out, buffer->data(), static_cast<size_t>(buffer->size()));
-    return buffer->size();
-  }
-  arrow::Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
-    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position_, nbytes));
-    position_ += buffer->size();
-    return buffer;
-  }
-  arrow::Result<int64_t> Read(int64_t nbytes, void* out) override {
-    ARROW_ASSIGN_OR_RAISE(int64_t n, ReadAt(position_, nbytes, out));
-    position_ += n;
-    return n;
-  }
-
- private:
-  std::shared_ptr<S3Store> store_;
-  std::string path_;
-  int64_t position_ = 0;
-  std::mutex size_mutex_;
-  int64_t size_ = -1;
-  bool closed_ = false;
-};
-
 class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store> {
  public:
   S3Store(S3Config config, std::shared_ptr<AwsCredentialProvider> credentials,
@@ -369,7 +325,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
 
   arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
       const std::string& path) override {
-    return std::make_shared<S3Input>(shared_from_this(), path);
+    return std::make_shared<RangedInput>(shared_from_this(), path);
   }
 
   arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override {
@@ -623,22 +579,6 @@ arrow::Status S3PartUploader::Abort(const std::string& upload_id) {
   return store_->AbortUpload(path_, upload_id);
 }
 std::string S3PartUploader::Describe() const { return store_->ExternalPath(path_); }
-
-// ---- S3Input ---------------------------------------------------------------------------------
-
-arrow::Result<int64_t> S3Input::GetSize() {
-  std::lock_guard<std::mutex> lock(size_mutex_);
-  if (size_ < 0) {
-    ARROW_ASSIGN_OR_RAISE(auto meta, store_->Head(path_));
-    size_ = meta.size;
-  }
-  return size_;
-}
-
-arrow::Result<std::shared_ptr<arrow::Buffer>> S3Input::ReadAt(int64_t position, int64_t nbytes) {
-  if (closed_) return arrow::Status::Invalid("read from a closed file (", path_, ")");
-  return store_->GetRange(path_, position, nbytes);
-}
 
 }  // namespace
 
