@@ -92,6 +92,42 @@ def test_cli_works_on_an_s3_lake_with_options_and_environment(s3_server, s3_buck
     assert out.returncode == 1 and "aws_regoin" in out.stderr
 
 
+def test_cli_works_on_an_azure_lake_with_the_key_in_the_environment(azure_server, azure_container):
+    import os
+
+    import timelake
+
+    url = f"az://{azure_container}/lake"
+    options = azure_server.storage_options()
+    lake = timelake.Lake(url, storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    for i in range(2):
+        t.append(iot_table(iot_series(T0, 4)), batch_id=f"b{i}")
+    # The account and endpoint as options, the key from the environment, as delta-rs reads it.
+    flags = [a for key in ("azure_storage_account_name", "azure_storage_endpoint", "allow_http")
+             for a in ("-o", f"{key}={options[key]}")]
+    env = dict(os.environ, AZURE_STORAGE_ACCOUNT_KEY=options["azure_storage_account_key"])
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "timelake", *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    out = cli("sql", url, "SELECT count(*) AS n FROM readings", *flags)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[2] == "24"
+    out = cli("latest", url, "readings", *flags)
+    assert out.returncode == 0, out.stderr
+    assert "(3 rows)" in out.stdout
+    out = cli("maintain", url, "readings", *flags)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["files_rewritten"] == 2
+    # Without the key the account refuses, and the error says to check the credentials.
+    env.pop("AZURE_STORAGE_ACCOUNT_KEY")
+    env["AZURE_STORAGE_ACCOUNT_KEY"] = "d3Jvbmcga2V5"  # base64 of "wrong key"
+    out = cli("tables", url, *flags)
+    assert out.returncode == 1 and "credentials" in out.stderr and "d3Jvbmcga2V5" not in out.stderr
+
+
 def test_openssl_users_load_in_any_order_with_timelake():
     # libparquet from the pyarrow wheel carries its own copy of OpenSSL's symbols; timelake (whose
     # HTTP client loads the system OpenSSL) once let that copy capture the system library's calls,
