@@ -52,13 +52,37 @@ TEST(StoreFactoryTest, EachMemoryUrlIsANewEmptyStore) {
   EXPECT_TRUE(IsMissing(second->Head("x")));
 }
 
-TEST(StoreFactoryTest, CloudSchemesAreNotImplementedYet) {
-  for (const char* scheme : {"gs", "az", "abfs", "abfss"}) {
-    const std::string url = std::string(scheme) + "://bucket/lake";
-    EXPECT_TRUE(FailsWith(OpenStore(url, {}), arrow::StatusCode::NotImplemented,
-                          std::string(scheme) + ":// object store is not available"))
-        << url;
+TEST(StoreFactoryTest, EveryCloudSchemeOpensItsStore) {
+  // Opening makes no request: the stores only read their options (credentials come on first use).
+  const StorageOptions azure = {{"azure_storage_account_name", "acct"},
+                                {"azure_storage_token", "t"}};
+  const StorageOptions gcs = {{"google_skip_signature", "true"}};
+  const StorageOptions s3 = {{"aws_access_key_id", "k"}, {"aws_secret_access_key", "s"}};
+  struct Case {
+    std::string url;
+    StorageOptions options;
+    std::string root;  // the store's RootUrl
+  };
+  for (const auto& c : std::vector<Case>{
+           {"s3://bucket/lake/", s3, "s3://bucket/lake"},
+           {"s3a://bucket/lake", s3, "s3://bucket/lake"},
+           {"gs://bucket/lake", gcs, "gs://bucket/lake"},
+           {"az://container/lake", azure, "az://container/lake"},
+           {"azure://container/lake", azure, "azure://container/lake"},
+           {"abfss://container@acct.dfs.core.windows.net/lake", azure,
+            "abfss://container@acct.dfs.core.windows.net/lake"},
+           {"abfs://container@acct.dfs.core.windows.net/lake", azure,
+            "abfs://container@acct.dfs.core.windows.net/lake"}}) {
+    auto store = OpenStore(c.url, c.options);
+    ASSERT_TRUE(store.ok()) << c.url << ": " << store.status().ToString();
+    EXPECT_EQ((*store)->RootUrl(), c.root);
   }
+  // Each cloud refuses the others' options, naming the key.
+  EXPECT_TRUE(IsInvalid(OpenStore("gs://b/l", {{"aws_region", "x"}}), "aws_region"));
+  EXPECT_TRUE(IsInvalid(OpenStore("az://c/l", {{"google_base_url", "x"}}), "google_base_url"));
+  EXPECT_TRUE(IsInvalid(OpenStore("s3://b/l", {{"azure_storage_token", "x"}}), "azure_storage_token"));
+  // abfss:// needs the account in the URL.
+  EXPECT_TRUE(IsInvalid(OpenStore("abfss://container/lake", azure), "account"));
 }
 
 TEST(StoreFactoryTest, UnknownSchemeIsInvalidNamingIt) {

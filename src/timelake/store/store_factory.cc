@@ -4,6 +4,7 @@
 #include <set>
 
 #include "timelake/store/azure/azure_store.h"
+#include "timelake/store/gcs/gcs_store.h"
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/store/s3/s3_store.h"
@@ -96,6 +97,7 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenStore(const std::string& locatio
     return std::make_shared<MemoryStore>(rest);
   }
   if (scheme == "s3" || scheme == "s3a") return OpenS3Store(location, options);
+  if (scheme == "gs") return OpenGcsStore(location, options);
   if (scheme == "az" || scheme == "azure" || scheme == "abfs" || scheme == "abfss") {
     return OpenAzureStore(location, options);
   }

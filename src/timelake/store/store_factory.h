@@ -8,7 +8,7 @@
 //   s3://bucket/path, s3a://…                  S3Store (store/s3/s3_store.h)
 //   az://container/path, azure://…,            AzureStore (store/azure/azure_store.h)
 //   abfs[s]://container@account.dfs.core.windows.net/path
-//   gs://                                      NotImplemented: not in this build yet
+//   gs://bucket/path                           GcsStore (store/gcs/gcs_store.h)
 // Anything else is Invalid naming the scheme.
 //
 // storage_options use the key names of delta-rs/object_store (aws_region, aws_endpoint,
