@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,6 +105,17 @@ class HttpClient {
   HttpClientOptions options_;
   std::unique_ptr<Pool> pool_;
 };
+
+// The seams through which credential providers (AWS, Azure, Google) reach the world; tests
+// inject fakes.
+/// One HTTP exchange: any reply status is OK, only transport failures are errors (as
+/// HttpClient::Send). Timeouts and retries are the fetch's job; metadata endpoints want short
+/// ones. Called under a credential provider's lock, from whichever thread calls Get().
+using HttpFetch = std::function<arrow::Result<HttpResponse>(const HttpRequest&)>;
+/// An environment variable's value, nullopt when unset. An empty value counts as unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+/// Milliseconds since the Unix epoch.
+using MillisClock = std::function<int64_t()>;
 
 /// True if a transport error from Send may have happened after the request reached the server
 /// (a timeout, a reset or a closed connection mid-exchange), false if it surely did not (the

@@ -28,7 +28,7 @@
 
 #include <arrow/result.h>
 
-#include "timelake/store/s3/aws_credentials.h"  // HttpFetch, EnvLookup, MillisClock
+#include "timelake/http/http_client.h"  // HttpFetch, EnvLookup, MillisClock
 
 namespace timelake {
 

@@ -40,11 +40,7 @@
 
 namespace timelake {
 
-// The seams the chain reaches the world through: the same types as aws_credentials.h's
-// (redeclared here, identically, so that the GCS store does not depend on the S3 folder).
-using HttpFetch = std::function<arrow::Result<HttpResponse>(const HttpRequest&)>;
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-using MillisClock = std::function<int64_t()>;
+// HttpFetch, EnvLookup and MillisClock (http/http_client.h) are how the chain reaches the world.
 
 struct GoogleToken {
   std::string access_token;  // "" when anonymous

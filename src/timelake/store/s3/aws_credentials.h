@@ -49,14 +49,6 @@ struct AwsCredentials {
   bool anonymous = false;     // aws_skip_signature: send requests unsigned
 };
 
-/// One HTTP exchange: any reply status is OK, only transport failures are errors (as
-/// HttpClient::Send). Timeouts and retries are the fetch's job; metadata endpoints want short
-/// ones. Called under the provider's lock, from whichever thread calls Get().
-using HttpFetch = std::function<arrow::Result<HttpResponse>(const HttpRequest&)>;
-/// An environment variable's value, nullopt when unset. An empty value counts as unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-/// Milliseconds since the Unix epoch.
-using MillisClock = std::function<int64_t()>;
 
 /// Timed credentials are refreshed when fewer than this many milliseconds remain.
 constexpr int64_t kAwsCredentialRefreshWindowMs = 5 * 60 * 1000;
