@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""timelake on S3 vs delta-rs on S3: one moto server, both systems, the same data, one run.
+"""timelake vs delta-rs on one object store (S3, Azure Blob, GCS): both systems, the same data, one run.
 
-Every system is measured side by side against the same S3 endpoint (a moto server on 127.0.0.1
-that this script starts and stops, tests/python/s3_server.py), DESIGN.md §8:
+Every system is measured side by side against the same endpoint, which this script starts and
+stops (DESIGN.md §8): `--store s3` (the default) a moto server on 127.0.0.1
+(tests/python/s3_server.py), `--store azure` Azurite (tests/python/azure_server.py), `--store gcs`
+fake-gcs-server (tests/python/gcs_server.py); cloud_stores.py holds what differs between them.
+delta-rs cannot write to fake-gcs-server: there its writes are reported as such, and its readers
+read the tables timelake wrote.
 
 bulk     one pyarrow Table (IoT shape: time, device_id, 3 floats; 1,000 series) appended by
            * timelake   Table.append(table)
@@ -24,15 +28,17 @@ latest   the newest row per series: timelake lake.latest (new Lake, warm) vs Duc
 open     a timelake table grown by 1,000 one-row appends; timelake.Lake(url).table(name) (a new
          Lake every time) vs deltalake.DeltaTable(url) on that same table
 
-Besides times, every step records how many S3 requests moto served for it (counted from moto's
-request log); every cold read is done once more, untimed, through a byte-counting proxy (what it
-read from S3), and the cold timelake query's cache is weighed against the table's size. Ratios
-are peer / timelake: > 1 means timelake is faster (for commits/s: timelake's rate over the
-peer's). Results go to bench/results/s3.json and s3.md. A benchmark measures; it never asserts: a
-system that fails is reported with its error.
+Besides times, every step records how many requests the server served for it (counted from its
+own request log: moto's, Azurite's access log, fake-gcs-server's); every cold read is done once
+more, untimed, through a byte-counting proxy (what it read from the store), and the cold timelake
+query's cache is weighed against the table's size. Ratios are peer / timelake: > 1 means timelake
+is faster (for commits/s: timelake's rate over the peer's). Results go to
+bench/results/<store>.json and <store>.md. A benchmark measures; it never asserts: a system that
+fails is reported with its error.
 
-    .venv/bin/python bench/bench_s3.py --quick      # smoke run, ~1 min
-    .venv/bin/python bench/bench_s3.py              # the reported run
+    .venv/bin/python bench/bench_s3.py --quick                  # smoke run on S3, ~1 min
+    .venv/bin/python bench/bench_s3.py                          # the reported S3 run
+    .venv/bin/python bench/bench_s3.py --store azure --quick    # Azure Blob (Azurite)
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ import argparse
 import datetime as dt
 import gc
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -89,7 +94,7 @@ from bench_ingest_query import (  # noqa: E402
     versions,
     write_report,
 )
-from s3_server import S3Server  # noqa: E402 - tests/python: the moto server of the test suite
+from cloud_stores import STORES, Store  # noqa: E402 - the servers: moto, Azurite, fake-gcs-server
 
 TABLE = "bench.readings"
 TABLE_DIR = "bench/readings"  # where TABLE lives under a lake's root
@@ -112,113 +117,23 @@ DELTA_OPEN = "deltalake.DeltaTable(url), same table"
 
 
 # ---------------------------------------------------------------------------------------------
-# The S3 side: moto's request log, the buckets' contents, the clients' options
+# The store side: the byte-counting proxy, what every part needs
 # ---------------------------------------------------------------------------------------------
 
-_REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/[0-9.]+(?:\x1b\[[0-9;]*m)*" (\d{3})')
 
-
-class RequestLog:
-    """Counts the S3 requests moto served between two marks, from its log (a line per request).
-
-    moto writes a request's line after answering it, so a mark first waits until the log has
-    stopped growing; call it outside timed code."""
-
-    def __init__(self, server: S3Server):
-        self.path = server.log_path
-
-    def _settle(self, quiet_s: float = 0.08, limit_s: float = 2.0) -> int:
-        size, deadline = -1, time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            now = self.path.stat().st_size
-            if now == size:
-                return now
-            size = now
-            time.sleep(quiet_s)
-        return self.path.stat().st_size
-
-    def mark(self) -> int:
-        return self._settle()
-
-    def since(self, mark: int) -> dict:
-        end = self._settle()
-        with open(self.path, "rb") as f:
-            f.seek(mark)
-            text = f.read(end - mark).decode("utf-8", "replace")
-        kinds: dict = {}
-        errors: dict = {}
-        total = 0
-        for m in _REQUEST_LINE.finditer(text):
-            method, target, status = m.group(1), m.group(2), m.group(3)
-            kind = "LIST" if method == "GET" and ("list-type=" in target or "prefix=" in target) else method
-            kinds[kind] = kinds.get(kind, 0) + 1
-            if status[0] in "45":
-                errors[status] = errors.get(status, 0) + 1
-            total += 1
-        return {"requests": total, "by_kind": kinds, "error_statuses": errors}
-
-
-class Buckets:
-    """The benchmark's buckets, one per table (per first segment of a prefix): moto lists a
-    prefix by going over every key of the bucket, so one table's listings must not grow with the
-    others' objects. Also: sizes of what each system wrote, and deleting old runs."""
-
-    def __init__(self, server: S3Server):
-        self.server = server
-        self.client = server.client(retries=3)
-        self.names: dict[str, str] = {}
-
-    def name(self, prefix: str) -> str:
-        """The bucket of `prefix` (created when first asked for)."""
-        top = prefix.split("/", 1)[0]
-        if top not in self.names:
-            self.names[top] = self.server.create_bucket()
-        return self.names[top]
-
-    def objects(self, prefix: str):
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name(prefix), Prefix=prefix)
-        for page in pages:
-            yield from page.get("Contents", [])
-
-    def usage(self, prefix: str) -> dict:
-        """Objects and bytes under prefix; data files are the Parquet files outside the log and
-        timelake's index (_delta_log/, _timelake/)."""
-        prefix = prefix.rstrip("/") + "/"
-        out = {"objects": 0, "bytes": 0, "data_files": 0, "data_bytes": 0}
-        for o in self.objects(prefix):
-            out["objects"] += 1
-            out["bytes"] += o["Size"]
-            rel = o["Key"][len(prefix):]
-            if rel.endswith(".parquet") and not any(p.startswith("_") for p in rel.split("/")[:-1]):
-                out["data_files"] += 1
-                out["data_bytes"] += o["Size"]
-        return out
-
-    def log_state(self, table_prefix: str) -> dict:
-        """What a reader of this table's _delta_log must read: newest checkpoint and the commits
-        after it (as bench_commits_latest.log_state, over a listing of the store)."""
-        log_prefix = table_prefix.rstrip("/") + "/_delta_log/"
-        names = [o["Key"][len(log_prefix):] for o in self.objects(log_prefix)]
-        commits = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
-        cps = sorted({int(n[:20]) for n in names if ".checkpoint." in n and n[:20].isdigit()})
-        cp = cps[-1] if cps else None
-        after = [c for c in commits if cp is None or c > cp]
-        return {"version": commits[-1] if commits else None, "last_checkpoint": cp,
-                "commits_after_checkpoint": len(after), "log_objects": len(names)}
-
-    def delete(self, prefix: str) -> None:
-        keys = [{"Key": o["Key"]} for o in self.objects(prefix.rstrip("/") + "/")]
-        for i in range(0, len(keys), 1000):
-            self.client.delete_objects(Bucket=self.name(prefix), Delete={"Objects": keys[i:i + 1000]})
-
-
-def _count_bytes(upstream: str, total, endpoint_conn, stop) -> None:
+def _count_bytes(upstream: str, rewrite_host: bool, total, endpoint_conn, stop) -> None:
     """The byte-counting proxy's process (see ByteCounter)."""
+    from urllib.parse import urlparse
+
     import fault_proxy
 
     original = fault_proxy._Handler._forward
+    upstream_host = urlparse(upstream).netloc
 
     def forward(handler, body):
+        if rewrite_host:
+            del handler.headers["Host"]
+            handler.headers["Host"] = upstream_host
         reply = original(handler, body)
         with total.get_lock():
             total.value += len(reply.body)
@@ -232,21 +147,23 @@ def _count_bytes(upstream: str, total, endpoint_conn, stop) -> None:
 
 
 class ByteCounter:
-    """A forwarding proxy in front of moto (tests/python/fault_proxy.py with no fault armed) that
-    adds up the bytes of the replies' bodies: what a client read from S3.
+    """A forwarding proxy in front of the store's server (tests/python/fault_proxy.py with no
+    fault armed) that adds up the bytes of the replies' bodies: what a client read from the store.
 
     It runs in its own process: a proxy in this one would need the GIL, which some clients hold
     while they wait for their requests (delta-rs's QueryBuilder does). Reads go through it only in
-    an extra, untimed pass, since it slows every request it forwards."""
+    an extra, untimed pass, since it slows every request it forwards. `rewrite_host`: forward with
+    the server's Host instead of the client's (fake-gcs-server routes XML-API requests only when
+    the Host is its own; S3 clients sign the Host, so there it must stay)."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, rewrite_host: bool = False):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         self._total = ctx.Value("q", 0)
         self._stop = ctx.Event()
         receive, send = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(target=_count_bytes, args=(upstream, self._total, send, self._stop),
+        self._process = ctx.Process(target=_count_bytes, args=(upstream, rewrite_host, self._total, send, self._stop),
                                     daemon=True)
         self._process.start()
         if not receive.poll(60):
@@ -268,37 +185,27 @@ class ByteCounter:
 
 
 class Context:
-    """What every part needs: the server, its request log, the buckets, both clients' options."""
+    """What every part needs: the store (its server, request log and buckets), both clients'
+    options, the caches."""
 
-    def __init__(self, args, server: S3Server, work: Path):
+    def __init__(self, args, store: Store, work: Path):
         self.args = args
-        self.server = server
-        self.requests = RequestLog(server)
-        self.buckets = Buckets(server)
+        self.store = store
+        self.requests = store.requests
+        self.buckets = store
         self.work = work
         self.bytes: ByteCounter | None = None  # set while the byte-counting proxy runs
-        # delta-rs 1.x names; conditional put "etag" as delta-rs documents for S3-compatible
-        # stores (object_store also takes the key without its aws_ prefix). delta-rs 1.6 sends
-        # `If-None-Match: *` for commit files either way.
-        self._delta_options = {
-            "AWS_ENDPOINT_URL": server.endpoint,
-            "AWS_ACCESS_KEY_ID": server.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
-            "AWS_REGION": server.region,
-            "AWS_ALLOW_HTTP": "true",
-            "aws_conditional_put": "etag",
-        }
         self._caches = 0
 
     def tl_options(self, endpoint: str | None = None) -> dict:
-        """timelake storage_options, for moto or for `endpoint` (the byte-counting proxy)."""
-        return self.server.storage_options(endpoint)
+        """timelake storage_options, for the server or for `endpoint` (the byte-counting proxy)."""
+        return self.store.tl_options(endpoint)
 
     def delta_options(self, endpoint: str | None = None) -> dict:
-        return {**self._delta_options, "AWS_ENDPOINT_URL": endpoint or self.server.endpoint}
+        return self.store.delta_options(endpoint)
 
     def url(self, prefix: str) -> str:
-        return f"s3://{self.buckets.name(prefix)}/{prefix}"
+        return self.store.url(prefix)
 
     def fresh_cache(self) -> Path:
         """A new, empty TIMELAKE_CACHE_DIR, set in the environment: a Lake opened after this
@@ -370,6 +277,9 @@ def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
     for name, key, fn in ((TL_APPEND, "timelake", tl), (DELTA_WRITE, "delta", delta)):
         entry = {"system": name, "key": key, "times_s": [], "error": None}
         kept = None
+        if key != "timelake" and cannot_write(ctx, entry):
+            entries.append(entry)
+            continue
         for r in range(ctx.args.ingest_runs):
             prefix = f"bulk-{key}-{r}"
             gc.collect()
@@ -385,9 +295,9 @@ def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
             if details:
                 entry["details"] = details
             if kept is not None:
-                ctx.buckets.delete(kept[0])  # keep the store small: moto holds it in memory
+                ctx.buckets.delete(kept[0])  # keep the store small: the server holds it in memory
             kept = (prefix, table_prefix)
-            log(f"    {name}: run {r + 1}/{ctx.args.ingest_runs} {seconds:.2f} s, {reqs['requests']} S3 requests")
+            log(f"    {name}: run {r + 1}/{ctx.args.ingest_runs} {seconds:.2f} s, {reqs['requests']} requests")
         if entry["times_s"]:
             entry["best_s"] = min(entry["times_s"])
             entry["rows_per_s"] = data.num_rows / entry["best_s"]
@@ -398,7 +308,21 @@ def run_bulk(ctx: Context, data: pa.Table) -> tuple[list[dict], dict]:
     for e in entries:
         if base and "best_s" in e:
             e["ratio"] = e["best_s"] / base["best_s"]
+    if "delta" not in where and ctx.store.delta_write_error and "timelake" in where:
+        table_prefix = where["timelake"][1]
+        where["delta"] = (table_prefix, table_prefix)  # delta-rs reads the table timelake wrote
     return entries, where
+
+
+def cannot_write(ctx: Context, entry: dict) -> bool:
+    """True (and the entry says why) when delta-rs cannot write to this store: its write is then
+    reported, not attempted again, and its readers read the table timelake wrote."""
+    if not ctx.store.delta_write_error:
+        return False
+    entry["error"] = ctx.store.delta_write_error
+    entry["cannot_write"] = True
+    log(f"    {entry['system']}: {entry['error'][:200]}")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +373,9 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
     for name, key, fn in systems:
         entry = {"system": name, "key": key, "runs": [], "error": None}
         last = None
+        if key != "timelake" and cannot_write(ctx, entry):
+            entries.append(entry)
+            continue
         for r in range(a.append_runs):
             prefix = f"small-{key}-{r}"
             try:
@@ -465,13 +392,15 @@ def run_small(ctx: Context, start_us: int) -> tuple[dict, dict]:
             last = (prefix, table_prefix)
             log(f"    {name}: run {r + 1}/{a.append_runs} {run['commits_per_s']:.1f} commits/s, "
                 f"p50 {run['p50_ms']:.1f} ms, p99 {run['p99_ms']:.1f} ms, "
-                f"{run['s3_requests_per_append']:.1f} S3 requests per append"
+                f"{run['s3_requests_per_append']:.1f} requests per append"
                 + (f", {run['errors']} errors ({run['error_samples'][0][:120]})" if run["errors"] else ""))
         if entry["runs"]:
             entry["best"] = best_run(entry["runs"])
             kept[key] = last
         entries.append(entry)
     add_append_ratios(entries)
+    if "delta_handle" not in kept and ctx.store.delta_write_error and "timelake" in kept:
+        kept["delta_handle"] = (kept["timelake"][1], kept["timelake"][1])  # read what timelake wrote
     out = {"appends": a.small_appends, "rows_per_append": a.small_rows, "results": entries}
     return out, {"batches": batches, "kept": kept}
 
@@ -488,7 +417,7 @@ class Reader:
     DeltaTable); ask(state) answers; refresh(state) is what a long-lived handle does before
     asking again (nothing for timelake, whose reads check for new commits themselves;
     update_incremental() for delta-rs). cold = open + ask, warm = refresh + ask. `endpoint` is
-    None (moto) or the byte-counting proxy's."""
+    None (the server) or the byte-counting proxy's."""
 
     def __init__(self, name, key, open_, ask, refresh=None, cache=False):
         self.name, self.key, self.open, self.ask = name, key, open_, ask
@@ -498,7 +427,7 @@ class Reader:
 
 def measure_reader(ctx: Context, reader: Reader, truth_check, runs: int) -> dict:
     """Best of `runs` cold answers (each with a fresh state) and of `runs` warm ones (on the last
-    state); S3 requests per answer; the answers checked by truth_check(table) -> bool."""
+    state); store requests per answer; the answers checked by truth_check(table) -> bool."""
     entry = {"system": reader.name, "key": reader.key, "error": None, "cold_ms": [], "open_ms": [],
              "warm_ms": []}
     state = result = None
@@ -523,8 +452,12 @@ def measure_reader(ctx: Context, reader: Reader, truth_check, runs: int) -> dict
             if reader.cache:
                 ctx.fresh_cache()
             before = ctx.bytes.total
-            reader.ask(reader.open(ctx.bytes.endpoint))
-            entry["cold_s3_bytes"] = ctx.bytes.total - before
+            try:
+                reader.ask(reader.open(ctx.bytes.endpoint))
+                entry["cold_s3_bytes"] = ctx.bytes.total - before
+            except Exception as e:  # noqa: BLE001 - the timed figures stand without it
+                entry["cold_s3_bytes_error"] = error_text(e)
+                log(f"    {reader.name}: byte-counting pass FAILED {entry['cold_s3_bytes_error'][:300]}")
         entry["cold_requests"] = cold_reqs[-1]
         entry["result_rows"] = result.num_rows
         mark = ctx.requests.mark()
@@ -581,7 +514,9 @@ def delta_refresh(state: DeltaState) -> None:
 
 
 def delta_readers(ctx: Context, url: str, sql_readers) -> list[Reader]:
-    return [Reader(name, key, lambda endpoint: DeltaState(ctx.delta(url, endpoint)), ask, delta_refresh)
+    # Where delta-rs cannot write, it reads the table timelake wrote: the name says so.
+    suffix = " (timelake's table)" if ctx.store.delta_write_error else ""
+    return [Reader(name + suffix, key, lambda endpoint: DeltaState(ctx.delta(url, endpoint)), ask, delta_refresh)
             for name, key, ask in sql_readers]
 
 
@@ -743,7 +678,7 @@ def time_open(ctx: Context, name: str, key: str, once, runs: int) -> dict:
     entry["best_ms"] = min(entry["times_ms"])
     entry["median_ms"] = pct(entry["times_ms"], 0.5)
     log(f"    {name}: best {entry['best_ms']:.1f} ms, median {entry['median_ms']:.1f} ms, "
-        f"{entry['requests_per_open']:.1f} S3 requests, version {entry['version']}")
+        f"{entry['requests_per_open']:.1f} requests, version {entry['version']}")
     return entry
 
 
@@ -764,14 +699,37 @@ def same_text(v) -> str:
     return {True: "yes", False: "NO", None: "?"}[v]
 
 
-BULK_HEAD = ["system", "best s", "rows/s", "in the store", "data files", "S3 requests", "time / timelake"]
+def store_of(report) -> type[Store]:
+    """The store a report was measured on (reports before --store existed: S3)."""
+    return STORES[(report.get("store") or {}).get("key", "s3")]
+
+
+def heads(short: str) -> dict[str, list[str]]:
+    """The tables' column heads; `short` names the store ("S3")."""
+    return {
+        "bulk": ["system", "best s", "rows/s", "in the store", "data files", f"{short} requests", "time / timelake"],
+        "small": ["system", "commits/s", "p50 ms", "p99 ms", "max ms", f"{short} requests / append", "errors",
+                  "timelake rate / rate", "p50 / timelake", "p99 / timelake"],
+        "read": ["system", "cold ms", "of which open ms", "warm ms", f"{short} requests cold / warm",
+                 f"{short} bytes cold", "rows", "same", "cold / timelake", "warm / timelake"],
+        "open": ["commits", "log read (checkpoint + commits)", "timelake ms", f"{short} requests", "delta-rs ms",
+                 f"{short} requests", "delta-rs / timelake"],
+    }
+
+
+def not_measured(e: dict, width: int) -> list[str]:
+    """The row of a system that has no figures: it failed, or it cannot write to this store."""
+    return [e["system"], "cannot write (see Failures)" if e.get("cannot_write") else "FAILED"] + [""] * (width - 2)
+
+
+BULK_HEAD, SMALL_HEAD, READ_HEAD, OPEN_HEAD = heads("S3").values()
 
 
 def bulk_rows(entries) -> list[list[str]]:
     rows = []
     for e in entries:
         if e.get("error") and "best_s" not in e:
-            rows.append([e["system"], "FAILED"] + [""] * (len(BULK_HEAD) - 2))
+            rows.append(not_measured(e, len(BULK_HEAD)))
             continue
         st = e.get("store", {})
         rows.append([e["system"], f"{e['best_s']:.2f}", fmt_rate(e.get("rows_per_s")), fmb(st.get("bytes")),
@@ -788,7 +746,7 @@ def small_rows(entries) -> list[list[str]]:
     for e in entries:
         b = e.get("best")
         if not b:
-            rows.append([e["system"], "FAILED"] + [""] * (len(SMALL_HEAD) - 2))
+            rows.append(not_measured(e, len(SMALL_HEAD)))
             continue
         rows.append([e["system"], fms(b.get("commits_per_s"), 1), fms(b.get("p50_ms"), 1), fms(b.get("p99_ms"), 1),
                      fms(b.get("max_ms"), 1), freq(b.get("s3_requests_per_append")), str(b.get("errors", 0)),
@@ -839,27 +797,28 @@ def open_rows(part) -> list[list[str]]:
 def sections(report) -> list[tuple[str, str, list, list]]:
     out = []
     p = report["params"]
+    h = heads(store_of(report).short)
     if report.get("bulk"):
         out.append(("Bulk append", f"{report['data']['rows']:,} rows, {p['devices']:,} series, {p['days']} days; "
-                    f"best of {p['ingest_runs']}", BULK_HEAD, bulk_rows(report["bulk"])))
+                    f"best of {p['ingest_runs']}", h["bulk"], bulk_rows(report["bulk"])))
     if report.get("small"):
         s = report["small"]
         out.append(("Small appends with batch ids", f"{s['appends']} appends of {s['rows_per_append']} rows, "
-                    f"best of {p['append_runs']}", SMALL_HEAD, small_rows(s["results"])))
+                    f"best of {p['append_runs']}", h["small"], small_rows(s["results"])))
     for q in (report.get("query") or {}).get("queries", []):
         out.append((f"Query {q['query']}", f"{q['title']}; best of {p['query_runs']} cold and {p['query_runs']} warm",
-                    READ_HEAD, read_rows(q["results"])))
+                    h["read"], read_rows(q["results"])))
     for lt in report.get("latest") or []:
         out.append((f"latest() on {lt['table']}", f"{lt['series']:,} series, {lt['rows']:,} rows; best of "
-                    f"{p['query_runs']} cold and {p['query_runs']} warm", READ_HEAD, read_rows(lt["results"])))
+                    f"{p['query_runs']} cold and {p['query_runs']} warm", h["read"], read_rows(lt["results"])))
     if report.get("open"):
         out.append(("Opening a table", f"timelake table grown by one-row appends; best of {p['open_runs']}; the same "
-                    "table for both readers", OPEN_HEAD, open_rows(report["open"])))
+                    "table for both readers", h["open"], open_rows(report["open"])))
     return out
 
 
 def text_report(report) -> str:
-    parts = [f"timelake bench: S3 (moto) vs delta-rs   {report['finished_at']}",
+    parts = [f"timelake bench: {store_of(report).title} vs delta-rs   {report['finished_at']}",
              "ratios: > 1 means timelake is faster"]
     for title, detail, head, rows in sections(report):
         parts += ["", f"{title.upper()}: {detail}", text_table(head, rows)]
@@ -872,6 +831,8 @@ def pruning_notes(report) -> list[str]:
     q = report.get("query") or {}
     tt = q.get("timelake_table")
     dt_ = q.get("delta_table")
+    short = store_of(report).short
+    delta_table = "timelake's table" if (report.get("store") or {}).get("delta_write_error") else "the delta-rs table"
     for qq in q.get("queries", []):
         for e in qq["results"]:
             if e["key"] == "timelake" and "cache_bytes" in e and tt:
@@ -883,8 +844,8 @@ def pruning_notes(report) -> list[str]:
                     f"files ({100 * e['cache_bytes'] / max(1, tt['data_bytes']):.1f} %): the scan plan kept only the "
                     "files whose day chunk and statistics can hold the series and day; of a kept file of 8 MiB or "
                     "more only the row groups whose statistics can hold them are fetched, smaller ones whole"
-                    + (f". Read from S3 by one cold read (log included): timelake {fmb(e.get('cold_s3_bytes'))}; "
-                       f"{peers} (ranged reads of the delta-rs table's {fmb(dt_['data_bytes'])} in "
+                    + (f". Read from {short} by one cold read (log included): timelake {fmb(e.get('cold_s3_bytes'))}; "
+                       f"{peers} (ranged reads of {delta_table}'s {fmb(dt_['data_bytes'])} in "
                        f"{dt_['data_files']} file(s))" if peers and dt_ else "") + ".")
     for lt in report.get("latest") or []:
         for e in lt["results"]:
@@ -898,40 +859,32 @@ def pruning_notes(report) -> list[str]:
 def md_report(report) -> str:
     env, p = report["environment"], report["params"]
     v, m = env["versions"], env["machine"]
+    st = store_of(report)
+    read_by_delta = "timelake's table" if (report.get("store") or {}).get("delta_write_error") else "the delta-rs table"
     lines = [
-        "# Benchmark: timelake on S3 vs delta-rs on S3 (moto)",
+        f"# Benchmark: timelake on {st.short} vs delta-rs on {st.short} ({st.server_name})",
         "",
         f"Run {report['finished_at']} by `bench/bench_s3.py` (`{' '.join(report['argv']) or '(defaults)'}`), "
         f"{report['total_s']:.0f} s in all.",
         "",
-        "* Both systems against one moto S3 server on 127.0.0.1 (started by the benchmark, "
-        "`tests/python/s3_server.py`), in the same run, on the same data. moto is a Python process on the "
-        "same 2 cores: each request costs milliseconds of its CPU, so request counts matter as much as bytes. "
-        "**Ratios > 1 mean timelake is faster**: for commits/s timelake's rate over the peer's, for times "
-        "the peer's time over timelake's.",
-        "* `S3 requests` is what moto served for the step (counted from its request log): per call for "
-        "small appends, warm reads and opens; for one cold read; for the whole bulk append. `S3 bytes cold` "
-        "is what one more cold read (untimed) received from S3, counted by a forwarding proxy "
-        "(`tests/python/fault_proxy.py` in its own process, no fault armed).",
-        "* timelake: `timelake.Lake(\"s3://…\", storage_options=…)`, table chunk=day, "
-        "series_key=[device_id], dedup=last. delta-rs: `storage_options` AWS_ENDPOINT_URL, keys, region, "
-        "AWS_ALLOW_HTTP, `aws_conditional_put=etag` (delta-rs 1.6 sends `If-None-Match: *` for each commit "
-        "file either way); `write_deltalake` defaults (no partitioning).",
+        *st.server_note.split("\n"),
+        f"* timelake: `timelake.Lake(\"{st.scheme}://…\", storage_options=…)`, table chunk=day, "
+        f"series_key=[device_id], dedup=last. {st.delta_note}",
         "* Reads: **cold** = what a new process does: timelake a new `Lake` with an empty "
         "`TIMELAKE_CACHE_DIR` (the query downloads the files its scan plan keeps), delta-rs a new "
         "`DeltaTable` (the open is part of the time and shown on its own); **warm** = the same handle again: "
         "timelake `lake.sql`/`latest` (which check the log for new commits themselves, and read data files "
         "from the cache), delta-rs `update_incremental()` and then the query (delta-rs keeps no local copy: "
-        "every read goes to S3). DuckDB reads the delta-rs table through `DeltaTable.to_pyarrow_dataset()` "
+        f"every read goes to {st.short}). DuckDB reads {read_by_delta} through `DeltaTable.to_pyarrow_dataset()` "
         "(filters and columns pushed into the dataset). `same` compares the answer (row count and column "
         "sums; for latest every column of every row) with DuckDB over the in-memory data.",
         f"* Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gb', '?')} GB; Python "
         f"{v.get('python')}, timelake {v.get('timelake')}, pyarrow {v.get('pyarrow')}, deltalake "
-        f"{v.get('deltalake')}, duckdb {v.get('duckdb')}, moto {v.get('moto')}; repository HEAD "
+        f"{v.get('deltalake')}, duckdb {v.get('duckdb')}, {st.server_name} {v.get(st.server_name)}; repository HEAD "
         f"{m.get('git_commit')}, measured build `{env['timelake_installed'].get('module')}` (core built "
         f"{env['timelake_installed'].get('core_built_at')}); CPUs {env.get('cpu_busy_pct_before')} % busy in "
         f"the second before the run; 1-minute load average {env['load_average_1m'].get('start')} at start, "
-        f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work and moto's).",
+        f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work and {st.server_name}'s).",
     ]
     for title, detail, head, rows in sections(report):
         lines += ["", f"## {title}: {detail}", "", md_table(head, rows)]
@@ -946,6 +899,7 @@ def md_report(report) -> str:
 
 def md_notes(report) -> list[str]:
     notes = []
+    short = store_of(report).short
     for e in report.get("bulk") or []:
         if "best_s" not in e:
             continue
@@ -954,7 +908,7 @@ def md_notes(report) -> list[str]:
             r = e["details"]["append_result"]
             detail = (f"{r.get('files')} data files (one per day chunk), commit {fms(r.get('commit_ms'), 1)} ms "
                       "of the append; ")
-        notes.append(f"* Bulk, {e['system']}: {detail}S3 requests by kind: {e['requests']['by_kind']}; "
+        notes.append(f"* Bulk, {e['system']}: {detail}{short} requests by kind: {e['requests']['by_kind']}; "
                      f"runs {', '.join(f'{x:.2f}' for x in e['times_s'])} s.")
     for e in (report.get("small") or {}).get("results", []):
         b = e.get("best") or {}
@@ -962,11 +916,11 @@ def md_notes(report) -> list[str]:
             kinds = "; ".join(f"{k}: {x['n']} appends, p50 {x['p50_ms']:.1f} ms, max {x['max_ms']:.1f} ms"
                               for k, x in b.get("by_commit_kind", {}).items())
             notes.append(f"* Small appends, timelake: `commit_ms` p50 {fms(b.get('commit_ms_p50'), 1)} ms, p99 "
-                         f"{fms(b.get('commit_ms_p99'), 1)} ms; wall time by commit kind: {kinds}; S3 requests by "
+                         f"{fms(b.get('commit_ms_p99'), 1)} ms; wall time by commit kind: {kinds}; {short} requests by "
                          f"kind over the run: {b['s3']['by_kind']}; replaying batch 0 gave `duplicate: "
                          f"{(b.get('replay_of_batch_0') or {}).get('duplicate')}`.")
         elif b:
-            notes.append(f"* Small appends, {e['system']}: S3 requests by kind over the run: {b['s3']['by_kind']}"
+            notes.append(f"* Small appends, {e['system']}: {short} requests by kind over the run: {b['s3']['by_kind']}"
                          + (f"; txn version of w0 afterwards: {b['txn_version_w0']}" if "txn_version_w0" in b else "")
                          + f"; final version {b.get('final_version')}.")
     op = report.get("open")
@@ -984,8 +938,12 @@ def collect_errors(report) -> list[tuple[str, str]]:
              if e.get("error")]
     for q in (report.get("query") or {}).get("queries", []):
         errs += [(f"{e['system']} ({q['query']})", e["error"]) for e in q["results"] if e.get("error")]
+        errs += [(f"{e['system']} ({q['query']}, byte count)", e["cold_s3_bytes_error"]) for e in q["results"]
+                 if e.get("cold_s3_bytes_error")]
     for lt in report.get("latest") or []:
         errs += [(f"{e['system']} (latest, {lt['table']})", e["error"]) for e in lt["results"] if e.get("error")]
+        errs += [(f"{e['system']} (latest, {lt['table']}, byte count)", e["cold_s3_bytes_error"])
+                 for e in lt["results"] if e.get("cold_s3_bytes_error")]
     for pt in (report.get("open") or {}).get("points", []):
         errs += [(f"{e['system']} (open, {pt['commits']} commits)", e["error"])
                  for e in pt["results"] if e.get("error")]
@@ -1031,7 +989,11 @@ def parse_args(argv):
                    help="skip the untimed pass of each cold read through a byte-counting proxy")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--workdir", type=Path, default=None, help="where the caches go (default: under /tmp)")
-    p.add_argument("--out", type=Path, default=HERE / "results", help="folder for s3.json/.md (default bench/results)")
+    p.add_argument("--store", choices=sorted(STORES), default="s3",
+                   help="the store and its emulator: s3 (moto), azure (Azurite), gcs (fake-gcs-server); "
+                        "results go to <store>.json/.md (default s3)")
+    p.add_argument("--out", type=Path, default=HERE / "results",
+                   help="folder for <store>.json/.md (default bench/results)")
     args = p.parse_args(argv)
     defaults = {"rows": 1_000_000, "small_appends": 200, "open_at": [10, 100, 1000], "ingest_runs": 2,
                 "append_runs": 2, "query_runs": 3, "open_runs": 5}
@@ -1052,7 +1014,8 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="timelake-bench-s3-", dir=args.workdir or "/tmp"))
+    store_class = STORES[args.store]
+    work = Path(tempfile.mkdtemp(prefix=f"timelake-bench-{args.store}-", dir=args.workdir or "/tmp"))
     os.environ["TIMELAKE_CACHE_DIR"] = str(work / "cache-writers")  # never the user's own cache
     log(f"workdir {work}")
 
@@ -1065,13 +1028,13 @@ def main(argv=None) -> int:
     log(f"generated {data.num_rows:,} rows ({data.nbytes / 1e6:.0f} MB in Arrow)")
 
     env_versions = versions()
-    for mod in ("moto", "boto3"):
+    for mod in ("moto", "boto3") if args.store == "s3" else ():
         try:
             env_versions[mod] = __import__(mod).__version__
         except Exception as e:  # noqa: BLE001
             env_versions[mod] = f"unavailable ({error_text(e)})"
     report = {
-        "benchmark": "s3",
+        "benchmark": args.store,
         "argv": argv,
         "started_at": started.isoformat(timespec="seconds"),
         "params": {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
@@ -1082,16 +1045,22 @@ def main(argv=None) -> int:
         "data": {"rows": data.num_rows, "devices": args.devices, "days": args.days, "start": start.isoformat(),
                  "end": end.isoformat(), "arrow_bytes": data.nbytes},
     }
+    if args.store != "s3":  # (S3 reports keep their earlier shape)
+        report["store"] = {"key": args.store, "title": store_class.title, "delta_write_error": None}
     log(f"CPUs {report['environment']['cpu_busy_pct_before']} % busy before the run, load average "
         f"{report['environment']['load_average_1m']['start']}; measuring {report['environment']['timelake_installed']}")
 
-    server = ctx = None
+    store = ctx = None
     try:
-        server = S3Server.start()
-        ctx = Context(args, server, work)
+        store = store_class.start()
+        if args.store != "s3":
+            env_versions[store.server_name] = store.server_version()
+        if store.delta_write_error:
+            log(f"delta-rs {store.delta_write_error}")
+        ctx = Context(args, store, work)
         if not args.skip_bytes:
-            ctx.bytes = ByteCounter(server.endpoint)
-        log(f"moto on {server.endpoint}")
+            ctx.bytes = ByteCounter(store.endpoint, rewrite_host=store.proxy_rewrites_host)
+        log(f"{store.server_name} on {store.endpoint}")
         where, small_kept = {}, None
 
         def part(key, fn):
@@ -1150,14 +1119,16 @@ def main(argv=None) -> int:
     finally:
         if ctx is not None and ctx.bytes is not None:
             ctx.bytes.stop()
-        if server is not None:
-            server.stop()
+        if store is not None:
+            store.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    if ctx is not None:
-        report["s3"] = {"endpoint": ctx.server.endpoint, "buckets": ctx.buckets.names}
+    if store is not None:
+        report[args.store] = {"endpoint": store.endpoint, "buckets": store.names}
+        if args.store != "s3":
+            report["store"]["delta_write_error"] = store.delta_write_error
     report["total_s"] = time.perf_counter() - t_start
-    write_report(report, args.out, "s3", md_report, text_report)
+    write_report(report, args.out, args.store, md_report, text_report)
     return 0
 
 
