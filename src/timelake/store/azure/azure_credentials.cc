@@ -14,6 +14,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/store/cloud_common.h"
+#include "timelake/store/refreshing_value.h"
 #include "timelake/store/sigv4.h"
 
 namespace timelake {
@@ -75,36 +76,15 @@ class RefreshingProvider final : public AzureCredentialProvider {
  public:
   using Fetch = std::function<arrow::Result<AzureCredential>()>;
   RefreshingProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)), fetch_(std::move(fetch)), now_ms_(std::move(now_ms)) {}
-
-  arrow::Result<AzureCredential> Get() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t now = now_ms_();
-    if (cached_ && now < refresh_at_ms_) return *cached_;
-    auto fetched = fetch_();
-    if (fetched.ok()) {
-      cached_ = *fetched;
-      const int64_t expires = cached_->expires_ms;
-      refresh_at_ms_ = expires == 0 ? std::numeric_limits<int64_t>::max()
-                                    : std::max(expires - kRefreshWindowMs,
-                                               std::min(now + kRetryIntervalMs, expires));
-      return *cached_;
-    }
-    if (cached_ && (cached_->expires_ms == 0 || now < cached_->expires_ms)) {
-      refresh_at_ms_ = std::min(now + kRetryIntervalMs, cached_->expires_ms);
-      return *cached_;
-    }
-    return fetched.status();
-  }
+      : source_(std::move(source)),
+        value_([fetch = std::move(fetch)](int64_t) { return fetch(); }, std::move(now_ms),
+               kRefreshWindowMs, kRetryIntervalMs) {}
+  arrow::Result<AzureCredential> Get() override { return value_.Get(); }
   std::string Source() const override { return source_; }
 
  private:
   const std::string source_;
-  const Fetch fetch_;
-  const MillisClock now_ms_;
-  std::mutex mutex_;
-  std::optional<AzureCredential> cached_;  // GUARDED_BY(mutex_)
-  int64_t refresh_at_ms_ = 0;              // GUARDED_BY(mutex_)
+  RefreshingValue<AzureCredential> value_;
 };
 
 std::string FormEncode(const std::vector<std::pair<std::string, std::string>>& fields) {

@@ -21,6 +21,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/store/cloud_common.h"
+#include "timelake/store/refreshing_value.h"
 #include "timelake/store/sigv4.h"
 #include "timelake/util/json.h"
 #include "timelake/util/time.h"
@@ -329,47 +330,19 @@ class FixedTokenProvider final : public GoogleCredentialProvider {
 // Timed tokens: fetched on first use, then again when they near their expiry.
 class RefreshingTokenProvider final : public GoogleCredentialProvider {
  public:
-  using Fetch = std::function<arrow::Result<GoogleToken>(int64_t now_ms)>;
+  using Fetch = RefreshingValue<GoogleToken>::Fetch;
 
   RefreshingTokenProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)), fetch_(std::move(fetch)), now_ms_(std::move(now_ms)) {}
+      : source_(std::move(source)),
+        value_(std::move(fetch), std::move(now_ms), kGoogleTokenRefreshWindowMs,
+               kGoogleTokenRetryIntervalMs) {}
 
-  arrow::Result<GoogleToken> Get() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t now = now_ms_();
-    if (cached_ && now < refresh_at_ms_) return *cached_;
-    auto fetched = fetch_(now);
-    if (fetched.ok()) {
-      cached_ = *fetched;
-      refresh_at_ms_ = RefreshAt(cached_->expires_ms, now);
-      return *cached_;
-    }
-    if (cached_ && now < cached_->expires_ms) {
-      // Still valid: keep using it, and do not hold every caller up with a retry each time.
-      refresh_at_ms_ = std::min(now + kGoogleTokenRetryIntervalMs, cached_->expires_ms);
-      return *cached_;
-    }
-    return fetched.status();
-  }
-
+  arrow::Result<GoogleToken> Get() override { return value_.Get(); }
   std::string Source() const override { return source_; }
 
  private:
-  // When a token fetched at `now` expiring at `expires_ms` is next refreshed: inside the refresh
-  // window, but not again right away if it arrived already inside it.
-  static int64_t RefreshAt(int64_t expires_ms, int64_t now) {
-    if (expires_ms == 0) return std::numeric_limits<int64_t>::max();
-    const int64_t at = expires_ms - kGoogleTokenRefreshWindowMs;
-    const int64_t earliest = std::min(now + kGoogleTokenRetryIntervalMs, expires_ms);
-    return std::max(at, earliest);
-  }
-
   const std::string source_;
-  const Fetch fetch_;
-  const MillisClock now_ms_;
-  std::mutex mutex_;
-  std::optional<GoogleToken> cached_;  // GUARDED_BY(mutex_)
-  int64_t refresh_at_ms_ = 0;          // GUARDED_BY(mutex_)
+  RefreshingValue<GoogleToken> value_;
 };
 
 // A provider for a service-account key (checked now: fields and private key).

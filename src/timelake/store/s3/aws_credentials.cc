@@ -10,6 +10,7 @@
 
 #include <arrow/status.h>
 
+#include "timelake/store/refreshing_value.h"
 #include "timelake/store/s3/aws_remote_credentials.h"
 #include "timelake/store/s3/aws_shared_files.h"
 #include "timelake/util/time.h"
@@ -183,44 +184,16 @@ class RefreshingCredentialProvider final : public AwsCredentialProvider {
   using Fetch = std::function<arrow::Result<AwsCredentials>()>;
 
   RefreshingCredentialProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)), fetch_(std::move(fetch)), now_ms_(std::move(now_ms)) {}
+      : source_(std::move(source)),
+        value_([fetch = std::move(fetch)](int64_t) { return fetch(); }, std::move(now_ms),
+               kAwsCredentialRefreshWindowMs, kAwsCredentialRetryIntervalMs) {}
 
-  arrow::Result<AwsCredentials> Get() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t now = now_ms_();
-    if (cached_ && now < refresh_at_ms_) return *cached_;
-    auto fetched = fetch_();
-    if (fetched.ok()) {
-      cached_ = *fetched;
-      refresh_at_ms_ = RefreshAt(cached_->expires_ms, now);
-      return *cached_;
-    }
-    if (cached_ && (cached_->expires_ms == 0 || now < cached_->expires_ms)) {
-      // Still valid: keep using them, and do not hold every caller up with a retry each time.
-      refresh_at_ms_ = std::min(now + kAwsCredentialRetryIntervalMs, cached_->expires_ms);
-      return *cached_;
-    }
-    return fetched.status();
-  }
-
+  arrow::Result<AwsCredentials> Get() override { return value_.Get(); }
   std::string Source() const override { return source_; }
 
  private:
-  // When credentials fetched at `now` expiring at `expires_ms` are next refreshed: inside the
-  // refresh window, but not again right away if they arrived already inside it.
-  static int64_t RefreshAt(int64_t expires_ms, int64_t now) {
-    if (expires_ms == 0) return std::numeric_limits<int64_t>::max();
-    const int64_t at = expires_ms - kAwsCredentialRefreshWindowMs;
-    const int64_t earliest = std::min(now + kAwsCredentialRetryIntervalMs, expires_ms);
-    return std::max(at, earliest);
-  }
-
   const std::string source_;
-  const Fetch fetch_;
-  const MillisClock now_ms_;
-  std::mutex mutex_;
-  std::optional<AwsCredentials> cached_;  // GUARDED_BY(mutex_)
-  int64_t refresh_at_ms_ = 0;             // GUARDED_BY(mutex_)
+  RefreshingValue<AwsCredentials> value_;
 };
 
 std::string StsEndpoint(const Settings& s, const std::string& region) {
