@@ -6,8 +6,8 @@
 #   Azure Blob (Azurite)       TIMELAKE_TEST_AZURE_ENDPOINT
 #   GCS (fake-gcs-server)      TIMELAKE_TEST_GCS_ENDPOINT
 # A variable already set is used as it is and that server is not started. Azurite and
-# fake-gcs-server come from .tools/ (scripts/setup.sh installs them). TIMELAKE_TEST_EXTRA_STORES=azure,gcs
-# runs the `lake` tests on Azure and GCS lakes too (docs/testing.md).
+# fake-gcs-server come from .tools/ (scripts/setup.sh installs them). TIMELAKE_TEST_STORES=local,s3
+# narrows the store kinds the lake tests run on (docs/testing.md); all of them run by default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then

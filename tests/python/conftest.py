@@ -1,7 +1,8 @@
 """Fixtures for the timelake Python tests: `lake` is a fresh warehouse in a temporary folder;
 `s3_server`, `s3_bucket` and `fault_proxy` give an S3 endpoint (moto), a fresh bucket on it and a
 fault-injecting proxy in front of it; `azure_server`/`azure_container` (Azurite) and
-`gcs_server`/`gcs_bucket` (fake-gcs-server) do the same for Azure Blob and GCS
+`gcs_server`/`gcs_bucket` (fake-gcs-server) do the same for Azure Blob and GCS; `cloud`,
+`cloud_bucket` and `cloud_proxy` are any of the three (cloud.py), for the test_cloud_*.py modules
 (docs/testing.md)."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _CACHE = tempfile.mkdtemp(prefix="timelake-test-cache-")
 os.environ.setdefault("TIMELAKE_CACHE_DIR", _CACHE)
 atexit.register(shutil.rmtree, _CACHE, True)
 from azure_server import AzureServer
+from cloud import CLOUD_KINDS, make_cloud
 from fault_proxy import FaultProxy
 from gcs_server import GcsServer
 from helpers import IOT_SCHEMA
@@ -36,28 +38,29 @@ def lake_path(tmp_path) -> Path:
     return tmp_path / "lake"
 
 
-# Where `lake` lives. Tests that use `lake` run once per store kind: "local" (a temporary folder)
-# and "s3" (a fresh bucket on the session's S3 server), unless they also use `lake_path` (they
-# look at or damage files on the local disk) or their module opts out with
-# `pytestmark = pytest.mark.local_only`. The kinds "azure" (a fresh container on the session's
-# Azurite) and "gcs" (a fresh bucket on its fake-gcs-server) are added by naming them in
-# TIMELAKE_TEST_EXTRA_STORES (comma-separated, e.g. "azure,gcs").
-EXTRA_STORES_VARIABLE = "TIMELAKE_TEST_EXTRA_STORES"
-OPTIONAL_STORE_KINDS = ("azure", "gcs")
+# Where `lake` lives. Tests that use `lake` run once per store kind: "local" (a temporary folder),
+# "s3" (a fresh bucket on the session's moto), "azure" (a fresh container on its Azurite) and "gcs"
+# (a fresh bucket on its fake-gcs-server), unless they also use `lake_path` (they look at or
+# damage files on the local disk) or their module opts out with
+# `pytestmark = pytest.mark.local_only`. TIMELAKE_TEST_STORES (comma-separated, e.g. "local,s3")
+# narrows the kinds for a quicker run; every kind runs when it is unset.
+STORES_VARIABLE = "TIMELAKE_TEST_STORES"
+ALL_STORE_KINDS = ("local", "s3", "azure", "gcs")
 
 
-def _extra_store_kinds() -> tuple[str, ...]:
-    named = [k.strip().lower() for k in os.environ.get(EXTRA_STORES_VARIABLE, "").split(",")]
+def _store_kinds() -> tuple[str, ...]:
+    named = [k.strip().lower() for k in os.environ.get(STORES_VARIABLE, "").split(",")]
     named = [k for k in named if k]
-    unknown = sorted(set(named) - set(OPTIONAL_STORE_KINDS))
+    if not named:
+        return ALL_STORE_KINDS
+    unknown = sorted(set(named) - set(ALL_STORE_KINDS))
     if unknown:
         raise pytest.UsageError(
-            f"{EXTRA_STORES_VARIABLE} names unknown store kinds {unknown}; the kinds that can be "
-            f"added are {list(OPTIONAL_STORE_KINDS)}")
-    return tuple(k for k in OPTIONAL_STORE_KINDS if k in named)
+            f"{STORES_VARIABLE} names unknown store kinds {unknown}; the kinds are {list(ALL_STORE_KINDS)}")
+    return tuple(k for k in ALL_STORE_KINDS if k in named)
 
 
-STORE_KINDS = ("local", "s3") + _extra_store_kinds()
+STORE_KINDS = _store_kinds()
 
 
 def pytest_configure(config):
@@ -189,3 +192,24 @@ def gcs_server():
 def gcs_bucket(gcs_server) -> str:
     """A fresh, empty bucket on `gcs_server`: its name."""
     return gcs_server.create_bucket()
+
+
+# The clouds of the test_cloud_*.py modules: every one of them (TIMELAKE_TEST_STORES narrows them
+# too), each a fresh bucket (an Azure container) on the session's server.
+@pytest.fixture(params=[k for k in CLOUD_KINDS if k in STORE_KINDS])
+def cloud(request):
+    """A `cloud.Cloud` for the session's server of one kind (s3, azure, gcs)."""
+    return make_cloud(request.param, request.getfixturevalue(f"{request.param}_server"))
+
+
+@pytest.fixture
+def cloud_bucket(cloud) -> str:
+    """A fresh, empty bucket (container) on `cloud`: its name."""
+    return cloud.new_bucket()
+
+
+@pytest.fixture
+def cloud_proxy(cloud):
+    """A FaultProxy in front of `cloud`'s server, with no faults armed; stopped after the test."""
+    with FaultProxy(cloud.server.endpoint) as proxy:
+        yield proxy

@@ -1,7 +1,9 @@
-"""S3 under faults: writer processes append through a fault-injecting proxy (fault_proxy.py) or
-are killed with SIGKILL, and the table they leave holds every acknowledged batch exactly once.
+"""Object stores under faults, on every cloud (S3, Azure Blob, GCS: the `cloud` fixture,
+cloud.py): writer processes append through a fault-injecting proxy (fault_proxy.py) or are killed
+with SIGKILL, and the table they leave holds every acknowledged batch exactly once.
 
-Every scenario ends with the same audit through a direct (proxy-free) lake, boto3 and deltalake:
+Every scenario ends with the same audit through a direct (proxy-free) lake, the service's own API
+(cloud.py, never timelake) and deltalake:
 the log has no gap, one commit per batch (each batch id recorded once), every file the log and
 its checkpoints name exists and each checkpoint agrees with the commits before it; each
 acknowledged batch is there once (rows counted per batch id), no batch is doubled or partial,
@@ -12,7 +14,11 @@ what failed and claims nothing that did not happen.
 
 Besides the soak per fault kind: rules that fail the reads right after a commit lands (the
 ambiguous moment), calls against a server that answers nothing useful, and kill -9.
-Interop with deltalake on S3 is in test_s3_interop.py, which uses the helpers here."""
+Interop with deltalake is in test_cloud_interop.py, which uses the helpers here.
+
+The proxy's rules name requests by method and target, which differ per cloud (a commit is a PUT
+of .../_delta_log/N.json on S3 and Azure, a POST with name=...%2F_delta_log%2FN.json on GCS):
+tests take them from the cloud (`cloud.commit_write()`, `cloud.object_read(...)`)."""
 
 from __future__ import annotations
 
@@ -62,8 +68,8 @@ def batch_of(writer: str, i: int) -> pa.Table:
     }, schema=SCHEMA)
 
 
-# A commit's object in the log: the request target of its PUT.
-COMMIT_PUT = r"/_delta_log/\d{20}\.json$"
+# In a rule of a Scenario: the fields that pick the put of a commit on the test's cloud.
+COMMIT = "<commit>"
 
 # What the writers use on top of the server's options: short timeouts, so that a held reply
 # (delay_s=3) costs one timeout of 2 s.
@@ -82,7 +88,7 @@ WRITER = textwrap.dedent(
     cfg = json.loads(sys.argv[1])
     sys.path.insert(0, cfg["tests_dir"])
     from fault_proxy import FaultControl
-    from test_s3_faults import batch_of
+    from test_cloud_faults import batch_of
 
     def emit(**fields):
         print(json.dumps(fields), flush=True)
@@ -184,20 +190,20 @@ def run_writers(url: str, options: dict, writers: int, appends: int, barrier: Pa
 FALSE_DIAGNOSES = re.compile(r"damaged|was dropped|expired|corrupt", re.I)
 
 
-def assert_clear_message(message: str) -> None:
-    """An I/O failure's message names the S3 object or table it concerns and says what went
-    wrong, and claims nothing that did not happen."""
-    assert "s3://" in message or "table 'default." in message, message
+def assert_clear_message(message: str, scheme: str) -> None:
+    """An I/O failure's message names the object (a `scheme`:// URL) or table it concerns and
+    says what went wrong, and claims nothing that did not happen."""
+    assert f"{scheme}://" in message or "table 'default." in message, message
     assert re.search(r"failed|unknown|HTTP \d{3}|timed? ?out|closed|reset|connect", message,
                      re.I), message
     assert not FALSE_DIAGNOSES.search(message), f"misreports a transient failure: {message}"
 
 
-def assert_clear_errors(errors: list) -> None:
+def assert_clear_errors(errors: list, scheme: str) -> None:
     """Every failure a writer saw is a RuntimeError with a clear message."""
     for e in errors:
         assert e["type"] == "RuntimeError", f"wrong error type: {e}"
-        assert_clear_message(e["message"])
+        assert_clear_message(e["message"], scheme)
 
 
 # ------------------------------------------------------------------------------ the audit
@@ -208,43 +214,36 @@ def table_prefix(table: str = TABLE) -> str:
     return f"lake/{namespace}/{name}/"
 
 
-def list_keys(client, bucket: str, prefix: str) -> list[str]:
-    keys = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys += [o["Key"] for o in page.get("Contents", [])]
-    return keys
-
-
-def log_versions(client, bucket: str, table: str = TABLE) -> list[int]:
+def log_versions(cloud, bucket: str, table: str = TABLE) -> list[int]:
     """The versions of the commit objects (NNNNNNNNNNNNNNNNNNNN.json) in a table's log, sorted."""
     log = table_prefix(table) + "_delta_log/"
-    names = [k[len(log):] for k in list_keys(client, bucket, log)]
+    names = [k[len(log):] for k in cloud.list_keys(bucket, log)]
     return sorted(int(n[:20]) for n in names if re.fullmatch(r"\d{20}\.json", n))
 
 
-def log_commits(client, bucket: str, versions, table: str = TABLE) -> dict[int, list[dict]]:
-    """version -> the actions of that commit, read with boto3."""
+def log_commits(cloud, bucket: str, versions, table: str = TABLE) -> dict[int, list[dict]]:
+    """version -> the actions of that commit, read from the service directly."""
     out = {}
     for v in versions:
         key = f"{table_prefix(table)}_delta_log/{v:020d}.json"
-        text = client.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        text = cloud.get(bucket, key).decode()
         out[v] = [json.loads(line) for line in text.splitlines() if line.strip()]
     return out
 
 
-def assert_log_is_whole(client, bucket: str, table: str = TABLE) -> dict[int, list[dict]]:
+def assert_log_is_whole(cloud, bucket: str, table: str = TABLE) -> dict[int, list[dict]]:
     """No gap in the log; every file the log's snapshot references exists (HEAD); every
     checkpoint's files exist, and a checkpoint holds the files the commits up to it leave live.
     Returns the commits."""
     log = table_prefix(table) + "_delta_log/"
-    versions = log_versions(client, bucket, table)
+    versions = log_versions(cloud, bucket, table)
     assert versions == list(range(versions[0], versions[0] + len(versions))), (
         f"gap in the log of {table}: {versions}")
-    commits = log_commits(client, bucket, versions, table)
+    commits = log_commits(cloud, bucket, versions, table)
     checkpoints = {}  # version -> the paths its add actions name
-    for key in list_keys(client, bucket, log):
+    for key in cloud.list_keys(bucket, log):
         if re.fullmatch(r"\d{20}\.checkpoint\.parquet", key[len(log):]):
-            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            body = cloud.get(bucket, key)
             adds = pq.read_table(pa.py_buffer(body)).column("add").to_pylist()
             checkpoints[int(key[len(log):][:20])] = {a["path"] for a in adds if a}
     # Replay from commit 0, or from the oldest checkpoint expiry left the commits after.
@@ -263,70 +262,12 @@ def assert_log_is_whole(client, bucket: str, table: str = TABLE) -> dict[int, li
                 f"{sorted(live - checkpoints[v])}")
     for v, paths in sorted(checkpoints.items()):
         for path in sorted(paths):
-            assert exists(client, bucket, table_prefix(table) + path), (
+            assert cloud.exists(bucket, table_prefix(table) + path), (
                 f"checkpoint {v} references {path}, which does not exist")
     for path in sorted(live):
-        assert exists(client, bucket, table_prefix(table) + path), (
+        assert cloud.exists(bucket, table_prefix(table) + path), (
             f"the log references {path}, which does not exist")
     return commits
-
-
-def exists(client, bucket: str, key: str) -> bool:
-    try:
-        client.head_object(Bucket=bucket, Key=key)
-        return True
-    except client.exceptions.ClientError as e:
-        if e.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
-            return False
-        raise
-
-
-def delta_storage_options(server) -> dict[str, str]:
-    """deltalake (delta-rs) storage_options for the test server."""
-    return {
-        "AWS_ENDPOINT_URL": server.endpoint,
-        "AWS_ACCESS_KEY_ID": server.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
-        "AWS_REGION": server.region,
-        "AWS_ALLOW_HTTP": "true",
-    }
-
-
-# deltalake runs in a child process, as in helpers.py: its Arrow scanner threads may abort the
-# interpreter at exit now and then (delta-rs#2184), which must fail neither the test nor hide an
-# abort of timelake's.
-_DELTA_READ_S3 = r"""
-import json, os, sys
-import pyarrow as pa
-import deltalake
-uri, options, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-d = deltalake.DeltaTable(uri, storage_options=options)
-t = d.to_pyarrow_table()
-with pa.OSFile(out, "wb") as f:
-    with pa.ipc.new_file(f, t.schema) as w:
-        w.write_table(t)
-with open(out + ".json", "w") as f:
-    json.dump({"version": d.version()}, f)
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
-"""
-
-
-def run_child(script: str, *args: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        raise AssertionError(f"deltalake child failed ({proc.returncode}):\n{proc.stderr}")
-
-
-def delta_read_s3(server, uri: str, scratch: Path) -> tuple[pa.Table, int]:
-    """deltalake.DeltaTable(uri).to_pyarrow_table() and its version, read from the server."""
-    out = scratch / f"delta-read-{time.monotonic_ns()}.arrow"
-    run_child(_DELTA_READ_S3, uri, json.dumps(delta_storage_options(server)), str(out))
-    with pa.memory_map(str(out)) as f:
-        table = pa.ipc.open_file(f).read_all()
-    return table, json.loads(Path(str(out) + ".json").read_text())["version"]
 
 
 def newest_per_writer(rows: list[dict]) -> list[dict]:
@@ -337,12 +278,11 @@ def newest_per_writer(rows: list[dict]) -> list[dict]:
     return [newest[w] for w in sorted(newest)]
 
 
-def audit(server, bucket: str, acked, attempted, scratch: Path) -> dict[str, int]:
+def audit(cloud, bucket: str, acked, attempted, scratch: Path) -> dict[str, int]:
     """The checks every scenario ends with (module docstring). Returns rows per batch id."""
-    url = f"s3://{bucket}/lake"
-    client = server.client()
-    commits = assert_log_is_whole(client, bucket)
-    lake = timelake.Lake(url, storage_options=server.storage_options())
+    url = cloud.url(bucket)
+    commits = assert_log_is_whole(cloud, bucket)
+    lake = timelake.Lake(url, storage_options=cloud.storage_options())
     counts = {r["batch"]: r["n"] for r in
               lake.sql(f"SELECT batch, count(*) AS n FROM {TABLE} GROUP BY batch").to_pylist()}
     lost = sorted(set(acked) - set(counts))
@@ -362,7 +302,7 @@ def audit(server, bucket: str, acked, attempted, scratch: Path) -> dict[str, int
     recorded = [a["txn"]["appId"] for v in commits for a in commits[v] if "txn" in a]
     assert sorted(recorded) == sorted(f"timelake:{b}" for b in counts)
 
-    got, version = delta_read_s3(server, f"{url}/default/{TABLE}", scratch)
+    got, version = cloud.delta_read(f"{url}/default/{TABLE}", scratch)
     assert version == max(commits)
     assert sorted_rows(got.select(full.column_names)) == sorted_rows(full)
     return counts
@@ -372,6 +312,10 @@ def audit(server, bucket: str, acked, attempted, scratch: Path) -> dict[str, int
 
 WRITERS = 4
 APPENDS = 4
+
+# In a Scenario's `random` or `arm`: the method of a request that creates an object on the test's
+# cloud (PUT on S3 and Azure, POST on GCS).
+WRITE = "<write>"
 
 
 @dataclasses.dataclass
@@ -383,6 +327,18 @@ class Scenario:
     options: dict = dataclasses.field(default_factory=dict)  # writer storage options
 
 
+def on_cloud(fields: dict | None, cloud) -> dict | None:
+    """Rule or random-mode fields with COMMIT and WRITE made the cloud's."""
+    if fields is None:
+        return None
+    out = {k: v for k, v in fields.items() if k != "path" or v != COMMIT}
+    if fields.get("path") == COMMIT:
+        out.update(cloud.commit_write())
+    if out.get("method") == WRITE:
+        out["method"] = cloud.write_method
+    return out
+
+
 SCENARIOS = {
     # Errors answered without forwarding: nothing landed; the store retries (10 times).
     "internal_error": Scenario("internal_error", random={"p": 0.15, "kinds": ["internal_error"]}),
@@ -390,8 +346,7 @@ SCENARIOS = {
     # One retry only, so that some appends fail and the gateway retries them with their batch id.
     "internal_error_forwarded": Scenario(
         "internal_error", random={"p": 0.3, "kinds": ["internal_error"], "forward": True},
-        arm=[{"kind": "internal_error", "count": 1, "method": "PUT", "path": COMMIT_PUT,
-              "forward": True}],
+        arm=[{"kind": "internal_error", "count": 1, "path": COMMIT, "forward": True}],
         options={"max_retries": "1"}),
     "service_unavailable": Scenario("service_unavailable",
                                     random={"p": 0.15, "kinds": ["service_unavailable"]}),
@@ -400,10 +355,10 @@ SCENARIOS = {
     # Connections closed before forwarding; two retries, so that some reach the commit layer.
     "drop_request": Scenario("drop_request", random={"p": 0.15, "kinds": ["drop_request"]},
                              options={"max_retries": "2"}),
-    # Puts that land without a reply, commits first of all.
-    "lost_reply_on_put": Scenario(
-        "lost_reply", random={"p": 0.25, "kinds": ["lost_reply"], "method": "PUT"},
-        arm=[{"kind": "lost_reply", "count": 1, "method": "PUT", "path": COMMIT_PUT}],
+    # Writes (object creations) that land without a reply, commits first of all.
+    "lost_reply_on_write": Scenario(
+        "lost_reply", random={"p": 0.25, "kinds": ["lost_reply"], "method": WRITE},
+        arm=[{"kind": "lost_reply", "count": 1, "path": COMMIT}],
         options={"max_retries": "1"}),
     # Replies to reads (objects and listings) cut in the middle of the body; two retries.
     "cut_body_on_get": Scenario("cut_body", random={"p": 0.25, "kinds": ["cut_body"],
@@ -413,77 +368,99 @@ SCENARIOS = {
     # commit puts held and forwarded only after the client gave up (the write lands late).
     "delay_past_timeout": Scenario(
         "delay", random={"p": 0.03, "kinds": ["delay"], "delay_s": 3},
-        arm=[{"kind": "delay", "count": 1, "method": "PUT", "path": COMMIT_PUT, "delay_s": 3,
-              "forward_late": True}],
+        arm=[{"kind": "delay", "count": 1, "path": COMMIT, "delay_s": 3, "forward_late": True}],
         arm_every=2),
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_writers_through_faults_keep_every_acknowledged_batch_once(
-        s3_server, s3_bucket, fault_proxy, tmp_path, name):
+        cloud, cloud_bucket, cloud_proxy, tmp_path, name):
     scenario = SCENARIOS[name]
-    url = f"s3://{s3_bucket}/lake"
-    timelake.Lake(url, storage_options=s3_server.storage_options()).create_table(
+    url = cloud.url(cloud_bucket)
+    timelake.Lake(url, storage_options=cloud.storage_options()).create_table(
         TABLE, SCHEMA, series_key=["writer"])
     if scenario.random:
-        fault_proxy.set_random(seed=zlib.crc32(name.encode()), **scenario.random)
-    options = {**s3_server.storage_options(fault_proxy.endpoint), **WRITER_OPTIONS,
+        cloud_proxy.set_random(seed=zlib.crc32(name.encode()), **on_cloud(scenario.random, cloud))
+    options = {**cloud.storage_options(cloud_proxy.endpoint), **WRITER_OPTIONS,
                **scenario.options}
 
     report = run_writers(url, options, WRITERS, APPENDS, tmp_path / "barrier",
-                         proxy=fault_proxy.endpoint, arm=scenario.arm,
+                         proxy=cloud_proxy.endpoint,
+                         arm=[on_cloud(rule, cloud) for rule in scenario.arm],
                          arm_every=scenario.arm_every)
     if scenario.kind == "delay":
         time.sleep(3.5)  # requests still held (forward_late) land now, before the audit
-    stats = fault_proxy.stats()
-    fault_proxy.stop()
+    stats = cloud_proxy.stats()
+    cloud_proxy.stop()
     assert stats["injected"][scenario.kind] > 0, f"no {scenario.kind} fault was injected: {stats}"
     armed = WRITERS * (APPENDS // scenario.arm_every) * len(scenario.arm)
     assert sum(stats["injected"].values()) >= armed, stats  # every armed rule was used
 
     attempted = [f"w{w}-{i}" for w in range(WRITERS) for i in range(APPENDS)]
-    audit(s3_server, s3_bucket, report.acked, attempted, tmp_path)
-    assert_clear_errors(report.errors)
+    audit(cloud, cloud_bucket, report.acked, attempted, tmp_path)
+    assert_clear_errors(report.errors, cloud.scheme)
     assert not report.gave_up, f"never acknowledged: {report.gave_up}; errors: {report.errors}"
     assert sorted(report.acked) == sorted(attempted)
+
+
+def test_scenario_rules_pick_the_commits_of_the_cloud(cloud, cloud_bucket, cloud_proxy):
+    """The rule the scenarios arm for a commit (COMMIT on the cloud) faults exactly the puts of
+    log versions, and WRITE is the method that creates objects: else the soak above would fault
+    nothing it means to (or only the armed count would tell)."""
+    rule = on_cloud({"path": COMMIT}, cloud)
+    cloud_proxy.add_rule("delay", count=None, delay_s=0, **rule)  # forwards, counts, logs
+    writes = on_cloud({"kind": "delay", "method": WRITE}, cloud)["method"]
+    lake = timelake.Lake(cloud.url(cloud_bucket),
+                         storage_options=cloud.storage_options(cloud_proxy.endpoint))
+    table = lake.create_table(TABLE, SCHEMA, series_key=["writer"])
+    table.append(batch_of("a", 0), batch_id="a-0")
+    table.append(batch_of("a", 1), batch_id="a-1")
+    picked = [e for e in cloud_proxy.stats()["log"] if e["kind"] == "delay"]
+    assert len(picked) == 3, picked  # versions 0, 1 and 2, nothing else
+    for version, event in enumerate(picked):
+        assert event["method"] == writes, event
+        assert re.search(rf"_delta_log(/|%2F){version:020d}\.json", event["target"]), event
+    # Reads of one version's content, not its metadata, are what object_read picks.
+    cloud_proxy.reset()
+    cloud_proxy.add_rule("delay", count=None, delay_s=0,
+                         **cloud.object_read(r"/_delta_log/0{19}1\.json"))
+    timelake.Lake(cloud.url(cloud_bucket),
+                  storage_options=cloud.storage_options(cloud_proxy.endpoint)).table(TABLE)
+    picked = [e for e in cloud_proxy.stats()["log"] if e["kind"] == "delay"]
+    assert picked and all(e["method"] == "GET" and "1.json" in e["target"] for e in picked), picked
 
 
 # ------------------------------------------ a commit whose follow-up check fails stays put
 
 @pytest.mark.parametrize("head", [1, 8], ids=["plain", "next_writer_checkpoints"])
 def test_landed_commit_is_kept_when_the_check_after_its_put_fails(
-        s3_server, s3_bucket, fault_proxy, tmp_path, head):
+        cloud, cloud_bucket, cloud_proxy, tmp_path, head):
     """Writer A's commit of version head+1 lands; the read of version `head` that A makes right
     after its put (to check that it built on its own table's head) is held past A's timeout;
     meanwhile writer B commits version head+2 on top of A's. A may fail, but A's landed commit
     is part of the table now: the log keeps it (no gap), B's batch stays readable, and A's retry
     with its batch id is a duplicate."""
-    url = f"s3://{s3_bucket}/lake"
-    direct = timelake.Lake(url, storage_options=s3_server.storage_options())
+    url = cloud.url(cloud_bucket)
+    direct = timelake.Lake(url, storage_options=cloud.storage_options())
     b = direct.create_table(TABLE, SCHEMA, series_key=["writer"])
     for i in range(head):
         b.append(batch_of("b", i), batch_id=f"b-{i}")
-    a = timelake.Lake(url, storage_options={**s3_server.storage_options(fault_proxy.endpoint),
+    a = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
                                             "timeout": "2s", "max_retries": "0"}).table(TABLE)
     assert a.version == head
     # A's append reads version `head` twice: when it updates and after its put (the check before
     # the put is skipped: the update confirmed the head moments earlier).
-    fault_proxy.add_rule("delay", method="GET", path=rf"/_delta_log/{head:020d}\.json$", after=1,
-                         delay_s=4)
+    cloud_proxy.add_rule("delay", after=1, delay_s=4,
+                         **cloud.object_read(rf"/_delta_log/{head:020d}\.json"))
 
-    client = s3_server.client()
     landed = f"{table_prefix()}_delta_log/{head + 1:020d}.json"
     b_result = {}
 
     def writer_b():
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                client.head_object(Bucket=s3_bucket, Key=landed)
-                break
-            except client.exceptions.ClientError:
-                time.sleep(0.02)
+        while time.monotonic() < deadline and not cloud.exists(cloud_bucket, landed):
+            time.sleep(0.02)
         b_result.update(b.append(batch_of("b", head), batch_id=f"b-{head}"))
 
     thread = threading.Thread(target=writer_b)
@@ -493,56 +470,56 @@ def test_landed_commit_is_kept_when_the_check_after_its_put_fails(
     except RuntimeError as e:
         a_result = e
     thread.join()
-    assert fault_proxy.counts()["delay"] == 1
+    assert cloud_proxy.counts()["delay"] == 1
     assert b_result.get("version") == head + 2, b_result  # B built on A's commit
 
-    versions = log_versions(client, s3_bucket)
+    versions = log_versions(cloud, cloud_bucket)
     assert versions == list(range(head + 3)), (
         f"A's append ended with {a_result!r}; the log now holds versions {versions}")
     if isinstance(a_result, RuntimeError):
         assert a.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is True
     acked = [f"b-{i}" for i in range(head + 1)] + ["a-0"]
-    counts = audit(s3_server, s3_bucket, acked, acked, tmp_path)
+    counts = audit(cloud, cloud_bucket, acked, acked, tmp_path)
     assert counts == {batch: ROWS_PER_BATCH for batch in acked}
 
 
 def test_append_failing_after_its_commit_landed_keeps_that_commits_files(
-        s3_server, s3_bucket, fault_proxy, tmp_path):
+        cloud, cloud_bucket, cloud_proxy, tmp_path):
     """One writer. Its commit of version 2 lands; the read of version 1 right after the put is
     held past its timeout, and the read of version 2 that follows fails. Whatever the append
     reports, version 2 is in the log: the files it names must stay, and the retry with the same
     batch id is a duplicate whose rows are readable."""
-    url = f"s3://{s3_bucket}/lake"
-    direct = timelake.Lake(url, storage_options=s3_server.storage_options())
+    url = cloud.url(cloud_bucket)
+    direct = timelake.Lake(url, storage_options=cloud.storage_options())
     direct.create_table(TABLE, SCHEMA, series_key=["writer"]).append(batch_of("b", 0),
                                                                      batch_id="b-0")
-    a = timelake.Lake(url, storage_options={**s3_server.storage_options(fault_proxy.endpoint),
+    a = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
                                             "timeout": "2s", "max_retries": "0"}).table(TABLE)
     # The append reads version 1 when it updates and after its put (held); it reads version 2
     # when it updates (absent then) and after the failed check (answered 500).
-    fault_proxy.add_rule("delay", method="GET", path=r"/_delta_log/0{19}1\.json$", after=1,
-                         delay_s=3)
-    fault_proxy.add_rule("internal_error", method="GET", path=r"/_delta_log/0{19}2\.json$",
-                         after=1)
+    cloud_proxy.add_rule("delay", after=1, delay_s=3,
+                         **cloud.object_read(r"/_delta_log/0{19}1\.json"))
+    cloud_proxy.add_rule("internal_error", after=1,
+                         **cloud.object_read(r"/_delta_log/0{19}2\.json"))
     try:
         a.append(batch_of("a", 0), batch_id="a-0")
     except RuntimeError as e:
-        assert_clear_message(str(e))
+        assert_clear_message(str(e), cloud.scheme)
     # The held read is what matters; the 500 only hits a writer that reads version 2 after a
     # failed check (one that asks again about version 1 instead never meets it).
-    assert fault_proxy.counts()["delay"] == 1 and fault_proxy.counts()["internal_error"] <= 1
-    fault_proxy.clear_rules()  # the retry comes once the faults have passed
+    assert cloud_proxy.counts()["delay"] == 1 and cloud_proxy.counts()["internal_error"] <= 1
+    cloud_proxy.clear_rules()  # the retry comes once the faults have passed
 
-    assert_log_is_whole(s3_server.client(), s3_bucket)
+    assert_log_is_whole(cloud, cloud_bucket)
     assert a.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is True
-    counts = audit(s3_server, s3_bucket, ["b-0", "a-0"], ["b-0", "a-0"], tmp_path)
+    counts = audit(cloud, cloud_bucket, ["b-0", "a-0"], ["b-0", "a-0"], tmp_path)
     assert counts == {"b-0": ROWS_PER_BATCH, "a-0": ROWS_PER_BATCH}
 
 
 # ------------------------------------------------------- calls that cannot complete
 
-def batch_counts(server, bucket: str) -> dict[str, int]:
-    lake = timelake.Lake(f"s3://{bucket}/lake", storage_options=server.storage_options())
+def batch_counts(cloud, bucket: str) -> dict[str, int]:
+    lake = timelake.Lake(cloud.url(bucket), storage_options=cloud.storage_options())
     rows = lake.sql(f"SELECT batch, count(*) AS n FROM {TABLE} GROUP BY batch").to_pylist()
     return {r["batch"]: r["n"] for r in rows}
 
@@ -559,20 +536,20 @@ UNREACHABLE = {
 
 @pytest.mark.parametrize("kind", list(UNREACHABLE))
 def test_calls_to_an_unreachable_server_raise_runtime_error_naming_what_failed(
-        s3_server, s3_bucket, fault_proxy, kind):
-    url = f"s3://{s3_bucket}/lake"
-    direct = timelake.Lake(url, storage_options=s3_server.storage_options())
+        cloud, cloud_bucket, cloud_proxy, kind):
+    url = cloud.url(cloud_bucket)
+    direct = timelake.Lake(url, storage_options=cloud.storage_options())
     created = direct.create_table(TABLE, SCHEMA, series_key=["writer"])
     created.append(batch_of("b", 0), batch_id="b-0")
 
-    options = {**s3_server.storage_options(fault_proxy.endpoint), "timeout": "1s",
+    options = {**cloud.storage_options(cloud_proxy.endpoint), "timeout": "1s",
                "connect_timeout": "1s", "max_retries": "1", "retry_timeout": "2s"}
     lake = timelake.Lake(url, storage_options=options)
     table = lake.table(TABLE)  # opened while the server answers
     if kind == "refused":
-        fault_proxy.stop()  # its port now refuses connections
+        cloud_proxy.stop()  # its port now refuses connections
     else:
-        fault_proxy.add_rule(kind, count=None, **UNREACHABLE[kind])
+        cloud_proxy.add_rule(kind, count=None, **UNREACHABLE[kind])
 
     calls = {
         "append": lambda: table.append(batch_of("a", 0), batch_id="a-0"),
@@ -591,36 +568,35 @@ def test_calls_to_an_unreachable_server_raise_runtime_error_naming_what_failed(
             call()
         elapsed = time.monotonic() - started
         assert type(raised.value) is RuntimeError, f"{name}: {raised.value!r}"
-        assert_clear_message(str(raised.value))
+        assert_clear_message(str(raised.value), cloud.scheme)
         assert elapsed < 20, f"{name} took {elapsed:.1f} s to give up"
     if kind != "refused":
-        assert fault_proxy.counts()[kind] > 0
+        assert cloud_proxy.counts()[kind] > 0
 
     # Once the server answers again the append lands, once.
     if kind == "refused":
-        table = timelake.Lake(url, storage_options=s3_server.storage_options()).table(TABLE)
-    fault_proxy.clear_rules()
+        table = timelake.Lake(url, storage_options=cloud.storage_options()).table(TABLE)
+    cloud_proxy.clear_rules()
     if kind == "delay":
         time.sleep(3.5)  # replies held by the proxy are sent (and dropped by the client) first
     assert table.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is False
     assert table.append(batch_of("a", 0), batch_id="a-0")["duplicate"] is True
-    assert batch_counts(s3_server, s3_bucket) == {"b-0": ROWS_PER_BATCH, "a-0": ROWS_PER_BATCH}
-    assert log_versions(s3_server.client(), s3_bucket) == [0, 1, 2]
+    assert batch_counts(cloud, cloud_bucket) == {"b-0": ROWS_PER_BATCH, "a-0": ROWS_PER_BATCH}
+    assert log_versions(cloud, cloud_bucket) == [0, 1, 2]
 
 
-# ------------------------------------------------------------------ 2. kill -9 on S3
+# ------------------------------------------------------------------------------- 2. kill -9
 
 KILLED_WRITERS = 4
 
 
-def test_writers_killed_mid_append_leave_a_consistent_table_on_s3(s3_server, s3_bucket, tmp_path):
+def test_writers_killed_mid_append_leave_a_consistent_table(cloud, cloud_bucket, tmp_path):
     seed = int(os.environ.get("TIMELAKE_TEST_SEED", time.time_ns() % 1_000_000))
     print(f"kill moments from seed {seed} (set TIMELAKE_TEST_SEED to repeat them)")
     rng = random.Random(seed)
-    url = f"s3://{s3_bucket}/lake"
-    options = s3_server.storage_options()
+    url = cloud.url(cloud_bucket)
+    options = cloud.storage_options()
     timelake.Lake(url, storage_options=options).create_table(TABLE, SCHEMA, series_key=["writer"])
-
     procs = [spawn_writer(url, options, w, 0, 10_000, attempts=1) for w in range(KILLED_WRITERS)]
     acked_lines = {w: [] for w in range(KILLED_WRITERS)}
     try:
@@ -649,7 +625,7 @@ def test_writers_killed_mid_append_leave_a_consistent_table_on_s3(s3_server, s3_
         last[w] = max(int(b.split("-")[1]) for b in report.acked)
     # A writer has one append in flight: at most batch last+1 landed without its ack.
     attempted = [f"w{w}-{i}" for w in last for i in range(last[w] + 2)]
-    audit(s3_server, s3_bucket, acked, attempted, tmp_path)
+    audit(cloud, cloud_bucket, acked, attempted, tmp_path)
 
     # The gateways replay from their last checkpoint on: what landed is a duplicate, the rest
     # lands once; then appends go on.
@@ -663,5 +639,5 @@ def test_writers_killed_mid_append_leave_a_consistent_table_on_s3(s3_server, s3_
         replayed.update(report.acked)
     assert all(replayed[b]["duplicate"] for b in acked), f"seed {seed}"
     every = [f"w{w}-{i}" for w in last for i in range(last[w] + 3)]
-    counts = audit(s3_server, s3_bucket, every, every, tmp_path)
+    counts = audit(cloud, cloud_bucket, every, every, tmp_path)
     assert counts == {b: ROWS_PER_BATCH for b in every}, f"seed {seed}"
