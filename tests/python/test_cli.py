@@ -128,6 +128,29 @@ def test_cli_works_on_an_azure_lake_with_the_key_in_the_environment(azure_server
     assert out.returncode == 1 and "credentials" in out.stderr and "d3Jvbmcga2V5" not in out.stderr
 
 
+def test_cli_works_on_a_gcs_lake_with_options_and_environment(gcs_server, gcs_bucket):
+    import os
+
+    import timelake
+
+    url = f"gs://{gcs_bucket}/lake"
+    options = gcs_server.storage_options()
+    lake = timelake.Lake(url, storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table(iot_series(T0, 5)), batch_id="b0")
+    # The base URL from the environment (GOOGLE_BASE_URL, as delta-rs reads it), the rest as options.
+    flags = [a for key in ("google_skip_signature", "allow_http") for a in ("-o", f"{key}={options[key]}")]
+    env = dict(os.environ, GOOGLE_BASE_URL=options["google_base_url"])
+    out = subprocess.run([sys.executable, "-m", "timelake", "sql", url, "SELECT count(*) AS n FROM readings", *flags],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[2] == "15"
+    out = subprocess.run([sys.executable, "-m", "timelake", "info", url, "readings", *flags],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["size"]["rows"] == 15
+
+
 def test_openssl_users_load_in_any_order_with_timelake():
     # libparquet from the pyarrow wheel carries its own copy of OpenSSL's symbols; timelake (whose
     # HTTP client loads the system OpenSSL) once let that copy capture the system library's calls,
