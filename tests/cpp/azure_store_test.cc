@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scripted_server.h"
 #include "store_contract.h"
 #include "test_util.h"
 #include "timelake/store/cloud_common.h"
@@ -283,6 +284,56 @@ TEST_F(AzureStoreTest, EmulatorFlagNeedsNoKeyOrEndpoint) {
   ASSERT_OK(store.status());
   ASSERT_OK_AND_ASSIGN(auto back, (*store)->Get("e"));
   EXPECT_EQ(back->ToString(), "emulated");
+}
+
+TEST_F(AzureStoreTest, CredentialsInTheOptionsOutrankTheEnvironment) {
+  // A token or a skip flag left in the environment (or injected by the platform) must not
+  // replace the key the caller chose.
+  ASSERT_OK(store_->Put("k", Buf("keyed")));
+  ASSERT_EQ(setenv("AZURE_STORAGE_TOKEN", "leftover-token", 1), 0);
+  ASSERT_EQ(setenv("AZURE_SKIP_SIGNATURE", "true", 1), 0);
+  auto store = OpenStore(store_->RootUrl(), *options_);
+  unsetenv("AZURE_STORAGE_TOKEN");
+  unsetenv("AZURE_SKIP_SIGNATURE");
+  ASSERT_OK(store.status());
+  ASSERT_OK_AND_ASSIGN(auto back, (*store)->Get("k"));
+  EXPECT_EQ(back->ToString(), "keyed");
+}
+
+TEST_F(AzureStoreTest, DevelopmentStorageConnectionStringAllowsPlainHttp) {
+  const std::string endpoint = std::getenv("TIMELAKE_TEST_AZURE_ENDPOINT");
+  ASSERT_OK(store_->Put("d", Buf("dev")));
+  ASSERT_EQ(setenv("AZURITE_BLOB_STORAGE_URL", endpoint.c_str(), 1), 0);
+  auto store = OpenStore(store_->RootUrl(),
+                         {{"azure_storage_connection_string", "UseDevelopmentStorage=true"}});
+  unsetenv("AZURITE_BLOB_STORAGE_URL");
+  ASSERT_OK(store.status());
+  ASSERT_OK_AND_ASSIGN(auto back, (*store)->Get("d"));
+  EXPECT_EQ(back->ToString(), "dev");
+}
+
+TEST(AzureListingTest, DirectoriesOfHierarchicalNamespaceAccountsAreNotObjects) {
+  // ADLS Gen2 accounts list their directories as blobs with ResourceType "directory"; Azurite
+  // has no hierarchical namespace, so a scripted server plays the reply.
+  ScriptedServer server;
+  const std::string xml =
+      "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults><Blobs>"
+      "<Blob><Name>lake/t/data</Name><Properties><Content-Length>0</Content-Length>"
+      "<ResourceType>directory</ResourceType></Properties></Blob>"
+      "<Blob><Name>lake/t/data/a.parquet</Name><Properties><Content-Length>7</Content-Length>"
+      "<Etag>0x1</Etag><ResourceType>file</ResourceType></Properties></Blob>"
+      "</Blobs><NextMarker/></EnumerationResults>";
+  server.Then(ScriptedServer::Reply(200, "Content-Type: application/xml\r\n", xml));
+  ASSERT_OK_AND_ASSIGN(auto store,
+                       OpenStore("az://c/lake", {{"azure_storage_account_name", "acct"},
+                                                 {"azure_storage_token", "t"},
+                                                 {"azure_storage_endpoint", server.base() + "/acct"},
+                                                 {"allow_http", "true"}}));
+  ASSERT_OK_AND_ASSIGN(auto listed, store->List("t/"));
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].path, "t/data/a.parquet");
+  EXPECT_EQ(listed[0].size, 7);
+  EXPECT_EQ(listed[0].etag, "\"0x1\"");
 }
 
 TEST_F(AzureStoreTest, AbfssUrlNamesTheAccount) {

@@ -222,6 +222,27 @@ TEST_F(GcsCredentialsTest, ServiceAccountFileIsReadFromThePathOption) {
   EXPECT_NE(provider->Source().find("keys/sa.json"), std::string::npos) << provider->Source();
 }
 
+TEST_F(GcsCredentialsTest, CredentialsInTheOptionsOutrankTheEnvironment) {
+  // A key left in the environment must not replace the one the caller chose.
+  options_["google_service_account"] = WriteHomeFile("keys/sa.json", ServiceAccountJson());
+  env_["GOOGLE_SERVICE_ACCOUNT_KEY"] = "{not the key you chose";
+  env_["GOOGLE_APPLICATION_CREDENTIALS"] = "/nowhere.json";
+  http_.On("POST", kTokenUri, {200, TokenReply("ya29.chosen"), ""});
+  ASSERT_OK_AND_ASSIGN(auto provider, Make());
+  ASSERT_OK_AND_ASSIGN(auto token, provider->Get());
+  EXPECT_EQ(token.access_token, "ya29.chosen");
+  EXPECT_NE(provider->Source().find("keys/sa.json"), std::string::npos) << provider->Source();
+}
+
+TEST_F(GcsCredentialsTest, KeyGivenWherePathBelongsIsInvalidWithoutEchoingIt) {
+  options_["google_service_account"] = ServiceAccountJson();
+  auto made = Make();
+  ASSERT_TRUE(made.status().IsInvalid()) << made.status().ToString();
+  EXPECT_NE(made.status().message().find("google_service_account_key"), std::string::npos);
+  EXPECT_EQ(made.status().message().find("PRIVATE KEY"), std::string::npos);
+  EXPECT_EQ(made.status().message().find(kEmail), std::string::npos);
+}
+
 TEST_F(GcsCredentialsTest, ServiceAccountKeyIsReadFromTheEnvironment) {
   env_["GOOGLE_SERVICE_ACCOUNT_KEY"] = ServiceAccountJson();
   http_.On("POST", kTokenUri, {200, TokenReply("ya29.env"), ""});

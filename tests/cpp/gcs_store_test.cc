@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scripted_server.h"
 #include "store_contract.h"
 #include "test_util.h"
 #include "timelake/util/ids.h"
@@ -302,103 +303,6 @@ TEST_F(GcsStoreTest, ABearerTokenIsAcceptedByTheEmulator) {
 // answers each request with the next scripted reply ("" = close the connection unanswered, a
 // reply lost after the request arrived) and records each request's line and Content-Range.
 
-class ScriptedGcs {
- public:
-  ScriptedGcs() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    listen(fd_, 16);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~ScriptedGcs() {
-    stop_ = true;
-    shutdown(fd_, SHUT_RDWR);
-    close(fd_);
-    thread_.join();
-  }
-  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string session() const { return base() + "/upload/session?upload_id=u1"; }
-
-  void Then(std::string reply) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    script_.push_back(std::move(reply));
-  }
-  static std::string Reply(int status, const std::string& headers = "") {
-    return "HTTP/1.1 " + std::to_string(status) + " X\r\n" + headers +
-           "Content-Length: 2\r\nConnection: close\r\n\r\n{}";
-  }
-  // "PUT bytes 0-9/*  (10 bytes)" for each request so far.
-  std::vector<std::string> seen() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return seen_;
-  }
-
- private:
-  void Serve() {
-    while (!stop_) {
-      const int client = accept(fd_, nullptr, nullptr);
-      if (client < 0) break;
-      std::string request;
-      char buf[65536];
-      size_t header_end = std::string::npos;
-      int64_t body_size = 0;
-      for (;;) {
-        if (header_end == std::string::npos) {
-          header_end = request.find("\r\n\r\n");
-          if (header_end != std::string::npos) {
-            body_size = std::atoll(Header(request, "content-length").c_str());
-          }
-        }
-        if (header_end != std::string::npos &&
-            static_cast<int64_t>(request.size() - header_end - 4) >= body_size) {
-          break;
-        }
-        const ssize_t n = recv(client, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      std::string reply = Reply(200);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        seen_.push_back(request.substr(0, request.find(' ')) + " " +
-                        Header(request, "content-range") + " (" + std::to_string(body_size) +
-                        " bytes)");
-        if (!script_.empty()) {
-          reply = script_.front();
-          script_.pop_front();
-        }
-      }
-      if (!reply.empty()) send(client, reply.data(), reply.size(), MSG_NOSIGNAL);
-      close(client);
-    }
-  }
-
-  static std::string Header(const std::string& request, const std::string& name) {
-    std::string lower = request.substr(0, request.find("\r\n\r\n"));
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    const size_t at = lower.find("\r\n" + name + ":");
-    if (at == std::string::npos) return "";
-    const size_t start = request.find_first_not_of(' ', at + name.size() + 3);
-    return request.substr(start, request.find("\r\n", start) - start);
-  }
-
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::deque<std::string> script_;
-  std::vector<std::string> seen_;
-};
 
 class GcsResumableRecoveryTest : public ::testing::Test {
  protected:
@@ -410,11 +314,11 @@ class GcsResumableRecoveryTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = *store;
     // The session starts.
-    server_.Then(ScriptedGcs::Reply(200, "Location: " + server_.session() + "\r\n"));
+    server_.Then(ScriptedServer::Reply(200, "Location: " + server_.session() + "\r\n"));
   }
 
   // The first chunk (5 MiB) is taken whole.
-  void AcceptFirstChunk() { server_.Then(ScriptedGcs::Reply(308, "Range: bytes=0-5242879\r\n")); }
+  void AcceptFirstChunk() { server_.Then(ScriptedServer::Reply(308, "Range: bytes=0-5242879\r\n")); }
 
   // Writes 5 MiB + 10 bytes (two chunks) and closes the stream.
   arrow::Status WriteTwoChunks() {
@@ -426,15 +330,15 @@ class GcsResumableRecoveryTest : public ::testing::Test {
     return out->Close();
   }
 
-  ScriptedGcs server_;
+  ScriptedServer server_;
   std::shared_ptr<ObjectStore> store_;
 };
 
 TEST_F(GcsResumableRecoveryTest, LostReplyToTheFinalChunkIsRecoveredByAStatusQuery) {
   AcceptFirstChunk();
   server_.Then("");                      // the final chunk lands, its reply is lost
-  server_.Then(ScriptedGcs::Reply(200));  // the status query: the object is finalized
-  server_.Then(ScriptedGcs::Reply(200));  // asked again as the attempt itself
+  server_.Then(ScriptedServer::Reply(200));  // the status query: the object is finalized
+  server_.Then(ScriptedServer::Reply(200));  // asked again as the attempt itself
   ASSERT_OK(WriteTwoChunks());
   EXPECT_EQ(server_.seen(), (std::vector<std::string>{
                                 "POST  (2 bytes)", "PUT bytes 0-5242879/* (5242880 bytes)",
@@ -445,8 +349,8 @@ TEST_F(GcsResumableRecoveryTest, LostReplyToTheFinalChunkIsRecoveredByAStatusQue
 TEST_F(GcsResumableRecoveryTest, AChunkTheServiceKeptPartlyIsResentFromWhereItStopped) {
   AcceptFirstChunk();
   server_.Then("");                                                      // reply lost
-  server_.Then(ScriptedGcs::Reply(308, "Range: bytes=0-5242884\r\n"));  // 5 of 10 bytes kept
-  server_.Then(ScriptedGcs::Reply(201));
+  server_.Then(ScriptedServer::Reply(308, "Range: bytes=0-5242884\r\n"));  // 5 of 10 bytes kept
+  server_.Then(ScriptedServer::Reply(201));
   ASSERT_OK(WriteTwoChunks());
   const auto seen = server_.seen();
   ASSERT_EQ(seen.size(), 5u);
@@ -479,7 +383,7 @@ TEST_F(GcsResumableRecoveryTest, ASessionFinalizedByAStatusQueryIsAnUnknownOutco
   // What fake-gcs-server does (GCS never finalizes a session whose size it was not told): the
   // object may now hold the first bytes, so the failure says the outcome is unknown.
   server_.Then("");                      // the first chunk's reply is lost
-  server_.Then(ScriptedGcs::Reply(200));  // the status query finalizes the session
+  server_.Then(ScriptedServer::Reply(200));  // the status query finalizes the session
   const arrow::Status closed = WriteTwoChunks();
   ASSERT_FALSE(closed.ok());
   EXPECT_TRUE(IsOutcomeUnknown(closed)) << closed.ToString();

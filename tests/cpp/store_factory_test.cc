@@ -81,6 +81,7 @@ TEST(StoreFactoryTest, EveryCloudSchemeOpensItsStore) {
   EXPECT_TRUE(IsInvalid(OpenStore("gs://b/l", {{"aws_region", "x"}}), "aws_region"));
   EXPECT_TRUE(IsInvalid(OpenStore("az://c/l", {{"google_base_url", "x"}}), "google_base_url"));
   EXPECT_TRUE(IsInvalid(OpenStore("s3://b/l", {{"azure_storage_token", "x"}}), "azure_storage_token"));
+  EXPECT_TRUE(IsInvalid(OpenStore("s3://b/l", {{"service_account", "/sa.json"}}), "service_account"));
   // abfss:// needs the account in the URL.
   EXPECT_TRUE(IsInvalid(OpenStore("abfss://container/lake", azure), "account"));
 }

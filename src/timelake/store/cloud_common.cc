@@ -56,7 +56,8 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
 // Keys of one cloud's options, by the prefixes of their names.
 bool IsCloudKey(const std::string& key) {
   return StartsWith(key, "aws_") || StartsWith(key, "azure_") || StartsWith(key, "google_") ||
-         key == "access_key" || key == "delta_dynamo_table_name";
+         StartsWith(key, "service_account") || key == "access_key" ||
+         key == "delta_dynamo_table_name";
 }
 
 }  // namespace

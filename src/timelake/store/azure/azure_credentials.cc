@@ -258,8 +258,9 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
   }
   if (!std::all_of(settings.account.begin(), settings.account.end(),
                    [](unsigned char c) { return std::isalnum(c) || c == '-'; })) {
-    return arrow::Status::Invalid("the Azure storage account name '", settings.account,
-                                  "' may hold only letters, digits and '-'");
+    // Not quoted: a key passed by mistake as the name must not reach the message.
+    return arrow::Status::Invalid("the Azure storage account name may hold only letters, digits "
+                                  "and '-' (is a key in azure_storage_account_name?)");
   }
 
   // The endpoint.

@@ -19,6 +19,8 @@ namespace {
 constexpr const char* kApiVersion = "2023-11-03";
 constexpr int kDeleteParallelism = 8;
 constexpr int64_t kMaxListResults = 5000;
+constexpr int64_t kMaxBlockBytes = int64_t{4000} << 20;
+constexpr int kMaxBlocks = 50'000;
 
 // delta-rs's (object_store's) key names: the canonical one, then its aliases.
 const std::vector<std::vector<std::string>>& KeyAliases() {
@@ -311,10 +313,11 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
   arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
                                                           const OutputOptions& options) override {
     ARROW_RETURN_NOT_OK(options.Validate());
+    // Put Block takes at most 4000 MiB.
     return std::make_shared<MultipartOutput>(
         std::make_unique<AzurePartUploader>(shared_from_this(), path,
                                             std::max(1, config_.upload_parallelism)),
-        options.part_size);
+        std::min(options.part_size, kMaxBlockBytes));
   }
 
   arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
@@ -338,6 +341,11 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
       for (const XmlElement* b : blobs->Children("Blob")) {
         std::string name = b->ChildText("Name");
         if (name.compare(0, strip.size(), strip) != 0) continue;
+        // Accounts with a hierarchical namespace (ADLS Gen2) list their directories as blobs.
+        if (const XmlElement* p = b->Child("Properties");
+            p && p->ChildText("ResourceType") == "directory") {
+          continue;
+        }
         ObjectMeta meta;
         meta.path = name.substr(strip.size());
         if (!InListing(meta.path, request.prefix, request.start_after)) continue;
@@ -453,6 +461,10 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
 
   arrow::Result<std::string> PutBlock(const std::string& path, const std::string& upload_id,
                                       int number, std::shared_ptr<arrow::Buffer> data) {
+    if (number > kMaxBlocks) {
+      return arrow::Status::Invalid("PutBlock of ", Url(path), ": a blob holds at most ", kMaxBlocks,
+                                    " blocks; write it with a larger part size");
+    }
     Call call;
     call.method = "PUT";
     call.blob = Blob(path);
@@ -584,8 +596,24 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenAzureStore(const std::string& ur
                                     "' name the same setting with different values; give one");
     }
   }
+  // When the options name a credential source, none is taken from the environment: options given
+  // win, and an AZURE_* variable the platform injected (workload identity in a pod, say) must not
+  // outrank the credential the caller chose.
+  static const std::vector<std::string> kSourceKeys = {
+      "azure_skip_signature", "azure_storage_token", "azure_storage_account_key",
+      "azure_federated_token_file", "azure_client_secret", "azure_storage_sas_token",
+      "azure_storage_connection_string", "azure_storage_use_emulator"};
+  bool names_source = false;
+  for (const auto& key : kSourceKeys) names_source = names_source || options.count(key) > 0;
   std::vector<std::string> env_keys;
-  for (const auto& names : KeyAliases()) env_keys.push_back(names.front());
+  for (const auto& names : KeyAliases()) {
+    const std::string& key = names.front();
+    const bool source_key = std::find(kSourceKeys.begin(), kSourceKeys.end(), key) != kSourceKeys.end();
+    // A given source keeps its own identity settings: no client id or tenant from elsewhere.
+    const bool identity_key = key == "azure_client_id" || key == "azure_tenant_id";
+    if (names_source && (source_key || identity_key)) continue;
+    env_keys.push_back(key);
+  }
   options = WithEnvironment(options, env_keys);
 
   const std::string container_option = OptionValue(options, "azure_container_name");
@@ -613,6 +641,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenAzureStore(const std::string& ur
   identity.stall_timeout_ms = 10'000;
   identity.allow_http = true;  // IMDS is plain http on a link-local host
   identity.user_agent = config.http.user_agent;
+  identity.proxy_url = config.http.proxy_url;
+  identity.allow_invalid_certificates = config.http.allow_invalid_certificates;
   ARROW_ASSIGN_OR_RAISE(auto identity_client, HttpClient::Make(identity));
   inputs.fetch = [identity_client](const HttpRequest& request) {
     RetryOptions retry;
@@ -622,6 +652,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenAzureStore(const std::string& ur
                          [&request]() -> arrow::Result<HttpRequest> { return request; });
   };
   ARROW_ASSIGN_OR_RAISE(config.settings, ResolveAzureSettings(inputs));
+  // A connection string's UseDevelopmentStorage=true is the emulator too: plain http on 127.0.0.1.
+  config.http.allow_http = config.http.allow_http || config.settings.emulator;
   return MakeAzureStore(config);
 }
 

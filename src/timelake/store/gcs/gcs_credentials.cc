@@ -72,6 +72,11 @@ std::string Quote(const std::string& text) {
 // storage_options and the environment, as the chain reads them: absent and empty are alike.
 class Settings {
  public:
+  static constexpr const char* kCredentialOptionKeys[] = {
+      "google_skip_signature", "google_bearer_token", "google_service_account_key",
+      "service_account_key", "google_service_account", "google_service_account_path",
+      "service_account", "service_account_path", "google_application_credentials"};
+
   explicit Settings(const GoogleCredentialInputs& inputs) : inputs_(inputs) {}
 
   std::string Option(const std::string& key) const {
@@ -85,12 +90,24 @@ class Settings {
     return value == nullptr ? std::string() : std::string(value);
   }
 
-  /// The first non-empty value of `keys` (options) then `names` (environment), with what gave it.
+  /// True if storage_options name a credential source themselves: then the environment's
+  /// credential variables are not looked at (options given win over the environment; a key left
+  /// in the environment must not outrank the one the caller chose).
+  bool OptionsNameCredentials() const {
+    for (const char* key : kCredentialOptionKeys) {
+      if (!Option(key).empty()) return true;
+    }
+    return false;
+  }
+
+  /// The first non-empty value of `keys` (options) then `names` (environment, unless the options
+  /// name a credential source), with what gave it.
   std::pair<std::string, std::string> First(std::initializer_list<const char*> keys,
                                             std::initializer_list<const char*> names) const {
     for (const char* key : keys) {
       if (std::string v = Option(key); !v.empty()) return {v, key};
     }
+    if (OptionsNameCredentials()) return {"", ""};
     for (const char* name : names) {
       if (std::string v = Env(name); !v.empty()) return {v, name};
     }
@@ -108,6 +125,13 @@ class Settings {
 };
 
 arrow::Result<std::string> ReadKeyFile(const std::string& path, const std::string& what) {
+  // A key's JSON given where a path belongs must not be echoed into the message.
+  if (path.find('{') != std::string::npos || path.find("PRIVATE KEY") != std::string::npos ||
+      path.size() > 4096) {
+    return arrow::Status::Invalid(
+        "the ", what, " option holds what looks like a key itself, not a file path; pass a key's "
+        "JSON as google_service_account_key instead");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in.is_open()) {
     return arrow::Status::IOError("cannot read the ", what, " file ", path,

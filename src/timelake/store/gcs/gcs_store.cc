@@ -564,6 +564,7 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
     const std::string what = std::string(last ? "final chunk" : "chunk") + " at byte " +
                              std::to_string(offset) + " of " + Url(path);
     int64_t from = offset;  // the first byte the session is not known to hold
+    bool maybe_applied = false;  // some attempt, in any round, may have reached the service
     for (;;) {
       bool retrying = false;
       auto make = [&]() -> arrow::Result<Call> {
@@ -576,8 +577,11 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
         return from >= end ? StatusQuery(session, total)
                            : ChunkCall(session, data, offset, from, end, total);
       };
-      RetryOutcome outcome;
-      auto reply = SendMade(what, make, &outcome);
+      RetryOutcome round;
+      auto reply = SendMade(what, make, &round);
+      maybe_applied = maybe_applied || round.maybe_applied;
+      RetryOutcome outcome = round;
+      outcome.maybe_applied = maybe_applied;
       // Only the final chunk makes the object: an earlier one's failure leaves nothing (unless
       // the service finalized the session early, which Persisted marks OutcomeUnknown itself).
       if (!reply.ok()) return last ? WriteFailure(reply.status(), outcome) : reply.status();
@@ -589,8 +593,9 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
           from = persisted;  // the session kept fewer bytes than were sent: send the rest
           continue;
         }
-        return arrow::Status::IOError(what, ": the upload session holds ", persisted,
-                                      " bytes after a chunk ending at ", end);
+        const arrow::Status error = arrow::Status::IOError(
+            what, ": the upload session holds ", persisted, " bytes after a chunk ending at ", end);
+        return last ? WriteFailure(error, outcome) : error;
       }
       const arrow::Status error = ReplyError(what, *reply);
       return last ? WriteFailure(error, outcome) : error;
@@ -663,9 +668,17 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenGcsStore(const std::string& url,
                                            &config.bucket, &config.prefix));
   // Options the user gave win; GOOGLE_* environment variables fill in the rest (as in delta-rs).
   // The credential chain reads the credential variables itself.
-  const StorageOptions options =
-      WithEnvironment(given, {"google_base_url", "google_skip_signature"});
-  ARROW_RETURN_NOT_OK(RefuseOtherClouds(options, {"google_"}, {}, "a gs:// lake"));
+  // GOOGLE_SKIP_SIGNATURE only when the options name no credentials: a leftover variable must
+  // not turn a keyed lake anonymous.
+  bool names_credentials = false;
+  for (const char* key : {"google_bearer_token", "google_service_account_key", "service_account_key",
+                          "google_service_account", "google_service_account_path", "service_account",
+                          "service_account_path", "google_application_credentials"}) {
+    names_credentials = names_credentials || !OptionValue(given, key).empty();
+  }
+  StorageOptions options = WithEnvironment(given, {"google_base_url"});
+  if (!names_credentials) options = WithEnvironment(options, {"google_skip_signature"});
+  ARROW_RETURN_NOT_OK(RefuseOtherClouds(options, {"google_", "service_account"}, {}, "a gs:// lake"));
   const std::string base_url = OptionValue(options, "google_base_url");
   if (!base_url.empty()) {
     if (base_url.find("://") == std::string::npos) {
@@ -686,6 +699,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenGcsStore(const std::string& url,
   metadata.stall_timeout_ms = 5'000;
   metadata.allow_http = true;  // the metadata server is plain http on a link-local host
   metadata.user_agent = config.http.user_agent;
+  metadata.proxy_url = config.http.proxy_url;
+  metadata.allow_invalid_certificates = config.http.allow_invalid_certificates;
   ARROW_ASSIGN_OR_RAISE(auto metadata_client, HttpClient::Make(metadata));
   GoogleCredentialInputs inputs;
   inputs.options = options;
