@@ -312,6 +312,72 @@ TEST_F(AzureStoreTest, DevelopmentStorageConnectionStringAllowsPlainHttp) {
   EXPECT_EQ(back->ToString(), "dev");
 }
 
+// A token provider that counts: each Get() after an Invalidate() hands out a new token.
+class CountingTokens : public AzureCredentialProvider {
+ public:
+  explicit CountingTokens(bool refreshes) : refreshes_(refreshes) {}
+  arrow::Result<AzureCredential> Get() override {
+    AzureCredential c;
+    c.kind = AzureCredential::Kind::kBearer;
+    c.bearer = "token-" + std::to_string(generation_.load());
+    ++gets_;
+    return c;
+  }
+  bool Invalidate() override {
+    ++invalidations_;
+    if (refreshes_) ++generation_;
+    return refreshes_;
+  }
+  std::string Source() const override { return "test tokens"; }
+  const bool refreshes_;
+  std::atomic<int> gets_{0}, invalidations_{0}, generation_{0};
+};
+
+std::shared_ptr<ObjectStore> ScriptedAzureStore(const ScriptedServer& server,
+                                                std::shared_ptr<AzureCredentialProvider> tokens) {
+  AzureConfig config;
+  config.container = "c";
+  config.root_url = "az://c";
+  config.settings.account = "acct";
+  config.settings.endpoint = server.base() + "/acct";
+  config.settings.credentials = std::move(tokens);
+  config.http.allow_http = true;
+  config.retry.max_retries = 3;
+  auto store = MakeAzureStore(config);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return *store;
+}
+
+TEST(AzureTokenTest, RefusedTokenIsFetchedAnewOnce) {
+  ScriptedServer server;
+  server.Then(ScriptedServer::Reply(401, "x-ms-error-code: InvalidAuthenticationInfo\r\n", ""));
+  server.Then(ScriptedServer::Reply(200, "", "payload"));
+  auto tokens = std::make_shared<CountingTokens>(/*refreshes=*/true);
+  auto store = ScriptedAzureStore(server, tokens);
+  ASSERT_OK_AND_ASSIGN(auto got, store->Get("blob"));
+  EXPECT_EQ(got->ToString(), "payload");
+  EXPECT_EQ(tokens->invalidations_.load(), 1);
+  EXPECT_EQ(tokens->gets_.load(), 2);
+  EXPECT_EQ(server.seen().size(), 2u);
+  // Refused again after the refresh: final, no loop.
+  server.Then(ScriptedServer::Reply(401, "", ""));
+  server.Then(ScriptedServer::Reply(401, "", ""));
+  auto refused = store->Get("blob");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(server.seen().size(), 4u);
+}
+
+TEST(AzureTokenTest, StaticTokenRefusedIsFinalAtOnce) {
+  ScriptedServer server;
+  server.Then(ScriptedServer::Reply(401, "", ""));
+  auto tokens = std::make_shared<CountingTokens>(/*refreshes=*/false);
+  auto store = ScriptedAzureStore(server, tokens);
+  auto put = store->PutIfAbsent("blob", Buf("x"));
+  ASSERT_FALSE(put.ok());
+  EXPECT_FALSE(IsOutcomeUnknown(put.status())) << put.status().ToString();  // a 401 applied nothing
+  EXPECT_EQ(server.seen().size(), 1u);
+}
+
 TEST(AzureListingTest, DirectoriesOfHierarchicalNamespaceAccountsAreNotObjects) {
   // ADLS Gen2 accounts list their directories as blobs with ResourceType "directory"; Azurite
   // has no hierarchical namespace, so a scripted server plays the reply.

@@ -392,6 +392,42 @@ TEST_F(GcsResumableRecoveryTest, ASessionFinalizedByAStatusQueryIsAnUnknownOutco
   EXPECT_EQ(server_.seen()[2], "PUT bytes */* (0 bytes)");
 }
 
+// ---- tokens refused before their expiry ---------------------------------------------------------
+
+class CountingGoogleTokens : public GoogleCredentialProvider {
+ public:
+  arrow::Result<GoogleToken> Get() override {
+    GoogleToken token;
+    token.access_token = "ya29." + std::to_string(generation_.load());
+    ++gets_;
+    return token;
+  }
+  bool Invalidate() override {
+    ++generation_;
+    return true;
+  }
+  std::string Source() const override { return "test tokens"; }
+  std::atomic<int> gets_{0}, generation_{0};
+};
+
+TEST(GcsTokenTest, RefusedTokenIsFetchedAnewOnce) {
+  ScriptedServer server;
+  server.Then(ScriptedServer::Reply(401, "", R"({"error":{"code":401,"message":"Invalid Credentials"}})"));
+  server.Then(ScriptedServer::Reply(200, "", "payload"));
+  GcsConfig config;
+  config.bucket = "b";
+  config.base_url = server.base();
+  config.http.allow_http = true;
+  config.retry.max_retries = 3;
+  auto tokens = std::make_shared<CountingGoogleTokens>();
+  ASSERT_OK_AND_ASSIGN(auto store, MakeGcsStore(config, tokens));
+  ASSERT_OK_AND_ASSIGN(auto got, store->Get("obj"));
+  EXPECT_EQ(got->ToString(), "payload");
+  EXPECT_EQ(tokens->generation_.load(), 1);
+  EXPECT_EQ(tokens->gets_.load(), 2);
+  EXPECT_EQ(server.seen().size(), 2u);
+}
+
 // ---- options (no server needed) ----------------------------------------------------------------
 
 TEST(GcsStoreOptionsTest, OptionsOfOtherCloudsAreRefused) {

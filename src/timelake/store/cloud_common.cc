@@ -260,6 +260,19 @@ arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome) {
   return outcome.maybe_applied ? OutcomeUnknown(status) : status;
 }
 
+std::function<ReplyVerdict(const HttpResponse&)> RetryOnceWithFreshToken(
+    std::function<bool()> invalidate, std::function<ReplyVerdict(const HttpResponse&)> judge) {
+  auto refreshed = std::make_shared<bool>(false);
+  return [refreshed, invalidate = std::move(invalidate),
+          judge = std::move(judge)](const HttpResponse& reply) {
+    if (reply.status == 401 && !*refreshed) {
+      *refreshed = true;
+      if (invalidate()) return ReplyVerdict::kTransient;
+    }
+    return judge(reply);
+  };
+}
+
 arrow::Status RunParallel(size_t n, int parallelism,
                           const std::function<arrow::Status(size_t)>& task) {
   std::atomic<size_t> next{0};

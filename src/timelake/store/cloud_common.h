@@ -90,6 +90,13 @@ arrow::Status SplitBucketAndPrefix(const std::string& url, const std::string& re
 /// A failed write whose attempts may have reached the service, marked OutcomeUnknown.
 arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome);
 
+/// A judge for SendWithRetry that, at the first 401 reply, calls `invalidate` (which drops a
+/// refreshing credential's token and says whether it did) and, if it did, calls the reply
+/// transient, so the request is rebuilt with a fresh token; a static credential's 401, and any
+/// later one, is final. Every other reply goes to `judge`. One judge per logical request.
+std::function<ReplyVerdict(const HttpResponse&)> RetryOnceWithFreshToken(
+    std::function<bool()> invalidate, std::function<ReplyVerdict(const HttpResponse&)> judge);
+
 /// Runs `task(i)` for i in [0, n) on up to `parallelism` threads; returns the first failure
 /// (the others still run to their end).
 arrow::Status RunParallel(size_t n, int parallelism,

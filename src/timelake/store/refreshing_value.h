@@ -33,6 +33,13 @@ class RefreshingValue {
       : fetch_(std::move(fetch)), now_ms_(std::move(now_ms)),
         refresh_window_ms_(refresh_window_ms), retry_interval_ms_(retry_interval_ms) {}
 
+  /// Makes the next Get() fetch anew (the service refused the value before its expiry: revoked,
+  /// rotated, or the clocks disagree).
+  void Invalidate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    refresh_at_ms_ = 0;
+  }
+
   arrow::Result<T> Get() {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = now_ms_();

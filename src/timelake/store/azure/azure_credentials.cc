@@ -80,6 +80,10 @@ class RefreshingProvider final : public AzureCredentialProvider {
         value_([fetch = std::move(fetch)](int64_t) { return fetch(); }, std::move(now_ms),
                kRefreshWindowMs, kRetryIntervalMs) {}
   arrow::Result<AzureCredential> Get() override { return value_.Get(); }
+  bool Invalidate() override {
+    value_.Invalidate();
+    return true;
+  }
   std::string Source() const override { return source_; }
 
  private:

@@ -47,6 +47,9 @@ class AzureCredentialProvider {
   /// Current credentials; tokens are refreshed when fewer than 5 minutes remain (under a lock;
   /// a failed refresh keeps a token that is still valid).
   virtual arrow::Result<AzureCredential> Get() = 0;
+  /// Drops a token the service refused, so that the next Get() fetches another; false (and
+  /// nothing happens) for credentials that cannot be refreshed.
+  virtual bool Invalidate() { return false; }
   /// Where they come from, for messages. Never a secret.
   virtual std::string Source() const = 0;
 };

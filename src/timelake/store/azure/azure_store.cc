@@ -177,7 +177,12 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
       for (const auto& [name, value] : headers) request.headers.emplace_back(name, value);
       return request;
     };
-    return SendWithRetry(*client_, config_.retry, call.what, build, DefaultVerdict, outcome);
+    // An access token refused before its expiry (revoked, rotated, clock skew) is fetched anew once.
+    const auto credentials = config_.settings.credentials;
+    return SendWithRetry(*client_, config_.retry, call.what, build,
+                         RetryOnceWithFreshToken([credentials] { return credentials->Invalidate(); },
+                                                 DefaultVerdict),
+                         outcome);
   }
 
   std::string Blob(const std::string& path) const {

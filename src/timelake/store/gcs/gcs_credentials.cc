@@ -362,6 +362,10 @@ class RefreshingTokenProvider final : public GoogleCredentialProvider {
                kGoogleTokenRetryIntervalMs) {}
 
   arrow::Result<GoogleToken> Get() override { return value_.Get(); }
+  bool Invalidate() override {
+    value_.Invalidate();
+    return true;
+  }
   std::string Source() const override { return source_; }
 
  private:

@@ -67,6 +67,9 @@ class GoogleCredentialProvider {
   /// expired is returned and the refresh retried after kGoogleTokenRetryIntervalMs. Without a
   /// valid token the failure is returned.
   virtual arrow::Result<GoogleToken> Get() = 0;
+  /// Drops a token the service refused, so that the next Get() fetches another; false (and
+  /// nothing happens) for a token that cannot be refreshed.
+  virtual bool Invalidate() { return false; }
   /// Where the token comes from, for messages: "google_skip_signature", "google_bearer_token",
   /// "service account x@y.iam.gserviceaccount.com (from <where>)", "authorized user (from
   /// <file>)", "metadata server <host>". Never a secret.

@@ -164,7 +164,12 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
       request.expected_response_bytes = call.expected_bytes;
       return request;
     };
-    return SendWithRetry(*client_, config_.retry, what, build, DefaultVerdict, outcome);
+    // An access token refused before its expiry (revoked, rotated, clock skew) is fetched anew once.
+    const auto credentials = credentials_;
+    return SendWithRetry(*client_, config_.retry, what, build,
+                         RetryOnceWithFreshToken([credentials] { return credentials->Invalidate(); },
+                                                 DefaultVerdict),
+                         outcome);
   }
 
   arrow::Result<HttpResponse> Send(const Call& call, const std::string& what,
