@@ -1,7 +1,10 @@
 // Ingest, before anything is written: aligning user batches to the storage schema, and arranging
 // rows into sorted, deduplicated chunk runs.
+#include <random>
+
 #include <arrow/api.h>
 #include <arrow/compute/api.h>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -314,6 +317,7 @@ TEST(ArrangeTest, RowsSpanningThreeDaysFormThreeRunsInChunkOrder) {
                                Day(3, 1) + "]",
                            R"(["a","a","a","a","a"])", "[1, 2, 3, 4, 5]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
   ASSERT_EQ(arranged.runs.size(), 3u);
   const int64_t first_day = ChunkOrdinal(ChunkWidth::kDay, Micros(2025, 1, 1));
   int64_t expected_offset = 0;
@@ -323,7 +327,7 @@ TEST(ArrangeTest, RowsSpanningThreeDaysFormThreeRunsInChunkOrder) {
     expected_offset += arranged.runs[i].length;
   }
   EXPECT_EQ(expected_offset, 5);
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{2, 4, 3, 1, 5}));
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{2, 4, 3, 1, 5}));
 }
 
 TEST(ArrangeTest, RowsAreSortedBySeriesKeyThenTimeWithinARun) {
@@ -331,23 +335,26 @@ TEST(ArrangeTest, RowsAreSortedBySeriesKeyThenTimeWithinARun) {
                    {"[" + Day(1, 3) + "," + Day(1, 1) + "," + Day(1, 2) + "," + Day(1, 0) + "]",
                     R"(["b","b","a","a"])", "[1, 2, 3, 4]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
   ASSERT_EQ(arranged.runs.size(), 1u);
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{4, 3, 2, 1}));
-  EXPECT_EQ(Strings(arranged.table, "sensor"), (std::vector<std::string>{"a", "a", "b", "b"}));
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{4, 3, 2, 1}));
+  EXPECT_EQ(Strings(rows, "sensor"), (std::vector<std::string>{"a", "a", "b", "b"}));
 }
 
 TEST(ArrangeTest, EqualKeyAndTimeKeepArrivalOrderWithoutDedup) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1) + "]", R"(["a","a","a"])",
                            "[1, 2, 3]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST(ArrangeTest, DedupLastKeepsTheLastArrival) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(2) + "," + Day(1) + "," + Day(1) + "]",
                            R"(["a","a","a","a"])", "[1, 2, 3, 4]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{4, 2}));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{4, 2}));
   ASSERT_EQ(arranged.runs.size(), 2u);
   EXPECT_EQ(arranged.runs[1].offset, 1);
 }
@@ -356,22 +363,25 @@ TEST(ArrangeTest, DedupFirstKeepsTheFirstArrival) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(2) + "," + Day(1) + "," + Day(1) + "]",
                            R"(["a","a","a","a"])", "[1, 2, 3, 4]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kFirst)));
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2}));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{1, 2}));
 }
 
 TEST(ArrangeTest, DedupKeepsRowsThatDifferInKeyOrTime) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1, 1) + "]", R"(["a","b","a"])",
                            "[1, 2, 3]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
-  EXPECT_EQ(arranged.table->num_rows(), 3);
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  EXPECT_EQ(rows->num_rows(), 3);
 }
 
 TEST(ArrangeTest, NullSeriesKeysAreEqualToEachOther) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(1) + "," + Day(1) + "]", R"([null, "a", null])",
                            "[1, 2, 3]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract(DedupPolicy::kLast)));
-  ASSERT_EQ(arranged.table->num_rows(), 2);
-  auto values = Ints(arranged.table, "value");
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  ASSERT_EQ(rows->num_rows(), 2);
+  auto values = Ints(rows, "value");
   std::sort(values.begin(), values.end());
   EXPECT_EQ(values, (std::vector<int64_t>{2, 3}));
 }
@@ -379,30 +389,108 @@ TEST(ArrangeTest, NullSeriesKeysAreEqualToEachOther) {
 TEST(ArrangeTest, ColumnsKeepTheirNamesAndValueTypes) {
   auto t = TableOf(kRows, {"[" + Day(1) + "," + Day(2) + "]", R"(["b", null])", "[1, 2]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
-  ASSERT_EQ(arranged.table->num_columns(), 3);
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  ASSERT_EQ(rows->num_columns(), 3);
   for (int i = 0; i < 3; ++i) {
-    auto type = arranged.table->field(i)->type();
+    auto type = rows->field(i)->type();
     if (type->id() == arrow::Type::DICTIONARY) {
       type = static_cast<const arrow::DictionaryType&>(*type).value_type();
     }
-    EXPECT_EQ(arranged.table->field(i)->name(), kRows->field(i)->name());
+    EXPECT_EQ(rows->field(i)->name(), kRows->field(i)->name());
     EXPECT_TRUE(type->Equals(kRows->field(i)->type())) << type->ToString();
   }
-  EXPECT_EQ(Strings(arranged.table, "sensor"), (std::vector<std::string>{"b", "<null>"}));
+  EXPECT_EQ(Strings(rows, "sensor"), (std::vector<std::string>{"b", "<null>"}));
 }
 
 TEST(ArrangeTest, PlainTableIsOneRunInInputOrder) {
   Contract plain;
   auto t = TableOf(kRows, {"[3, 1, 2]", R"(["c","a","b"])", "[1, 2, 3]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, plain));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
   ASSERT_EQ(arranged.runs.size(), 1u);
   EXPECT_EQ(arranged.runs[0].length, 3);
-  EXPECT_EQ(Ints(arranged.table, "value"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// Inputs of millions of rows are bucketed in slices on several threads, with per-slice key
+// dictionaries unified afterwards: the result must be what one stable sort by (day, key, time)
+// and a dedup pass give, rows out of time order, null keys and duplicates included.
+TEST(ArrangeTest, LargeInputSortedInSlicesEqualsAStableSort) {
+  const int64_t n = 2'200'000;  // two slices' worth
+  std::mt19937_64 rng(7);
+  arrow::TimestampBuilder times(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"),
+                                arrow::default_memory_pool());
+  arrow::StringBuilder keys;
+  arrow::Int64Builder values;
+  const int64_t day0 = Micros(2025, 1, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    // Mostly arrival order over three days, some rows late, some times repeated.
+    int64_t time = day0 + i * 100'000 + static_cast<int64_t>(rng() % 5) * 1'000'000;
+    if (rng() % 50 == 0) time -= 3'600'000'000LL;
+    ASSERT_OK(times.Append(time));
+    const uint64_t k = rng() % 700;
+    if (k == 0) {
+      ASSERT_OK(keys.AppendNull());
+    } else {
+      ASSERT_OK(keys.Append("s" + std::to_string(k % 503)));
+    }
+    ASSERT_OK(values.Append(i));
+  }
+  std::shared_ptr<arrow::Array> time_array, key_array, value_array;
+  ASSERT_OK(times.Finish(&time_array));
+  ASSERT_OK(keys.Finish(&key_array));
+  ASSERT_OK(values.Finish(&value_array));
+  auto input = arrow::Table::Make(kRows, {time_array, key_array, value_array});
+
+  // The reference: a stable sort by (day, key with nulls last, time) of row numbers.
+  const auto& ts = static_cast<const arrow::TimestampArray&>(*time_array);
+  const auto& ks = static_cast<const arrow::StringArray&>(*key_array);
+  std::vector<int64_t> days(n);
+  for (int64_t i = 0; i < n; ++i) days[i] = ChunkOrdinal(ChunkWidth::kDay, ts.Value(i));
+  auto key_of = [&](int64_t i) { return ks.IsNull(i) ? std::string_view("\xff") : ks.GetView(i); };
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (days[a] != days[b]) return days[a] < days[b];
+    const bool na = ks.IsNull(a), nb = ks.IsNull(b);
+    if (na != nb) return nb;
+    if (!na && ks.GetView(a) != ks.GetView(b)) return ks.GetView(a) < ks.GetView(b);
+    return ts.Value(a) < ts.Value(b);
+  });
+  for (DedupPolicy policy : {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst}) {
+    ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(input, DayContract(policy)));
+    ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+    std::vector<int64_t> want;
+    for (size_t k = 0; k < order.size(); ++k) {
+      auto same = [&](size_t x, size_t y) {
+        return ts.Value(order[x]) == ts.Value(order[y]) && key_of(order[x]) == key_of(order[y]);
+      };
+      if (policy == DedupPolicy::kLast && k + 1 < order.size() && same(k, k + 1)) continue;
+      if (policy == DedupPolicy::kFirst && k > 0 && same(k, k - 1)) continue;
+      want.push_back(order[k]);
+    }
+    ASSERT_EQ(Ints(rows, "value"), want) << "policy " << static_cast<int>(policy);
+    // Runs: one per day, in order, covering every row; newest: the last row of each series.
+    int64_t covered = 0;
+    for (const auto& run : arranged.runs) {
+      EXPECT_EQ(run.offset, covered);
+      ASSERT_OK_AND_ASSIGN(auto run_rows, arranged.Rows(run));
+      auto run_keys = Strings(run_rows, "sensor");
+      std::vector<int64_t> newest;
+      for (int64_t k = 0; k < run.length; ++k) {
+        if (k + 1 == run.length || run_keys[k] != run_keys[k + 1]) newest.push_back(k);
+      }
+      EXPECT_EQ(run.newest, newest);
+      covered += run.length;
+    }
+    EXPECT_EQ(covered, static_cast<int64_t>(want.size()));
+  }
 }
 
 TEST(ArrangeTest, EmptyTableHasNoRuns) {
   auto t = TableOf(kRows, {"[]", "[]", "[]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
   EXPECT_TRUE(arranged.runs.empty());
 }
 

@@ -2,152 +2,297 @@
 
 #include <arrow/array.h>
 #include <arrow/array/concatenate.h>
+#include <arrow/buffer.h>
 #include <arrow/builder.h>
 #include <arrow/compute/api.h>
+#include <arrow/util/bit_util.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <optional>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "timelake/rows/sorted_rows.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake {
 namespace {
 
 namespace cp = arrow::compute;
 
+// Rows per slice below which a pass is not worth splitting over threads.
+constexpr int64_t kParallelSliceRows = 1 << 20;
+
+// Contiguous slices of [0, n) for the parallel passes; the slices keep row order.
+struct Slices {
+  explicit Slices(int64_t n)
+      : n(n), count(std::max<int64_t>(1, std::min<int64_t>(CpuParallelism(), n / kParallelSliceRows))) {}
+  int64_t begin(size_t s) const { return n * static_cast<int64_t>(s) / count; }
+  int64_t end(size_t s) const { return n * static_cast<int64_t>(s + 1) / count; }
+  // Runs `pass(slice, begin, end)` for every slice, on all cores.
+  template <typename Pass>
+  arrow::Status Run(Pass&& pass) const {
+    return RunParallel(static_cast<size_t>(count), CpuParallelism(),
+                       [&](size_t s) { return pass(s, begin(s), end(s)); });
+  }
+  int64_t n;
+  int64_t count;
+};
+
+// The series key as ids into one dictionary of its distinct values, and the sort rank of each
+// dictionary entry. Each slice is hashed on its own thread, then the slices' dictionaries (one
+// entry per series: small) are unified. Nullopt for a key type the hash kernels lack.
+struct EncodedKey {
+  std::shared_ptr<arrow::Array> dictionary;
+  std::vector<int32_t> ids;      // per row; -1 for null
+  std::vector<int32_t> rank_of;  // per dictionary entry
+};
+
+arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::Array>& key,
+                                                   const Slices& slices) {
+  std::vector<std::shared_ptr<arrow::DictionaryArray>> parts(static_cast<size_t>(slices.count));
+  std::atomic<bool> unsupported{false};
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    auto encoded = cp::DictionaryEncode(key->Slice(begin, end - begin));
+    if (!encoded.ok()) {
+      unsupported = true;  // a key type the hash kernels lack: not an error
+      return arrow::Status::OK();
+    }
+    parts[s] = std::static_pointer_cast<arrow::DictionaryArray>(encoded->make_array());
+    if (parts[s]->indices()->type_id() != arrow::Type::INT32) unsupported = true;
+    return arrow::Status::OK();
+  }));
+  if (unsupported) return std::nullopt;
+  EncodedKey out;
+  // Each slice's entries as entries of the unified dictionary.
+  std::vector<std::vector<int32_t>> remap(parts.size());
+  if (parts.size() == 1) {
+    out.dictionary = parts[0]->dictionary();
+    remap[0].resize(static_cast<size_t>(out.dictionary->length()));
+    for (size_t e = 0; e < remap[0].size(); ++e) remap[0][e] = static_cast<int32_t>(e);
+  } else {
+    arrow::ArrayVector dictionaries;
+    for (const auto& part : parts) dictionaries.push_back(part->dictionary());
+    ARROW_ASSIGN_OR_RAISE(auto all, arrow::Concatenate(dictionaries));
+    ARROW_ASSIGN_OR_RAISE(auto unified_datum, cp::DictionaryEncode(all));
+    auto unified = std::static_pointer_cast<arrow::DictionaryArray>(unified_datum.make_array());
+    if (unified->indices()->type_id() != arrow::Type::INT32) return std::nullopt;
+    out.dictionary = unified->dictionary();
+    const auto& ids = static_cast<const arrow::Int32Array&>(*unified->indices());
+    int64_t at = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      for (int64_t e = 0; e < parts[p]->dictionary()->length(); ++e) {
+        remap[p].push_back(ids.Value(at++));
+      }
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(auto order_array, cp::SortIndices(*out.dictionary));
+  const auto& order = static_cast<const arrow::UInt64Array&>(*order_array);
+  out.rank_of.resize(static_cast<size_t>(out.dictionary->length()));
+  for (int64_t j = 0; j < order.length(); ++j) out.rank_of[order.Value(j)] = static_cast<int32_t>(j);
+  out.ids.resize(static_cast<size_t>(slices.n));
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t) {
+    const auto& local = static_cast<const arrow::Int32Array&>(*parts[s]->indices());
+    const auto& map = remap[s];
+    for (int64_t i = 0; i < local.length(); ++i) {
+      out.ids[begin + i] = local.IsNull(i) ? -1 : map[local.Value(i)];
+    }
+    return arrow::Status::OK();
+  }));
+  return out;
+}
+
 // The counting-sort arrangement for zero or one series-key column; nullopt if the key space is
 // too sparse for it (then the caller uses the generic sort).
+//
+// Rows go to buckets (chunk, rank of the key) in passes over contiguous slices of the input, one
+// thread per slice: bucket ids, a histogram per slice, then a stable scatter of each slice into
+// its share of every bucket. The later passes (time order within a bucket, dedup, runs) read the
+// scattered times sequentially, bucket by bucket. The rows themselves are not gathered here: the
+// result holds the permutation, and each run is gathered when it is written (Arranged::Rows), on
+// the thread that writes it.
 arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow::Table>& input,
                                                      const Contract& contract,
                                                      const arrow::TimestampArray& times) {
   const int64_t n = input->num_rows();
-  // Rank of each row's series key (0 for a table that is one series; nulls rank last).
-  std::vector<int32_t> rank(static_cast<size_t>(n), 0);
-  int64_t num_ranks = 1;
+  const Slices slices(n);
+  const int64_t* t = times.raw_values();
   int key_index = -1;
-  std::shared_ptr<arrow::Array> key_values;
-  std::shared_ptr<arrow::Int32Array> key_indices;
+  std::optional<EncodedKey> key;
+  int64_t num_ranks = 1;  // a table that is one series has one rank; nulls rank last
   if (contract.series_key.size() == 1) {
     key_index = input->schema()->GetFieldIndex(contract.series_key[0]);
-    ARROW_ASSIGN_OR_RAISE(auto key, ContiguousColumn(input->column(key_index)));
-    auto encoded = cp::DictionaryEncode(key);
-    if (!encoded.ok()) return std::nullopt;  // a key type the hash kernels lack: generic sort
-    auto dict = std::static_pointer_cast<arrow::DictionaryArray>(encoded->make_array());
-    if (dict->indices()->type_id() != arrow::Type::INT32) return std::nullopt;
-    key_values = dict->dictionary();
-    key_indices = std::static_pointer_cast<arrow::Int32Array>(dict->indices());
-    ARROW_ASSIGN_OR_RAISE(auto order_array, cp::SortIndices(*key_values));
-    const auto& order = static_cast<const arrow::UInt64Array&>(*order_array);
-    std::vector<int32_t> rank_of(static_cast<size_t>(key_values->length()));
-    for (int64_t j = 0; j < order.length(); ++j) rank_of[order.Value(j)] = static_cast<int32_t>(j);
-    const int32_t null_rank = static_cast<int32_t>(key_values->length());
-    for (int64_t i = 0; i < n; ++i) {
-      rank[i] = key_indices->IsNull(i) ? null_rank : rank_of[key_indices->Value(i)];
-    }
-    num_ranks = key_values->length() + 1;
+    ARROW_ASSIGN_OR_RAISE(auto key_column, ContiguousColumn(input->column(key_index)));
+    ARROW_ASSIGN_OR_RAISE(key, EncodeKey(key_column, slices));
+    if (!key) return std::nullopt;
+    num_ranks = key->dictionary->length() + 1;
   }
 
-  // Compact chunk ids, in chunk order.
-  std::vector<int64_t> ordinals(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ordinals[i] = ChunkOrdinal(contract.chunk, times.Value(i));
+  // The distinct chunks, in chunk order; along arrival order a row's chunk rarely changes.
+  std::vector<std::unordered_set<int64_t>> seen(static_cast<size_t>(slices.count));
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    int64_t last = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t o = ChunkOrdinal(contract.chunk, t[i]);
+      if (i == begin || o != last) seen[s].insert(o);
+      last = o;
+    }
+    return arrow::Status::OK();
+  }));
   std::vector<int64_t> distinct;
-  {
-    std::unordered_map<int64_t, int32_t> seen;
-    for (int64_t o : ordinals) {
-      if (seen.emplace(o, 0).second) distinct.push_back(o);
-    }
-    std::sort(distinct.begin(), distinct.end());
-  }
-  std::unordered_map<int64_t, int64_t> chunk_id;
-  for (size_t k = 0; k < distinct.size(); ++k) chunk_id[distinct[k]] = static_cast<int64_t>(k);
+  for (const auto& part : seen) distinct.insert(distinct.end(), part.begin(), part.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   const int64_t num_buckets = static_cast<int64_t>(distinct.size()) * num_ranks;
-  if (num_buckets > 4 * n + 4096) return std::nullopt;
+  if (num_buckets > 4 * n + 4096 || num_buckets >= INT32_MAX) return std::nullopt;
 
-  // Stable counting sort by bucket = (chunk id, rank).
-  std::vector<int64_t> bucket(static_cast<size_t>(n));
-  {
-    int64_t last_ordinal = ordinals.empty() ? 0 : ordinals[0];
-    int64_t last_id = chunk_id[last_ordinal];
-    for (int64_t i = 0; i < n; ++i) {
-      if (ordinals[i] != last_ordinal) {
-        last_ordinal = ordinals[i];
-        last_id = chunk_id[last_ordinal];
+  // Bucket of every row, and a histogram of the buckets per slice.
+  std::vector<int32_t> bucket(static_cast<size_t>(n));
+  std::vector<std::vector<int64_t>> count(static_cast<size_t>(slices.count));
+  const int32_t null_rank = static_cast<int32_t>(num_ranks - 1);
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    auto& histogram = count[s];
+    histogram.assign(static_cast<size_t>(num_buckets), 0);
+    int64_t last_ordinal = 0;
+    int64_t base = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t o = ChunkOrdinal(contract.chunk, t[i]);
+      if (i == begin || o != last_ordinal) {
+        last_ordinal = o;
+        base = (std::lower_bound(distinct.begin(), distinct.end(), o) - distinct.begin()) * num_ranks;
       }
-      bucket[i] = last_id * num_ranks + rank[i];
+      int32_t rank = 0;
+      if (key) rank = key->ids[i] < 0 ? null_rank : key->rank_of[key->ids[i]];
+      const int32_t b = static_cast<int32_t>(base + rank);
+      bucket[i] = b;
+      ++histogram[b];
     }
-  }
+    return arrow::Status::OK();
+  }));
+  // start[b]: where bucket b begins; each slice scatters into its share of every bucket, after
+  // the shares of the slices before it, so the sort is stable.
   std::vector<int64_t> start(static_cast<size_t>(num_buckets) + 1, 0);
-  for (int64_t b : bucket) ++start[b + 1];
-  for (int64_t b = 0; b < num_buckets; ++b) start[b + 1] += start[b];
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  {
-    std::vector<int64_t> next(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < n; ++i) perm[next[bucket[i]]++] = i;
-  }
-  // Within a bucket rows must be in time order; they nearly always arrive that way.
-  const int64_t* t = times.raw_values();
   for (int64_t b = 0; b < num_buckets; ++b) {
-    auto first = perm.begin() + start[b], last = perm.begin() + start[b + 1];
-    if (!std::is_sorted(first, last, [t](int64_t x, int64_t y) { return t[x] < t[y]; })) {
-      std::stable_sort(first, last, [t](int64_t x, int64_t y) { return t[x] < t[y]; });
+    int64_t total = 0;
+    for (auto& histogram : count) {
+      const int64_t c = histogram[b];
+      histogram[b] = start[b] + total;  // now the slice's next position in bucket b
+      total += c;
     }
+    start[b + 1] = start[b] + total;
   }
-  // In-batch dedup: equal (bucket, time) rows are adjacent; keep the last or the first.
-  if (contract.dedup != DedupPolicy::kNone && n > 1) {
-    std::vector<int64_t> kept;
-    kept.reserve(perm.size());
-    for (int64_t k = 0; k < n; ++k) {
-      auto same = [&](int64_t a, int64_t b) {
-        return bucket[perm[a]] == bucket[perm[b]] && t[perm[a]] == t[perm[b]];
-      };
-      const bool keep = contract.dedup == DedupPolicy::kLast ? (k == n - 1 || !same(k, k + 1))
-                                                              : (k == 0 || !same(k, k - 1));
-      if (keep) kept.push_back(perm[k]);
-    }
-    perm.swap(kept);
-  }
+  // Each row lands with its time beside it: one cache line touched per row, and the passes
+  // below read times in sorted order without going back to the input. (Not zero-filled: every
+  // entry is written.)
+  struct Entry {
+    int64_t time;
+    int64_t row;
+  };
+  ARROW_ASSIGN_OR_RAISE(auto entry_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(Entry))));
+  Entry* entries = reinterpret_cast<Entry*>(entry_buffer->mutable_data());
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    auto& next = count[s];
+    for (int64_t i = begin; i < end; ++i) entries[next[bucket[i]]++] = Entry{t[i], i};
+    return arrow::Status::OK();
+  }));
+  bucket = {};
+  count = {};
+  ARROW_ASSIGN_OR_RAISE(auto perm_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(int64_t))));
+  int64_t* perm = reinterpret_cast<int64_t*>(perm_buffer->mutable_data());
 
+  // Bucket by bucket: time order (rows nearly always arrive in it), dedup, runs.
+  const bool dedup = contract.dedup != DedupPolicy::kNone;
+  const bool keep_last = contract.dedup == DedupPolicy::kLast;
   Arranged out;
-  const int64_t m = static_cast<int64_t>(perm.size());
-  for (int64_t k = 0; k < m; ++k) {
-    const int64_t b = bucket[perm[k]];
+  int64_t m = 0;  // rows kept, in order, in perm
+  auto by_time = [](const Entry& x, const Entry& y) { return x.time < y.time; };
+  for (int64_t b = 0; b < num_buckets; ++b) {
+    const int64_t first = start[b];
+    const int64_t last = start[b + 1];
+    if (first == last) continue;
+    if (!std::is_sorted(entries + first, entries + last, by_time)) {
+      std::stable_sort(entries + first, entries + last, by_time);
+    }
     const int64_t ordinal = distinct[b / num_ranks];
     if (out.runs.empty() || out.runs.back().ordinal != ordinal) {
       ChunkRun run;
       run.ordinal = ordinal;
-      run.offset = k;
+      run.offset = m;
       out.runs.push_back(run);
     }
-    ++out.runs.back().length;
-    if (k == m - 1 || bucket[perm[k + 1]] != b) out.runs.back().newest.push_back(k);
+    ChunkRun& run = out.runs.back();
+    for (int64_t k = first; k < last; ++k) {
+      // In-batch dedup: rows of equal time are adjacent; keep the last or the first.
+      if (dedup && (keep_last ? (k + 1 < last && entries[k + 1].time == entries[k].time)
+                              : (k > first && entries[k - 1].time == entries[k].time))) {
+        continue;
+      }
+      perm[m++] = entries[k].row;
+      ++run.length;
+    }
+    run.newest.push_back(m - 1 - run.offset);  // the bucket's last kept row: its series' newest
   }
+  entry_buffer.reset();
+  out.perm = std::make_shared<arrow::Int64Array>(m, std::shared_ptr<arrow::Buffer>(std::move(perm_buffer)));
 
-  arrow::Int64Builder perm_builder;
-  ARROW_RETURN_NOT_OK(perm_builder.AppendValues(perm));
-  std::shared_ptr<arrow::Array> perm_array;
-  ARROW_RETURN_NOT_OK(perm_builder.Finish(&perm_array));
+  // The source rows, each column one array; the key as dictionary ids.
   arrow::ChunkedArrayVector columns;
   arrow::FieldVector fields;
   for (int c = 0; c < input->num_columns(); ++c) {
     if (c == key_index) {
-      ARROW_ASSIGN_OR_RAISE(auto taken, cp::Take(*key_indices, *perm_array));
-      auto type = arrow::dictionary(arrow::int32(), key_values->type());
-      ARROW_ASSIGN_OR_RAISE(auto column, arrow::DictionaryArray::FromArrays(type, taken, key_values));
+      ARROW_ASSIGN_OR_RAISE(auto validity, arrow::AllocateEmptyBitmap(n));
+      int64_t nulls = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (key->ids[i] < 0) {
+          key->ids[i] = 0;
+          ++nulls;
+        } else {
+          arrow::bit_util::SetBit(validity->mutable_data(), i);
+        }
+      }
+      auto id_array = std::make_shared<arrow::Int32Array>(
+          n, arrow::Buffer::FromVector(std::move(key->ids)), nulls > 0 ? validity : nullptr, nulls);
+      auto type = arrow::dictionary(arrow::int32(), key->dictionary->type());
+      ARROW_ASSIGN_OR_RAISE(auto column,
+                            arrow::DictionaryArray::FromArrays(type, id_array, key->dictionary));
       columns.push_back(std::make_shared<arrow::ChunkedArray>(column));
       fields.push_back(arrow::field(input->field(c)->name(), type, input->field(c)->nullable()));
       continue;
     }
     ARROW_ASSIGN_OR_RAISE(auto values, ContiguousColumn(input->column(c)));
-    ARROW_ASSIGN_OR_RAISE(auto taken, cp::Take(*values, *perm_array));
-    columns.push_back(std::make_shared<arrow::ChunkedArray>(taken));
+    columns.push_back(std::make_shared<arrow::ChunkedArray>(values));
     fields.push_back(input->field(c));
   }
-  out.table = arrow::Table::Make(arrow::schema(fields), columns, m);
+  out.source = arrow::Table::Make(arrow::schema(fields), columns, n);
   return out;
 }
 
 }  // namespace
+
+arrow::Result<std::shared_ptr<arrow::Table>> Arranged::Rows(const ChunkRun& run) const {
+  if (!perm) return table->Slice(run.offset, run.length);
+  auto positions = perm->Slice(run.offset, run.length);
+  arrow::ChunkedArrayVector columns;
+  for (int c = 0; c < source->num_columns(); ++c) {
+    // The positions come from the arrangement: checking each against the bounds is wasted work.
+    ARROW_ASSIGN_OR_RAISE(auto taken, cp::Take(*source->column(c)->chunk(0), *positions,
+                                               cp::TakeOptions(/*boundscheck=*/false)));
+    columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(taken)));
+  }
+  return arrow::Table::Make(source->schema(), columns, run.length);
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> Arranged::All() const {
+  if (!perm) return table;
+  std::vector<std::shared_ptr<arrow::Table>> parts;
+  for (const auto& run : runs) {
+    ARROW_ASSIGN_OR_RAISE(auto rows, Rows(run));
+    parts.push_back(std::move(rows));
+  }
+  if (parts.empty()) return source->Slice(0, 0);
+  return arrow::ConcatenateTables(parts);
+}
 
 arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, const Contract& contract) {
   Arranged out;

@@ -15,21 +15,31 @@
 
 namespace timelake {
 
-/// A run of rows of one chunk within an arranged table.
+/// A run of rows of one chunk within an arrangement.
 struct ChunkRun {
   int64_t ordinal = 0;  // ChunkOrdinal of every row in the run
-  int64_t offset = 0;
+  int64_t offset = 0;   // position of the run's first row in the arranged order
   int64_t length = 0;
-  /// Positions (in Arranged::table) of the newest row of each series in the run; empty when the
-  /// arrangement did not compute them (then NewestRows over the run gives them).
+  /// Positions (relative to the run's first row) of the newest row of each series in the run;
+  /// empty when the arrangement did not compute them (then NewestRows over the run gives them).
   std::vector<int64_t> newest;
 };
 
+/// Sorted (and deduplicated) rows, as runs of one chunk each. Either `table` holds them in order,
+/// or they are still in `source` and `perm` lists their positions in order: each run is gathered
+/// when it is needed (Rows), so that runs can be gathered on several threads and the whole
+/// sorted table never exists at once.
 struct Arranged {
-  /// Sorted (and deduplicated) rows. A single series-key column may come back
-  /// dictionary-encoded (its values unchanged): Parquet writes such a column faster.
   std::shared_ptr<arrow::Table> table;
-  std::vector<ChunkRun> runs;  // contiguous, in order, covering the whole table
+  std::shared_ptr<arrow::Table> source;  // each column one array
+  std::shared_ptr<arrow::Int64Array> perm;
+  std::vector<ChunkRun> runs;  // contiguous, in order, covering every row
+
+  /// The rows of `run`. A single series-key column may come back dictionary-encoded (its values
+  /// unchanged): Parquet writes such a column faster. Thread-safe.
+  arrow::Result<std::shared_ptr<arrow::Table>> Rows(const ChunkRun& run) const;
+  /// Every row, in order (for tests).
+  arrow::Result<std::shared_ptr<arrow::Table>> All() const;
 };
 
 /// Sorts `table` (storage schema) by (chunk, series key, time) and applies the contract's

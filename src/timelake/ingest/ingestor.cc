@@ -1,8 +1,9 @@
 #include "timelake/ingest/ingestor.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
+#include <chrono>
+#include <future>
+#include <system_error>
 
 #include <arrow/array.h>
 #include <arrow/builder.h>
@@ -19,11 +20,40 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/rows/newest_rows.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Adds the seconds from construction to destruction to `*sink` (when not null).
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double* sink) : sink_(sink), start_(Clock::now()) {}
+  ~PhaseTimer() {
+    if (sink_ != nullptr) *sink_ += SecondsSince(start_);
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  double* sink_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
-                                        const arrow::Table& table, const IngestOptions& options) {
+                                        const arrow::Table& table, const IngestOptions& options,
+                                        const std::string& time_column, bool use_threads,
+                                        double* encode_s, double* close_s,
+                                        std::shared_ptr<ObjectOutput>* unclosed) {
   parquet::WriterProperties::Builder builder;
   // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
   // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
@@ -31,18 +61,27 @@ arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& p
       ->max_row_group_length(options.row_group_rows)
       ->enable_statistics()
       ->enable_page_checksum();
-  // Measured values (floats) rarely repeat: trying a dictionary for them costs a hash per value
-  // and is then abandoned. Keys, labels and integers keep dictionary encoding.
+  // Encodings for sorted time-series data (measured in bench/README.md, "Where a bulk append's
+  // time goes"). Measured values (floats) rarely repeat: a dictionary costs a hash per value and
+  // is then abandoned. Times are nearly unique too, but within a series they increase: delta
+  // encoding stores them in a few bits each, and costs less than the dictionary attempt did.
+  // Keys, labels and other integers keep dictionary encoding.
   for (const auto& field : table.schema()->fields()) {
     if (arrow::is_floating(field->type()->id())) builder.disable_dictionary(field->name());
+    if (!time_column.empty() && field->name() == time_column &&
+        field->type()->id() == arrow::Type::TIMESTAMP) {
+      builder.disable_dictionary(field->name());
+      builder.encoding(field->name(), parquet::Encoding::DELTA_BINARY_PACKED);
+    }
   }
   auto props = builder.build();
   auto arrow_props = parquet::ArrowWriterProperties::Builder()
                          .coerce_timestamps(arrow::TimeUnit::MICRO)
-                         ->set_use_threads(true)
+                         ->set_use_threads(use_threads)
                          ->build();
   ARROW_ASSIGN_OR_RAISE(auto sink, store->OpenOutput(path));
   auto written = [&]() -> arrow::Result<int64_t> {
+    PhaseTimer timer(encode_s);
     ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(
                                            *table.schema(), arrow::default_memory_pool(), sink,
                                            props, arrow_props));
@@ -55,6 +94,11 @@ arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& p
     (void)sink->Abort();
     return written.status();
   }
+  if (unclosed != nullptr) {
+    *unclosed = std::move(sink);
+    return written;
+  }
+  PhaseTimer timer(close_s);
   ARROW_RETURN_NOT_OK(sink->Close());
   return written;
 }
@@ -92,6 +136,7 @@ Ingestor::Ingestor(std::shared_ptr<ObjectStore> store, std::string table_path, C
       options_(options) {}
 
 arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
+  PhaseTimer wall(&profile_.wall);
   ARROW_ASSIGN_OR_RAISE(auto aligner, BatchAligner::Make(declared_, storage_, *reader->schema(),
                                                          contract_.time_column));
   for (;;) {
@@ -100,7 +145,9 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
     ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
     if (!batch) break;
     if (batch->num_rows() == 0) continue;
+    const auto align_start = Clock::now();
     ARROW_ASSIGN_OR_RAISE(auto aligned, aligner.Align(*batch));
+    profile_.align += SecondsSince(align_start);
     rows_in_ += aligned->num_rows();
     buffered_bytes_ += arrow::util::TotalBufferSize(*aligned);
     buffer_.push_back(std::move(aligned));
@@ -111,48 +158,78 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
 
 arrow::Status Ingestor::Flush() {
   if (buffer_.empty()) return arrow::Status::OK();
+  const auto arrange_start = Clock::now();
   ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
   buffer_.clear();
   buffered_bytes_ = 0;
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   struct Job {
-    std::shared_ptr<arrow::Table> rows;
+    const ChunkRun* run = nullptr;
     std::string chunk;
-    std::shared_ptr<arrow::Table> newest;
     arrow::Result<WrittenFile> file = arrow::Status::UnknownError("not written");
+    std::shared_ptr<ObjectOutput> sink;  // encoded, not yet closed
+    std::future<arrow::Status> closed;
+    IngestProfile profile;
   };
   std::vector<Job> jobs;
   for (const auto& run : arranged.runs) {
     Job job;
-    job.rows = arranged.table->Slice(run.offset, run.length);
+    job.run = &run;
     job.chunk = ChunkLabel(contract_.chunk, run.ordinal);
-    if (!run.newest.empty()) {
-      arrow::Int64Builder positions;
-      ARROW_RETURN_NOT_OK(positions.AppendValues(run.newest));
-      std::shared_ptr<arrow::Array> indices;
-      ARROW_RETURN_NOT_OK(positions.Finish(&indices));
-      ARROW_ASSIGN_OR_RAISE(auto taken, arrow::compute::Take(arranged.table, indices));
-      ARROW_ASSIGN_OR_RAISE(job.newest, Decoded(taken.table()));
-    }
     jobs.push_back(std::move(job));
   }
-  // Files of different chunks are independent: encode them on all cores.
+  profile_.arrange += SecondsSince(arrange_start);
+  // Files of different chunks are independent: gather and encode them on all cores. With
+  // several files each thread encodes its own; a single file lets Parquet encode its columns in
+  // parallel instead (not both: that would run more threads than cores).
   const int first_order = static_cast<int>(written_.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t j = next++; j < jobs.size(); j = next++) {
-      jobs[j].file = WriteFile(jobs[j].rows, jobs[j].chunk, jobs[j].newest,
-                               first_order + static_cast<int>(j));
+  const bool parallel_columns = jobs.size() == 1;
+  (void)RunParallel(jobs.size(), CpuParallelism(), [&](size_t j) {
+    Job& job = jobs[j];
+    job.file = [&]() -> arrow::Result<WrittenFile> {
+      const auto gather_start = Clock::now();
+      ARROW_ASSIGN_OR_RAISE(auto rows, arranged.Rows(*job.run));
+      std::shared_ptr<arrow::Table> newest;
+      if (!job.run->newest.empty()) {
+        arrow::Int64Builder positions;
+        ARROW_RETURN_NOT_OK(positions.AppendValues(job.run->newest));
+        std::shared_ptr<arrow::Array> indices;
+        ARROW_RETURN_NOT_OK(positions.Finish(&indices));
+        ARROW_ASSIGN_OR_RAISE(auto taken, arrow::compute::Take(rows, indices));
+        ARROW_ASSIGN_OR_RAISE(newest, Decoded(taken.table()));
+      }
+      job.profile.gather += SecondsSince(gather_start);
+      return WriteFile(rows, job.chunk, newest, first_order + static_cast<int>(j),
+                       parallel_columns, &job.profile, &job.sink);
+    }();
+    // Closing makes the file durable (an fsync, an upload's completion): mostly waiting on the
+    // device or the network. It runs on its own thread so that this one encodes the next file
+    // meanwhile.
+    if (job.file.ok()) {
+      auto close = [sink = job.sink, seconds = &job.profile.close] {
+        PhaseTimer timer(seconds);
+        return sink->Close();
+      };
+      try {
+        job.closed = std::async(std::launch::async, close);
+      } catch (const std::system_error&) {  // no thread to spare: close here
+        std::promise<arrow::Status> now;
+        now.set_value(close());
+        job.closed = now.get_future();
+      }
     }
-  };
-  const size_t workers =
-      std::min<size_t>(jobs.size(), std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+    return arrow::Status::OK();
+  });
+  for (auto& job : jobs) {
+    if (!job.closed.valid()) continue;
+    if (arrow::Status st = job.closed.get(); !st.ok()) job.file = st;
+  }
   arrow::Status status;
   for (auto& job : jobs) {
+    profile_.gather += job.profile.gather;
+    profile_.summarise += job.profile.summarise;
+    profile_.encode += job.profile.encode;
+    profile_.close += job.profile.close;
     if (job.file.ok()) {
       written_.push_back(std::move(*job.file));  // Abort() deletes it if a sibling failed
     } else if (status.ok()) {
@@ -179,7 +256,10 @@ arrow::Result<std::shared_ptr<arrow::Table>> Ingestor::Decoded(
 
 arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Table>& rows,
                                                const std::string& chunk,
-                                               std::shared_ptr<arrow::Table> newest, int order) {
+                                               std::shared_ptr<arrow::Table> newest, int order,
+                                               bool parallel_columns, IngestProfile* profile,
+                                               std::shared_ptr<ObjectOutput>* unclosed) const {
+  const auto summarise_start = Clock::now();
   WrittenFile file;
   file.chunk = chunk;
   file.rows = rows->num_rows();
@@ -216,12 +296,16 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
     }
   }
   ARROW_ASSIGN_OR_RAISE(file.stats, FileStatsJson(*rows));
-  ARROW_ASSIGN_OR_RAISE(file.size, WriteParquetFile(store_.get(), table_path_ + "/" + file.path,
-                                                    *rows, options_));
+  profile->summarise += SecondsSince(summarise_start);
+  ARROW_ASSIGN_OR_RAISE(file.size,
+                        WriteParquetFile(store_.get(), table_path_ + "/" + file.path, *rows,
+                                         options_, contract_.time_column, parallel_columns,
+                                         &profile->encode, &profile->close, unclosed));
   return file;
 }
 
 arrow::Result<std::vector<WrittenFile>> Ingestor::Finish() {
+  PhaseTimer wall(&profile_.wall);
   ARROW_RETURN_NOT_OK(Flush());
   return written_;
 }

@@ -28,6 +28,19 @@ struct IngestOptions {
   InterruptCheck interrupt;  // checked before each input batch; its error stops Consume()
 };
 
+/// Where an ingestor's time went, in seconds. Phases that run on several threads (everything per
+/// file) add up thread time, so their sum may exceed the wall time. Read by the benchmarks
+/// (TIMELAKE_PROFILE=1 prints it after each append, see bench/README.md).
+struct IngestProfile {
+  double align = 0;    // matching input batches to the storage schema
+  double arrange = 0;  // chunking, sorting, in-batch dedup (one thread)
+  double gather = 0;   // gathering each file's rows in sorted order
+  double summarise = 0;  // min/max times, newest rows per series, Delta statistics
+  double encode = 0;   // Parquet encoding, compression and writing into the store's stream
+  double close = 0;    // closing the file: the store's durability step (fsync, rename, upload)
+  double wall = 0;     // Consume() and Finish() from start to end
+};
+
 /// A data file written by the ingestor, not yet committed.
 struct WrittenFile {
   std::string path;   // relative to the table folder
@@ -60,14 +73,18 @@ class Ingestor {
   void Abort();
 
   int64_t rows_in() const { return rows_in_; }
+  const IngestProfile& profile() const { return profile_; }
 
  private:
   arrow::Status Flush();
-  /// Writes one file of `rows`; `newest` are the rows newest per series (null: compute them).
-  /// Thread-safe: touches no member state.
+  /// Encodes one file of `rows`; `newest` are the rows newest per series (null: compute them).
+  /// The file's stream is left to the caller in `unclosed` (see WriteParquetFile). Thread-safe:
+  /// touches no member state.
   arrow::Result<WrittenFile> WriteFile(const std::shared_ptr<arrow::Table>& rows,
                                        const std::string& chunk,
-                                       std::shared_ptr<arrow::Table> newest, int order);
+                                       std::shared_ptr<arrow::Table> newest, int order,
+                                       bool parallel_columns, IngestProfile* profile,
+                                       std::shared_ptr<ObjectOutput>* unclosed) const;
   /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
   arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 
@@ -81,6 +98,7 @@ class Ingestor {
   int64_t buffered_bytes_ = 0;
   int64_t rows_in_ = 0;
   std::vector<WrittenFile> written_;
+  IngestProfile profile_;
 };
 
 /// The `add` action for a written file, with timelake's tags (the sequence tag is the caller's:
@@ -88,8 +106,16 @@ class Ingestor {
 AddFile ToAddAction(const WrittenFile& file, bool data_change, int64_t modification_time_ms);
 
 /// Writes `table` as a Parquet file at `path` in `store` with timelake's writer settings; returns
-/// its size. On failure nothing is left at `path` (the output stream is aborted).
+/// its size. On failure nothing is left at `path` (the output stream is aborted). `time_column`
+/// names the column encoded as sorted times (empty for none); `use_threads` encodes columns in
+/// parallel. Adds to `encode_s` and `close_s` when given. With `unclosed`, the encoded file's
+/// stream is handed over there instead of being closed: the caller must Close (publish) or Abort
+/// it.
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
-                                        const arrow::Table& table, const IngestOptions& options);
+                                        const arrow::Table& table, const IngestOptions& options,
+                                        const std::string& time_column = "",
+                                        bool use_threads = true, double* encode_s = nullptr,
+                                        double* close_s = nullptr,
+                                        std::shared_ptr<ObjectOutput>* unclosed = nullptr);
 
 }  // namespace timelake

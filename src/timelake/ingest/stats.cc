@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <arrow/array.h>
 #include <arrow/chunked_array.h>
@@ -9,6 +10,7 @@
 #include <arrow/scalar.h>
 #include <arrow/table.h>
 #include <arrow/type.h>
+#include <arrow/type_traits.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -129,7 +131,40 @@ struct MinMax {
   std::shared_ptr<arrow::Scalar> min, max;
 };
 
+// Min and max of a float column, skipping nulls and NaN: one branch-free pass (Arrow's kernel
+// calls fmin/fmax per value, the slowest part of summarising a file of measurements).
+template <typename ArrowType>
+MinMax FloatMinMax(const arrow::ChunkedArray& column) {
+  using T = typename ArrowType::c_type;
+  using ScalarType = typename arrow::TypeTraits<ArrowType>::ScalarType;
+  T lo = std::numeric_limits<T>::infinity();
+  T hi = -std::numeric_limits<T>::infinity();
+  for (const auto& chunk : column.chunks()) {
+    const auto& a = static_cast<const arrow::NumericArray<ArrowType>&>(*chunk);
+    const T* v = a.raw_values();
+    const int64_t n = a.length();
+    if (a.null_count() == 0) {
+      for (int64_t i = 0; i < n; ++i) {
+        lo = v[i] < lo ? v[i] : lo;  // false for NaN: skipped
+        hi = v[i] > hi ? v[i] : hi;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        if (a.IsNull(i)) continue;
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+      }
+    }
+  }
+  if (lo > hi) {  // no value but nulls and NaN
+    return MinMax{arrow::MakeNullScalar(column.type()), arrow::MakeNullScalar(column.type())};
+  }
+  return MinMax{std::make_shared<ScalarType>(lo), std::make_shared<ScalarType>(hi)};
+}
+
 arrow::Result<MinMax> ComputeMinMax(std::shared_ptr<arrow::ChunkedArray> column) {
+  if (column->type()->id() == arrow::Type::DOUBLE) return FloatMinMax<arrow::DoubleType>(*column);
+  if (column->type()->id() == arrow::Type::FLOAT) return FloatMinMax<arrow::FloatType>(*column);
   if (column->type()->id() == arrow::Type::DICTIONARY) {
     // Min/max over the dictionary values the column actually uses.
     arrow::ArrayVector used;

@@ -23,6 +23,7 @@
 #include "timelake/http/retry.h"
 #include "timelake/store/object_store.h"
 #include "timelake/store/store_factory.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake {
 
@@ -96,11 +97,6 @@ arrow::Status WriteFailure(arrow::Status status, const RetryOutcome& outcome);
 /// later one, is final. Every other reply goes to `judge`. One judge per logical request.
 std::function<ReplyVerdict(const HttpResponse&)> RetryOnceWithFreshToken(
     std::function<bool()> invalidate, std::function<ReplyVerdict(const HttpResponse&)> judge);
-
-/// Runs `task(i)` for i in [0, n) on up to `parallelism` threads; returns the first failure
-/// (the others still run to their end).
-arrow::Status RunParallel(size_t n, int parallelism,
-                          const std::function<arrow::Status(size_t)>& task);
 
 /// Random access to one object of a store by ranged reads (GetRange); the size comes from one
 /// Head, on first need. For stores whose objects are read over the network.
