@@ -65,6 +65,7 @@ TL_ONE = "timelake append (1 call)"
 TL_BATCHES = "timelake append ({n} batches)"
 DELTA_WRITE = "delta-rs write_deltalake"
 PARQUET_WRITE = "pyarrow.parquet.write_table"
+ARCTIC_WRITE = "ArcticDB write (LMDB)"
 
 TL_SQL = "timelake lake.sql"
 TL_SQL_BATCHES = "timelake lake.sql ({n}-batch table)"
@@ -178,7 +179,7 @@ def local_path(uri: str) -> str:
 
 def versions() -> dict:
     out = {"python": platform.python_version()}
-    for mod in ("timelake", "pyarrow", "deltalake", "duckdb", "numpy"):
+    for mod in ("timelake", "pyarrow", "deltalake", "duckdb", "numpy", "arcticdb"):
         try:
             m = __import__(mod)
             out[mod] = getattr(m, "__version__", "?")
@@ -318,11 +319,24 @@ def run_ingest(data: pa.Table, args, work: Path):
         pq.write_table(data, dest / "data.parquet")
         return time.perf_counter() - t0, None
 
+    frame = []  # the pandas DataFrame ArcticDB takes, converted once (not timed)
+
+    def arctic(dest):
+        import arcticdb
+
+        if not frame:
+            frame.append(data.to_pandas().set_index("time"))
+        lib = arcticdb.Arctic(f"lmdb://{dest}").get_library("bench", create_if_missing=True)
+        t0 = time.perf_counter()
+        lib.write("readings", frame[0], validate_index=False)  # arrival order is not sorted
+        return time.perf_counter() - t0, None
+
     plan = [
         (TL_ONE, "timelake-one", tl_one, "timelake"),
         (TL_BATCHES.format(n=nb), "timelake-batches", tl_batches, "timelake_batches"),
         (DELTA_WRITE, "delta", delta, "delta"),
         (PARQUET_WRITE, "parquet", parquet, "parquet"),
+        (ARCTIC_WRITE, "arcticdb", arctic, "arcticdb"),
     ]
     for name, tag, fn, key in plan:
         if key.startswith("timelake") and args.skip_timelake:
@@ -578,7 +592,8 @@ def md_report(report) -> str:
         "is faster**.",
         f"* Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gb', '?')} GB; "
         f"Python {v.get('python')}, timelake {v.get('timelake')}, pyarrow {v.get('pyarrow')}, "
-        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}; commit {m.get('git_commit')}; "
+        f"deltalake {v.get('deltalake')}, duckdb {v.get('duckdb')}, arcticdb {v.get('arcticdb')}; "
+        f"commit {m.get('git_commit')}; "
         f"1-minute load average {env['load_average_1m'].get('start')} at start, "
         f"{env['load_average_1m'].get('end')} at end (which includes the benchmark's own work).",
         "",

@@ -7,6 +7,7 @@ newest row of every series. See README.md and docs/ for the contract this packag
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
@@ -18,6 +19,10 @@ from ._sql import _Capsule, _Catalog, run_latest, run_sql
 
 __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
+
+# Appends leave their checkpoint and index record to a background thread per table handle; let
+# that work finish before the interpreter tears down (cutting it off would be safe, only wasteful).
+atexit.register(_core._drain_upkeep)
 
 
 # Arguments are checked here, before they reach the core, so that a wrong type or text the core

@@ -30,6 +30,7 @@
 #include "timelake/lake.h"
 #include "timelake/scan/row_groups.h"
 #include "timelake/table.h"
+#include "timelake/txn/upkeep.h"
 #include "timelake/util/status.h"
 
 namespace nb = nanobind;
@@ -233,6 +234,10 @@ NB_MODULE(_core, m) {
   using namespace timelake;
   m.doc() = "timelake C++ core (use the `timelake` package, not this module)";
   m.attr("__version__") = TIMELAKE_VERSION;
+  m.def("_drain_upkeep", [] {
+    nb::gil_scoped_release release;
+    DrainAllUpkeep();
+  }, "Waits for every table handle's background upkeep (registered with atexit).");
 
   nb::class_<Table>(m, "Table")
       .def_prop_ro("name", &Table::name)

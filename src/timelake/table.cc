@@ -61,6 +61,12 @@ arrow::Status Table::Refresh() {
   return Update(ctx_);
 }
 
+arrow::Status Table::WaitForUpkeep() {
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("wait for upkeep"));
+  FinishUpkeep(ctx_);
+  return arrow::Status::OK();
+}
+
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
@@ -70,6 +76,7 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
   const auto started = std::chrono::steady_clock::now();
+  FinishUpkeep(ctx_);
   ARROW_RETURN_NOT_OK(Update(ctx_));
   MaintainResult result;
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, MaintainLocked(ctx_, options, /*inline_only=*/false, &result)));
@@ -86,13 +93,14 @@ arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
                                   "' has no time column (a plain table)");
   }
   // Reading the index may read data files: a drop meanwhile is a KeyError, not "not found".
-  auto state = ctx_.index->Read(ctx_.snapshot);
-  if (!state.ok()) return DroppedOr(ctx_, state.status());
-  return state->rows->RemoveColumn(state->rows->num_columns() - 1);
+  auto rows = LatestRows(ctx_);
+  if (!rows.ok()) return DroppedOr(ctx_, rows.status());
+  return (*rows)->RemoveColumn((*rows)->num_columns() - 1);
 }
 
 arrow::Result<TableInfo> Table::Info() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("info"));
+  FinishUpkeep(ctx_);
   TableInfo info;
   info.contract = ctx_.contract;
   for (const auto& [path, add] : ctx_.snapshot.files) {

@@ -50,6 +50,9 @@ class Table {
   /// version. Status::Invalid for a plain table.
   arrow::Result<std::shared_ptr<arrow::Table>> Latest();
   arrow::Status Refresh();
+  /// Waits for the work earlier appends left to the handle's upkeep thread (checkpoints, index
+  /// records and folds; txn/upkeep.h). latest(), info() and maintain() wait for it themselves.
+  arrow::Status WaitForUpkeep();
   /// The files of the handle's current snapshot that may hold rows `filter` admits, annotated
   /// for a query engine (see scan/scan_planner.h).
   arrow::Result<ScanPlan> Scan(const ScanFilter& filter = {});

@@ -2,11 +2,34 @@
 #include "timelake/table_context.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "timelake/log/file_tags.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
+namespace {
+
+// TIMELAKE_PROFILE=1 prints where each append's time went to stderr (bench/README.md).
+void PrintProfile(const TableContext& t, const IngestProfile& p, double commit_ms, double hooks_ms,
+                  int64_t rows) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TIMELAKE_PROFILE");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  if (!enabled) return;
+  std::fprintf(stderr,
+               "timelake profile: append to %s, %lld rows: ingest %.1f ms wall (align %.1f, "
+               "arrange %.1f, gather %.1f, summarise %.1f, encode %.1f, close %.1f ms of thread "
+               "time), "
+               "commit %.2f ms, post-commit %.2f ms\n",
+               t.name.c_str(), static_cast<long long>(rows), p.wall * 1e3, p.align * 1e3,
+               p.arrange * 1e3, p.gather * 1e3, p.summarise * 1e3, p.encode * 1e3, p.close * 1e3, commit_ms,
+               hooks_ms);
+}
+
+}  // namespace
 
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
@@ -96,10 +119,14 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   result.attempts = outcome.attempts;
   result.commit_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  // The append is acknowledged: from here on nothing may turn it into an error.
-  PostCommitHooks hooks = HooksAfter(t, &files, result.version, result.version);
+  // The append is acknowledged: from here on nothing may turn it into an error. The checkpoint
+  // and the index record go to the handle's upkeep thread (txn/upkeep.h); only maintenance the
+  // caller asked for runs before returning.
+  QueueAfterAppend(t, files, result.version);
+  PostCommitHooks hooks;
   if (options.maintain.value_or(AutoMaintain(t))) {
     hooks.Add("inline maintenance", [&]() -> arrow::Status {
+      FinishUpkeep(t);  // maintenance reads the index: let it find this commit's record
       MaintainResult maintenance;
       arrow::Status upkeep = MaintainLocked(t, MaintainOptions{}, /*inline_only=*/true, &maintenance);
       if (!upkeep.ok() || maintenance.partitions_dropped + maintenance.partitions_compacted +
@@ -110,7 +137,14 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
       return upkeep;
     });
   }
-  if (auto failures = hooks.Run(); !failures.empty()) {
+  const auto hooks_started = std::chrono::steady_clock::now();
+  auto failures = hooks.Run();
+  PrintProfile(t, ingestor.profile(), result.commit_ms,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                         hooks_started)
+                   .count(),
+               result.rows);
+  if (!failures.empty()) {
     std::string message;
     for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
     if (!result.maintenance) result.maintenance = MaintainResult{};

@@ -58,12 +58,60 @@ arrow::Status LoadDerived(TableContext& t) {
   ARROW_ASSIGN_OR_RAISE(t.storage, StorageSchemaOf(*t.declared));
   ARROW_ASSIGN_OR_RAISE(t.contract, ContractFromConfiguration(m.configuration));
   t.metadata_id = m.id;
-  t.index = std::make_unique<LastValueIndex>(t.store, t.table_path, m.id, t.contract, t.storage);
+  t.checkpointed = std::make_shared<std::atomic<int64_t>>(-1);  // tasks of an older table keep theirs
+  t.latest = LatestState{};
+  t.index = std::make_shared<LastValueIndex>(t.store, t.table_path, m.id, t.contract, t.storage);
   return arrow::Status::OK();
 }
 
+void LatestState::Note(int64_t v, std::optional<LatestDelta> delta) {
+  if (!rows || v <= version) return;
+  if (!delta || deltas.size() >= kMaxDeltas) {
+    *this = LatestState{};
+    return;
+  }
+  deltas[v] = std::move(*delta);
+}
+
+namespace {
+
+// What commit `commit` did to the newest rows; nullopt when the latest state cannot follow it.
+std::optional<LatestDelta> DeltaOf(const Commit& commit) {
+  if (commit.metadata || commit.protocol) return std::nullopt;
+  LatestDelta delta;
+  if (commit.removes.empty()) {
+    if (commit.adds.empty()) return delta;  // txn or commitInfo only
+    delta.kind = LatestDelta::kAppend;
+    for (const auto& add : commit.adds) {
+      // Only timelake's files have index records; another engine's append is read in full.
+      if (!add.tags.count(kSeqTag) || !add.tags.count(kMinTimeTag)) return std::nullopt;
+      delta.paths.push_back(add.path);
+    }
+    return delta;
+  }
+  // A compaction keeps every row (minus duplicates the index resolves the same way).
+  for (const auto& remove : commit.removes) {
+    auto by = remove.tags.find(kRemovedByTag);
+    if (by == remove.tags.end() || by->second != kRemovedByCompaction) return std::nullopt;
+  }
+  for (const auto& add : commit.adds) {
+    if (add.data_change) return std::nullopt;
+  }
+  return delta;
+}
+
+}  // namespace
+
 arrow::Status Update(TableContext& t) {
-  ARROW_RETURN_NOT_OK(t.log.Update(&t.snapshot));
+  bool reloaded = false;
+  ARROW_RETURN_NOT_OK(t.log.UpdateVisiting(
+      &t.snapshot,
+      [&t](int64_t version, const Commit& commit, const Snapshot&) {
+        t.latest.Note(version, DeltaOf(commit));
+        return arrow::Status::OK();
+      },
+      &reloaded));
+  if (reloaded) t.latest = LatestState{};
   if (t.snapshot.metadata.id != t.metadata_id || !t.declared) return LoadDerived(t);
   return arrow::Status::OK();
 }
@@ -143,21 +191,64 @@ arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutco
   return t.committer.Commit(&t.snapshot, pending, out);
 }
 
-arrow::Status MaybeCheckpoint(TableContext& t) {
-  const int64_t interval = ParseInt64(t.snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
-  if (interval <= 0 || t.snapshot.version == 0 || t.snapshot.version % interval != 0) {
-    return arrow::Status::OK();
-  }
-  ARROW_RETURN_NOT_OK(t.log.Checkpoint(t.snapshot));
-  // A drop between the commit and here would make the checkpoint revive the dropped folder as a
-  // broken table: take it back if the commit is no longer there.
-  // Only a definite answer takes it back: a read that failed (a timeout, a 500) leaves the
-  // checkpoint, which is right as long as the commit stands, as it almost always does.
-  if (arrow::Status head = t.log.CheckHead(t.snapshot.version, t.snapshot.head_fingerprint);
-      !head.ok()) {
-    if (IsTableNotFound(head)) (void)t.log.store().DeleteCheckpoint(t.snapshot.version);
+namespace {
+
+int64_t CheckpointInterval(const Snapshot& snapshot) {
+  return ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
+}
+
+bool CheckpointDue(const Snapshot& snapshot) {
+  const int64_t interval = CheckpointInterval(snapshot);
+  return interval > 0 && snapshot.version > 0 && snapshot.version % interval == 0;
+}
+
+// Writes the checkpoint of `snapshot`. A drop between the commit and here would make the
+// checkpoint revive the dropped folder as a broken table: it is taken back if the commit is no
+// longer there. Only a definite answer takes it back: a read that failed (a timeout, a 500)
+// leaves the checkpoint, which is right as long as the commit stands, as it almost always does.
+arrow::Status WriteCheckpoint(DeltaLog& log, const Snapshot& snapshot) {
+  ARROW_RETURN_NOT_OK(log.Checkpoint(snapshot));
+  if (arrow::Status head = log.CheckHead(snapshot.version, snapshot.head_fingerprint); !head.ok()) {
+    if (IsTableNotFound(head)) (void)log.store().DeleteCheckpoint(snapshot.version);
     return head;
   }
+  return arrow::Status::OK();
+}
+
+// The index record of commit `version`: the newest rows of `newest` (one table per file, null
+// when a file's are unknown) tagged with sequence number `seq`; null when any is unknown (then
+// latest() reads those files).
+arrow::Result<std::shared_ptr<arrow::Table>> RecordRows(
+    const std::vector<std::shared_ptr<arrow::Table>>& newest, int64_t seq, const Contract& contract) {
+  std::vector<std::shared_ptr<arrow::Table>> tagged;
+  for (const auto& rows : newest) {
+    if (!rows) return nullptr;
+    ARROW_ASSIGN_OR_RAISE(auto with_seq, WithSequence(rows, seq));
+    tagged.push_back(std::move(with_seq));
+  }
+  return MergeNewest(tagged, contract);
+}
+
+// Writes the index record, then folds the index at `snapshot` when a fold is due.
+arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
+                            const std::vector<std::string>& paths,
+                            const std::shared_ptr<arrow::Table>& record,
+                            const Snapshot* snapshot) {
+  if (record) ARROW_RETURN_NOT_OK(index.Record(version, paths, record));
+  // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
+  // one base, so latest() never reads more than that many records.
+  if (snapshot != nullptr && version % kIndexFoldInterval == 0) {
+    ARROW_ASSIGN_OR_RAISE(auto state, index.Read(*snapshot));
+    ARROW_RETURN_NOT_OK(index.Fold(state).status());
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Status MaybeCheckpoint(TableContext& t) {
+  if (!CheckpointDue(t.snapshot)) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(WriteCheckpoint(t.log, t.snapshot));
   t.snapshot.checkpoint_version = t.snapshot.version;
   return arrow::Status::OK();
 }
@@ -168,22 +259,110 @@ arrow::Status RecordNewest(TableContext& t, const std::vector<WrittenFile>& file
   std::vector<std::shared_ptr<arrow::Table>> newest;
   std::vector<std::string> paths;
   for (const auto& f : files) {
-    // A file without its newest rows (written by an older path) leaves the commit unrecorded:
-    // latest() then reads its files.
-    if (!f.newest) return arrow::Status::OK();
-    ARROW_ASSIGN_OR_RAISE(auto with_seq, WithSequence(f.newest, seq));
-    newest.push_back(std::move(with_seq));
+    newest.push_back(f.newest);
     paths.push_back(f.path);
   }
-  ARROW_ASSIGN_OR_RAISE(auto merged, MergeNewest(newest, t.contract));
-  ARROW_RETURN_NOT_OK(t.index->Record(version, paths, merged));
-  // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
-  // one base, so latest() never reads more than that many records.
-  if (version % kIndexFoldInterval == 0 && t.snapshot.version == version) {
-    ARROW_ASSIGN_OR_RAISE(auto state, t.index->Read(t.snapshot));
-    ARROW_RETURN_NOT_OK(t.index->Fold(state).status());
+  ARROW_ASSIGN_OR_RAISE(auto record, RecordRows(newest, seq, t.contract));
+  return RecordAndFold(*t.index, version, paths, record,
+                       t.snapshot.version == version ? &t.snapshot : nullptr);
+}
+
+void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version) {
+  if (t.contract.is_time_series()) {
+    LatestDelta delta;
+    if (!files.empty()) delta.kind = LatestDelta::kAppend;
+    for (const auto& f : files) {
+      delta.paths.push_back(f.path);
+      delta.newest.push_back(f.newest);
+    }
+    t.latest.Note(version, std::move(delta));
   }
-  return arrow::Status::OK();
+  const bool checkpoint = CheckpointDue(t.snapshot);
+  const bool record = t.contract.is_time_series() && !files.empty();
+  const bool fold = record && version % kIndexFoldInterval == 0;
+  // The snapshot of the commit, for the tasks that need all of it (copied only then).
+  std::shared_ptr<const Snapshot> snapshot;
+  if (checkpoint || fold) snapshot = std::make_shared<Snapshot>(t.snapshot);
+  if (checkpoint) {
+    t.upkeep->Post("checkpoint", [store = t.store, path = t.table_path, snapshot,
+                                  checkpointed = t.checkpointed] {
+      DeltaLog log(store, path);  // the handle's own log belongs to the handle's thread
+      ARROW_RETURN_NOT_OK(WriteCheckpoint(log, *snapshot));
+      int64_t seen = checkpointed->load();
+      while (seen < snapshot->version && !checkpointed->compare_exchange_weak(seen, snapshot->version)) {
+      }
+      return arrow::Status::OK();
+    });
+  }
+  if (record) {
+    std::vector<std::shared_ptr<arrow::Table>> newest;
+    std::vector<std::string> paths;
+    for (const auto& f : files) {
+      newest.push_back(f.newest);
+      paths.push_back(f.path);
+    }
+    t.upkeep->Post("last-value index", [index = t.index, contract = t.contract, version,
+                                        newest = std::move(newest), paths = std::move(paths),
+                                        snapshot = fold ? snapshot : nullptr] {
+      ARROW_ASSIGN_OR_RAISE(auto rows, RecordRows(newest, version, contract));
+      return RecordAndFold(*index, version, paths, rows, snapshot.get());
+    });
+  }
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t) {
+  LatestState& state = t.latest;
+  if (state.rows && state.version < t.snapshot.version) {
+    // Advance over the commits in between when every one of them is known and followable.
+    std::vector<std::shared_ptr<arrow::Table>> pieces{state.rows};
+    bool followed = true;
+    for (int64_t v = state.version + 1; followed && v <= t.snapshot.version; ++v) {
+      auto it = state.deltas.find(v);
+      if (it == state.deltas.end()) {
+        followed = false;  // applied without being seen (a rebase): unknown
+        break;
+      }
+      const LatestDelta& delta = it->second;
+      if (delta.kind != LatestDelta::kAppend) continue;
+      if (!delta.newest.empty()) {
+        ARROW_ASSIGN_OR_RAISE(auto record, RecordRows(delta.newest, v, t.contract));
+        if (record) {
+          pieces.push_back(std::move(record));
+          continue;
+        }
+      }
+      ARROW_ASSIGN_OR_RAISE(auto record, t.index->RecordOf(v, delta.paths));
+      if (!record) {
+        followed = false;  // no usable record (not written yet, or lost): read in full
+        break;
+      }
+      pieces.push_back(std::move(record));
+    }
+    if (followed) {
+      if (pieces.size() > 1) {
+        ARROW_ASSIGN_OR_RAISE(state.rows, MergeNewest(pieces, t.contract));
+      }
+      state.version = t.snapshot.version;
+      state.deltas.clear();
+    } else {
+      state = LatestState{};
+    }
+  }
+  if (!state.rows || state.version != t.snapshot.version) {
+    ARROW_ASSIGN_OR_RAISE(auto read, t.index->Read(t.snapshot));
+    state = LatestState{};
+    state.rows = read.rows;
+    state.version = read.version;
+  }
+  return state.rows;
+}
+
+void FinishUpkeep(TableContext& t) {
+  t.upkeep->Drain();
+  const int64_t checkpointed = t.checkpointed->load();
+  if (checkpointed <= t.snapshot.version && checkpointed > t.snapshot.checkpoint_version) {
+    t.snapshot.checkpoint_version = checkpointed;
+  }
 }
 
 PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files,

@@ -9,6 +9,8 @@
 // context with its lock. Every function here REQUIRES that lock held.
 #pragma once
 
+#include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +25,7 @@
 #include "timelake/log/delta_log.h"
 #include "timelake/txn/committer.h"
 #include "timelake/txn/post_commit.h"
+#include "timelake/txn/upkeep.h"
 #include "timelake/util/interrupt.h"
 
 namespace timelake {
@@ -77,6 +80,33 @@ struct TableInfo {
   int64_t index_bytes = 0;
 };
 
+/// What a commit did to the newest row of each series, as the handle's latest() state sees it.
+struct LatestDelta {
+  enum Kind {
+    kNone,    // rows unchanged: no data files, or a compaction (same rows in new files)
+    kAppend,  // timelake data files added, nothing removed
+  };
+  Kind kind = kNone;
+  std::vector<std::string> paths;  // kAppend: the files added
+  /// kAppend by this handle: each file's newest rows (no sequence column); empty for other
+  /// writers' appends, whose index record is read instead.
+  std::vector<std::shared_ptr<arrow::Table>> newest;
+};
+
+/// latest() kept in the handle: the newest row per series (with the sequence column) exact at
+/// `version`, and what each later commit did. latest() advances it over the commits in between
+/// (O(series + new rows)) when they are all known appends or compactions; a gap (commits the
+/// handle applied without seeing them), a removal of rows, another engine's files or a reload
+/// sends it back to LastValueIndex::Read.
+struct LatestState {
+  static constexpr size_t kMaxDeltas = 1024;  // beyond this a full read is as cheap
+  std::shared_ptr<arrow::Table> rows;  // null: nothing known yet
+  int64_t version = -1;
+  std::map<int64_t, LatestDelta> deltas;  // by commit version, only after `version`
+  /// Notes commit `version`; a delta that cannot be followed (or too many) drops the state.
+  void Note(int64_t version, std::optional<LatestDelta> delta);
+};
+
 struct TableContext {
   TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
       : store(store), table_path(table_path), name(std::move(name)), log(store, table_path),
@@ -95,7 +125,12 @@ struct TableContext {
   std::shared_ptr<arrow::Schema> storage;   // the schema the files hold
   Contract contract;
   IngestOptions ingest_options;
-  std::unique_ptr<LastValueIndex> index;
+  std::shared_ptr<LastValueIndex> index;  // shared with upkeep tasks
+  LatestState latest;
+  /// The newest checkpoint an upkeep task wrote (-1: none yet); folded into snapshot by Info().
+  std::shared_ptr<std::atomic<int64_t>> checkpointed = std::make_shared<std::atomic<int64_t>>(-1);
+  /// Post-commit work of appends (txn/upkeep.h). Last member: destroyed (drained) first.
+  std::unique_ptr<Upkeep> upkeep = std::make_unique<Upkeep>();
 };
 
 /// Schema, contract and index from `t.snapshot.metadata`; NotImplemented if timelake cannot read
@@ -133,6 +168,14 @@ arrow::Status RecordNewest(TableContext& t, const std::vector<WrittenFile>& file
 /// index record when it added `files` (which must outlive the hooks).
 PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files, int64_t version,
                            int64_t seq);
+/// The same work for append commit `version` (which added `files`, sequence number = version),
+/// queued on the handle's upkeep instead of run now (txn/upkeep.h).
+void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version);
+/// Waits for the handle's queued upkeep and takes in what it did (the newest checkpoint).
+void FinishUpkeep(TableContext& t);
+/// The newest row of every series at `t.snapshot` (with the sequence column), from the handle's
+/// latest state when it can be advanced, else from the index (see LatestState).
+arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t);
 
 /// Appends the batches of `reader` as one commit (table_append.cc).
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,

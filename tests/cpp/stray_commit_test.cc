@@ -96,6 +96,7 @@ TEST(DroppedWhileReadingTest, LatestAndInfoReportADropDuringTheirReadsAsKeyError
     auto lake = Lake::OverStore(store);
     ASSERT_OK_AND_ASSIGN(auto table, lake->CreateTable("t", Schema(), Keyed()));
     ASSERT_OK(table->Append(OneRow(1).get(), {}).status());
+    ASSERT_OK(table->WaitForUpkeep());  // the record is written in the background
     // No index record: latest() reads the data file, and the table is dropped just before.
     for (const auto& meta : store->List("default/t/_timelake/").ValueOrDie()) {
       ASSERT_OK(store->Delete(meta.path));

@@ -289,6 +289,7 @@ TEST_F(TableTest, CheckpointAppearsAfterCommitTen) {
   EXPECT_TRUE(Objects("default/t/_delta_log/00000000000000000009.checkpoint").empty());
   ASSERT_OK(AppendAt(table_.get(), {{1, 9}}).status());
   EXPECT_EQ(table_->version(), 10);
+  ASSERT_OK(table_->WaitForUpkeep());  // checkpoints are written after the append returned
   EXPECT_EQ(Objects("default/t/_delta_log/00000000000000000010.checkpoint").size(), 1u);
   EXPECT_EQ(Objects("default/t/_delta_log/_last_checkpoint").size(), 1u);
   ASSERT_OK_AND_ASSIGN(auto info, table_->Info());
@@ -297,6 +298,7 @@ TEST_F(TableTest, CheckpointAppearsAfterCommitTen) {
 
 TEST_F(TableTest, TableReopensFromItsCheckpoint) {
   for (int i = 0; i < 11; ++i) ASSERT_OK(AppendAt(table_.get(), {{1, i}}).status());
+  ASSERT_OK(table_->WaitForUpkeep());  // the checkpoint at 10 is written in the background
   for (int v = 0; v <= 10; ++v) {
     ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(v)));
   }

@@ -210,6 +210,7 @@ def test_append_of_sub_microsecond_timestamp_is_value_error(readings):
 @pytest.mark.parametrize("case", list(REJECTED))
 def test_rejected_append_writes_nothing(lake, readings, case):
     readings.append(iot_table(ROWS))
+    readings.info()  # info() waits for the checkpoints and index records appends leave to the handle's upkeep thread
     tdir = table_dir(readings)
     files_before = all_files(tdir)
     with pytest.raises(ValueError):
@@ -378,6 +379,7 @@ def test_duplicate_append_reports_nothing_written_at_current_version(readings):
 
 def test_duplicate_append_leaves_version_and_rows_unchanged(lake, readings):
     readings.append(iot_table(ROWS), batch_id="gw-1-000001")
+    readings.info()  # info() waits for the checkpoints and index records appends leave to the handle's upkeep thread
     files_before = all_files(table_dir(readings))
     readings.append(iot_table(ROWS), batch_id="gw-1-000001")
     assert lake.table("readings").version == 1

@@ -28,6 +28,7 @@ from helpers import IOT_SCHEMA, T0, data_files, iot_series, iot_table, log_path,
 def _appends(t, n, start=T0):
     for i in range(n):
         t.append(iot_table(iot_series(start + dt.timedelta(hours=i), 1, devices=(f"d{i % 3}",))))
+    t.info()  # info() waits for the checkpoints and index records appends leave to the handle's upkeep thread
 
 
 def _checkpoint(tdir: Path, version: int) -> Path:

@@ -299,6 +299,7 @@ def eleven_commits_after_create(lake):
         rows = iot_series(T0 + dt.timedelta(hours=i), 2, devices=("a", "b"))
         t.append(iot_table(rows), batch_id=f"batch-{i}")
         expected += rows
+    t.info()  # info() waits for the checkpoints and index records appends leave to the handle's upkeep thread
     return t, iot_table(expected)
 
 

@@ -239,6 +239,19 @@ arrow::Status LastValueIndex::Record(int64_t version, const std::vector<std::str
   return store_->Put(dir_ + RecordName(version, ""), data);
 }
 
+arrow::Result<std::shared_ptr<arrow::Table>> LastValueIndex::RecordOf(
+    int64_t version, const std::vector<std::string>& files) {
+  arrow::FieldVector fields = storage_->fields();
+  fields.push_back(arrow::field(kSeqColumn, arrow::int64(), false));
+  auto object = ReadIndexObject(store_.get(), dir_ + RecordName(version, ""), arrow::Schema(fields));
+  if (!object.ok()) return nullptr;
+  std::vector<std::string> want = files, have = object->files;
+  std::sort(want.begin(), want.end());
+  std::sort(have.begin(), have.end());
+  if (want != have) return nullptr;
+  return object->rows;
+}
+
 arrow::Result<IndexState> LastValueIndex::Read(const Snapshot& snapshot) {
   for (int attempt = 1;; ++attempt) {
     auto state = TryRead(snapshot, /*use_objects=*/attempt < kReadAttempts);

@@ -75,6 +75,11 @@ class LastValueIndex {
   arrow::Status Record(int64_t version, const std::vector<std::string>& files,
                        const std::shared_ptr<arrow::Table>& newest);
 
+  /// The rows of commit `version`'s record when it exists and summarises exactly `files`; null
+  /// when it is missing, unreadable or about other files (a record is only a shortcut).
+  arrow::Result<std::shared_ptr<arrow::Table>> RecordOf(int64_t version,
+                                                        const std::vector<std::string>& files);
+
   /// The index exact for `snapshot` (see the rules above).
   arrow::Result<IndexState> Read(const Snapshot& snapshot);
 

@@ -203,9 +203,12 @@ arrow::Status Ingestor::Flush() {
                        parallel_columns, &job.profile, &job.sink);
     }();
     // Closing makes the file durable (an fsync, an upload's completion): mostly waiting on the
-    // device or the network. It runs on its own thread so that this one encodes the next file
-    // meanwhile.
-    if (job.file.ok()) {
+    // device or the network. With more files to encode it runs on its own thread so that this
+    // one encodes the next file meanwhile; a lone file is closed here.
+    if (job.file.ok() && jobs.size() == 1) {
+      PhaseTimer timer(&job.profile.close);
+      if (arrow::Status st = job.sink->Close(); !st.ok()) job.file = st;
+    } else if (job.file.ok()) {
       auto close = [sink = job.sink, seconds = &job.profile.close] {
         PhaseTimer timer(seconds);
         return sink->Close();

@@ -1,0 +1,101 @@
+#include "timelake/txn/upkeep.h"
+
+#include <set>
+#include <system_error>
+
+namespace timelake {
+namespace {
+
+// Every live Upkeep, so that DrainAllUpkeep() can finish their work before the process exits.
+std::mutex& RegistryMutex() {
+  static std::mutex* mutex = new std::mutex;  // never destroyed: used during exit
+  return *mutex;
+}
+std::set<Upkeep*>& Registry() {
+  static std::set<Upkeep*>* live = new std::set<Upkeep*>;
+  return *live;
+}
+
+}  // namespace
+
+void DrainAllUpkeep() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  for (Upkeep* upkeep : Registry()) upkeep->Drain();
+}
+
+Upkeep::Upkeep() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry().insert(this);
+}
+
+Upkeep::~Upkeep() {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    Registry().erase(this);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Upkeep::Post(std::string name, Task task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  queue_.emplace_back(std::move(name), std::move(task));
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: run the queue here and now.
+      while (!queue_.empty()) {
+        auto [task_name, work] = std::move(queue_.front());
+        queue_.pop_front();
+        running_task_ = true;
+        lock.unlock();
+        arrow::Status status = work();
+        lock.lock();
+        running_task_ = false;
+        if (!status.ok()) Record(task_name, status);
+      }
+      changed_.notify_all();
+      return;
+    }
+  }
+  changed_.notify_all();
+}
+
+void Upkeep::Drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return queue_.empty() && !running_task_; });
+}
+
+std::vector<std::string> Upkeep::TakeFailures() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(failures_, {});
+}
+
+void Upkeep::Record(const std::string& name, const arrow::Status& status) {
+  if (failures_.size() >= 100) failures_.erase(failures_.begin());
+  failures_.push_back(name + ": " + status.message());
+}
+
+void Upkeep::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything ran
+    auto [name, task] = std::move(queue_.front());
+    queue_.pop_front();
+    running_task_ = true;
+    lock.unlock();
+    arrow::Status status = task();
+    lock.lock();
+    running_task_ = false;
+    if (!status.ok()) Record(name, status);
+    changed_.notify_all();
+  }
+}
+
+}  // namespace timelake

@@ -1,0 +1,68 @@
+// Upkeep: the work an acknowledged append leaves behind, done on a background thread.
+//
+// An append is acknowledged once its commit is in the log; a checkpoint, the last-value index
+// record of the commit and the index fold are derived data (post_commit.h) that only make later
+// reads faster. Doing them inside append() put a checkpoint or a fold into every tenth or
+// thirty-second call's latency, so appends hand them to their handle's Upkeep instead, which
+// runs them in order on one thread of its own while the caller goes on.
+//
+// Nothing is lost if the process dies before a task ran: a missing checkpoint costs replay time
+// and a missing index record makes latest() read that commit's files, exactly as when a hook
+// fails. Operations that want the work done (latest(), info(), maintain(), closing the handle)
+// call Drain() first. Tasks must not use the handle's context: they carry what they need
+// (a snapshot copy, the newest rows of the files) and use thread-safe parts only (the store, the
+// last-value index, a DeltaLog of their own).
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <arrow/status.h>
+
+namespace timelake {
+
+class Upkeep {
+ public:
+  using Task = std::function<arrow::Status()>;
+
+  Upkeep();
+  /// Runs what is queued, then stops the thread.
+  ~Upkeep();
+  Upkeep(const Upkeep&) = delete;
+  Upkeep& operator=(const Upkeep&) = delete;
+
+  /// Queues `task` (named for failure messages); starts the thread if it is not running. If no
+  /// thread can be started the task runs here and now.
+  void Post(std::string name, Task task);
+
+  /// Waits until every task posted before the call has run.
+  void Drain();
+
+  /// The failures since the last call, each "<name>: <message>" (at most the last 100).
+  std::vector<std::string> TakeFailures();
+
+ private:
+  void Run();
+  void Record(const std::string& name, const arrow::Status& status);
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::pair<std::string, Task>> queue_;
+  bool running_task_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::vector<std::string> failures_;
+};
+
+/// Drains every Upkeep of the process: called before the interpreter exits, so that no task is
+/// cut off halfway by the exit (that would be safe, only wasteful) or runs during it.
+void DrainAllUpkeep();
+
+}  // namespace timelake
