@@ -144,6 +144,9 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
                                                          hooks_started)
                    .count(),
                result.rows);
+  // Upkeep of earlier appends that failed (a checkpoint that could not be written, say) is
+  // reported here, with the first append that can tell.
+  for (auto& earlier : t.upkeep->TakeFailures()) failures.push_back("earlier append's " + earlier);
   if (!failures.empty()) {
     std::string message;
     for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;

@@ -303,6 +303,22 @@ def eleven_commits_after_create(lake):
     return t, iot_table(expected)
 
 
+def test_a_checkpoint_that_fails_in_the_background_is_reported_by_the_next_append(lake):
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    # A folder where checkpoint 10 should go: writing it fails after append 10 returned.
+    (table_dir(t) / "_delta_log" / "00000000000000000010.checkpoint.parquet").mkdir()
+    results = []
+    for i in range(11):
+        rows = iot_series(T0 + dt.timedelta(hours=i), 2, devices=("a", "b"))
+        results.append(t.append(iot_table(rows), batch_id=f"batch-{i}"))
+        if i == 9:
+            t.info()  # let the upkeep try (and fail) before the next append
+    assert all("maintenance" not in r for r in results[:10])
+    assert results[10]["version"] == 11  # the append itself committed
+    assert "earlier append's checkpoint" in results[10]["maintenance"]["error"]
+    assert lake.sql("SELECT count(*) AS n FROM readings").column("n")[0].as_py() == 44
+
+
 def test_checkpoint_is_written_at_version_ten(lake):
     t, _ = eleven_commits_after_create(lake)
     assert (table_dir(t) / "_delta_log" / "00000000000000000010.checkpoint.parquet").is_file()

@@ -19,6 +19,7 @@
 #include "timelake/ingest/stats.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/rows/newest_rows.h"
+#include "timelake/rows/sorted_rows.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/parallel.h"
 
@@ -162,7 +163,17 @@ arrow::Status Ingestor::Flush() {
   ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
   buffer_.clear();
   buffered_bytes_ = 0;
+  // The sort wants each column as one array. Concatenating them column by column, and dropping
+  // each column's batch chunks as soon as its copy exists, keeps the extra memory at one column
+  // instead of a second copy of the whole buffer.
+  for (int c = 0; c < table->num_columns(); ++c) {
+    if (table->column(c)->num_chunks() <= 1) continue;
+    ARROW_ASSIGN_OR_RAISE(auto whole, ContiguousColumn(table->column(c)));
+    ARROW_ASSIGN_OR_RAISE(table, table->SetColumn(c, table->field(c),
+                                                  std::make_shared<arrow::ChunkedArray>(whole)));
+  }
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
+  table.reset();  // the arrangement holds what it needs
   struct Job {
     const ChunkRun* run = nullptr;
     std::string chunk;

@@ -49,17 +49,7 @@ void Upkeep::Post(std::string name, Task task) {
       thread_ = std::thread([this] { Run(); });
     } catch (const std::system_error&) {
       // No thread to be had: run the queue here and now.
-      while (!queue_.empty()) {
-        auto [task_name, work] = std::move(queue_.front());
-        queue_.pop_front();
-        running_task_ = true;
-        lock.unlock();
-        arrow::Status status = work();
-        lock.lock();
-        running_task_ = false;
-        if (!status.ok()) Record(task_name, status);
-      }
-      changed_.notify_all();
+      while (!queue_.empty()) RunFront(lock);
       return;
     }
   }
@@ -86,16 +76,20 @@ void Upkeep::Run() {
   for (;;) {
     changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything ran
-    auto [name, task] = std::move(queue_.front());
-    queue_.pop_front();
-    running_task_ = true;
-    lock.unlock();
-    arrow::Status status = task();
-    lock.lock();
-    running_task_ = false;
-    if (!status.ok()) Record(name, status);
-    changed_.notify_all();
+    RunFront(lock);
   }
+}
+
+void Upkeep::RunFront(std::unique_lock<std::mutex>& lock) {
+  auto [name, task] = std::move(queue_.front());
+  queue_.pop_front();
+  running_task_ = true;
+  lock.unlock();
+  arrow::Status status = task();
+  lock.lock();
+  running_task_ = false;
+  if (!status.ok()) Record(name, status);
+  changed_.notify_all();
 }
 
 }  // namespace timelake

@@ -50,6 +50,8 @@ class Upkeep {
 
  private:
   void Run();
+  /// Runs the task at the front of the queue with `lock` released (held on entry and on return).
+  void RunFront(std::unique_lock<std::mutex>& lock);
   void Record(const std::string& name, const arrow::Status& status);
 
   std::mutex mutex_;

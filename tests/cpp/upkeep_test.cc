@@ -1,0 +1,75 @@
+// Upkeep: a handle's background queue of post-commit work.
+#include "timelake/txn/upkeep.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace timelake {
+namespace {
+
+TEST(UpkeepTest, TasksRunInOrderAndDrainWaitsForThem) {
+  Upkeep upkeep;
+  std::vector<int> ran;  // touched by the upkeep thread only until Drain() returns
+  for (int i = 0; i < 50; ++i) {
+    upkeep.Post("task", [&ran, i] {
+      if (i % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ran.push_back(i);
+      return arrow::Status::OK();
+    });
+  }
+  upkeep.Drain();
+  ASSERT_EQ(ran.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(ran[i], i);
+}
+
+TEST(UpkeepTest, AFailingTaskIsReportedAndDoesNotStopTheOthers) {
+  Upkeep upkeep;
+  std::atomic<int> after{0};
+  upkeep.Post("checkpoint", [] { return arrow::Status::IOError("disk full"); });
+  upkeep.Post("index", [&] {
+    ++after;
+    return arrow::Status::OK();
+  });
+  upkeep.Drain();
+  EXPECT_EQ(after.load(), 1);
+  auto failures = upkeep.TakeFailures();
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0], "checkpoint: disk full");
+  EXPECT_TRUE(upkeep.TakeFailures().empty());
+}
+
+TEST(UpkeepTest, DestroyingRunsWhatIsQueued) {
+  std::atomic<int> ran{0};
+  {
+    Upkeep upkeep;
+    for (int i = 0; i < 5; ++i) {
+      upkeep.Post("slow", [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ++ran;
+        return arrow::Status::OK();
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 5);
+}
+
+TEST(UpkeepTest, DrainAllWaitsForEveryLiveQueue) {
+  std::atomic<int> ran{0};
+  Upkeep a, b;
+  for (Upkeep* u : {&a, &b}) {
+    u->Post("slow", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ++ran;
+      return arrow::Status::OK();
+    });
+  }
+  DrainAllUpkeep();
+  EXPECT_EQ(ran.load(), 2);
+}
+
+}  // namespace
+}  // namespace timelake
