@@ -1,5 +1,8 @@
 #include "timelake/txn/upkeep.h"
 
+#include <pthread.h>
+
+#include <new>
 #include <set>
 #include <system_error>
 
@@ -24,8 +27,33 @@ void DrainAllUpkeep() {
 }
 
 Upkeep::Upkeep() {
+  static std::once_flag registered;
+  std::call_once(registered, [] { pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild); });
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry().insert(this);
+}
+
+void Upkeep::ForkPrepare() {
+  RegistryMutex().lock();
+  for (Upkeep* upkeep : Registry()) upkeep->mutex_.lock();
+}
+
+void Upkeep::ForkParent() {
+  for (Upkeep* upkeep : Registry()) upkeep->mutex_.unlock();
+  RegistryMutex().unlock();
+}
+
+void Upkeep::ForkChild() {
+  // The child's only thread is the one that forked, which holds every lock (ForkPrepare).
+  for (Upkeep* upkeep : Registry()) {
+    new (&upkeep->thread_) std::thread();  // the parent's thread does not exist here
+    new (&upkeep->changed_) std::condition_variable();
+    upkeep->queue_.clear();
+    upkeep->running_task_ = false;
+    upkeep->stopping_ = false;
+    upkeep->mutex_.unlock();
+  }
+  RegistryMutex().unlock();
 }
 
 Upkeep::~Upkeep() {

@@ -12,7 +12,9 @@
 // call Drain() first. Tasks must not use the handle's context: they carry what they need
 // (a snapshot copy, the newest rows of the files) and use thread-safe parts only (the store, the
 // last-value index, a DeltaLog of their own).
-// Thread safety: every method may be called from any thread.
+// Thread safety: every method may be called from any thread. A child process made by fork()
+// (Python's multiprocessing) gets its handles' Upkeeps empty and without a thread: its own posts
+// start a thread of its own.
 #pragma once
 
 #include <condition_variable>
@@ -50,6 +52,11 @@ class Upkeep {
 
  private:
   void Run();
+  // fork() copies this object but not its thread: the child starts over with an empty queue
+  // (the parent does the work it queued) and no thread; a mutex held across the fork is released.
+  static void ForkPrepare();
+  static void ForkParent();
+  static void ForkChild();
   /// Runs the task at the front of the queue with `lock` released (held on entry and on return).
   void RunFront(std::unique_lock<std::mutex>& lock);
   void Record(const std::string& name, const arrow::Status& status);
