@@ -27,8 +27,8 @@ constexpr const char* kRetentionCheck = kRetentionCheckKey;
 
 // Keys a user may set through `properties` under the timelake namespace.
 const std::set<std::string>& UserTimelakeKeys() {
-  static const std::set<std::string> keys = {"timelake.autoMaintain", "timelake.targetFileSize",
-                                             kRetentionCheck};
+  static const std::set<std::string> keys = {"timelake.autoMaintain", "timelake.backgroundCompaction",
+                                             "timelake.targetFileSize", kRetentionCheck};
   return keys;
 }
 
@@ -116,7 +116,8 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
     if (key.rfind("timelake.", 0) == 0 && !UserTimelakeKeys().count(key)) {
       return arrow::Status::Invalid("unknown table property '", key,
                                     "': the timelake.* namespace is reserved; settable keys are "
-                                    "timelake.autoMaintain, timelake.targetFileSize and ",
+                                    "timelake.autoMaintain, timelake.backgroundCompaction, "
+                                    "timelake.targetFileSize and ",
                                     kRetentionCheck);
     }
     int64_t n = 0;
@@ -125,7 +126,8 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
       return arrow::Status::Invalid("table property '", key, "' must be a positive integer, got '",
                                     value, "'");
     }
-    if ((key == "timelake.autoMaintain" || key == kRetentionCheck || key == "delta.appendOnly") &&
+    if ((key == "timelake.autoMaintain" || key == "timelake.backgroundCompaction" ||
+         key == kRetentionCheck || key == "delta.appendOnly") &&
         !IsTrueOrFalse(value)) {
       return arrow::Status::Invalid("table property '", key, "' must be \"true\" or \"false\", got '",
                                     value, "'");

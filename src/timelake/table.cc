@@ -63,8 +63,7 @@ arrow::Status Table::Refresh() {
 
 arrow::Status Table::WaitForUpkeep() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("wait for upkeep"));
-  FinishUpkeep(ctx_);
-  return arrow::Status::OK();
+  return DroppedOr(ctx_, FinishUpkeep(ctx_));
 }
 
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
@@ -76,7 +75,7 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
   const auto started = std::chrono::steady_clock::now();
-  FinishUpkeep(ctx_);
+  ARROW_RETURN_NOT_OK(DroppedOr(ctx_, FinishUpkeep(ctx_)));
   ARROW_RETURN_NOT_OK(Update(ctx_));
   MaintainResult result;
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, MaintainLocked(ctx_, options, /*inline_only=*/false, &result)));
@@ -100,7 +99,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
 
 arrow::Result<TableInfo> Table::Info() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("info"));
-  FinishUpkeep(ctx_);
+  ARROW_RETURN_NOT_OK(DroppedOr(ctx_, FinishUpkeep(ctx_)));
   TableInfo info;
   info.contract = ctx_.contract;
   for (const auto& [path, add] : ctx_.snapshot.files) {

@@ -124,9 +124,13 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   // caller asked for runs before returning.
   QueueAfterAppend(t, files, result.version);
   PostCommitHooks hooks;
-  if (options.maintain.value_or(AutoMaintain(t))) {
+  const bool inline_maintenance = options.maintain.value_or(AutoMaintain(t));
+  // maintain=False asks for no maintenance at all from this append, background passes included.
+  if (!inline_maintenance && !options.maintain) MaybeCompactInBackground(t, result.files);
+  if (inline_maintenance) {
     hooks.Add("inline maintenance", [&]() -> arrow::Status {
-      FinishUpkeep(t);  // maintenance reads the index: let it find this commit's record
+      // Maintenance reads the index: let it find this commit's record.
+      ARROW_RETURN_NOT_OK(FinishUpkeep(t));
       MaintainResult maintenance;
       arrow::Status upkeep = MaintainLocked(t, MaintainOptions{}, /*inline_only=*/true, &maintenance);
       if (!upkeep.ok() || maintenance.partitions_dropped + maintenance.partitions_compacted +

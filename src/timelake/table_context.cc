@@ -89,13 +89,14 @@ std::optional<LatestDelta> DeltaOf(const Commit& commit) {
     }
     return delta;
   }
-  // A compaction keeps every row (minus duplicates the index resolves the same way).
+  // A timelake compaction keeps every row, minus duplicates that read-time deduplication and the
+  // index resolve the same way (so also when its adds are marked dataChange for them).
   for (const auto& remove : commit.removes) {
     auto by = remove.tags.find(kRemovedByTag);
     if (by == remove.tags.end() || by->second != kRemovedByCompaction) return std::nullopt;
   }
   for (const auto& add : commit.adds) {
-    if (add.data_change) return std::nullopt;
+    if (!add.tags.count(kSeqTag)) return std::nullopt;
   }
   return delta;
 }
@@ -154,6 +155,10 @@ bool HasBatch(const TableContext& t, const std::string& batch_id) {
 
 bool AutoMaintain(const TableContext& t) {
   return t.snapshot.Config("timelake.autoMaintain") == "true";
+}
+
+bool BackgroundCompactionOn(const TableContext& t) {
+  return t.snapshot.Config("timelake.backgroundCompaction") != "false";
 }
 
 arrow::Status DroppedOr(TableContext& t, arrow::Status st) {
@@ -357,12 +362,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t) {
   return state.rows;
 }
 
-void FinishUpkeep(TableContext& t) {
+arrow::Status FinishUpkeep(TableContext& t) {
   t.upkeep->Drain();
   const int64_t checkpointed = t.checkpointed->load();
   if (checkpointed <= t.snapshot.version && checkpointed > t.snapshot.checkpoint_version) {
     t.snapshot.checkpoint_version = checkpointed;
   }
+  // The handle's own compactions are part of what it did: show them.
+  if (BackgroundCompactionVersion(t) > t.snapshot.version) return Update(t);
+  return arrow::Status::OK();
 }
 
 PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files,

@@ -107,6 +107,8 @@ struct LatestState {
   void Note(int64_t version, std::optional<LatestDelta> delta);
 };
 
+struct BackgroundCompaction;  // table_maintain.cc
+
 struct TableContext {
   TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
       : store(store), table_path(table_path), name(std::move(name)), log(store, table_path),
@@ -129,6 +131,10 @@ struct TableContext {
   LatestState latest;
   /// The newest checkpoint an upkeep task wrote (-1: none yet); folded into snapshot by Info().
   std::shared_ptr<std::atomic<int64_t>> checkpointed = std::make_shared<std::atomic<int64_t>>(-1);
+  /// Files this handle appended since it last queued a background compaction pass, and the
+  /// state of those passes (MaybeCompactInBackground).
+  int64_t files_since_compaction = 0;
+  std::shared_ptr<BackgroundCompaction> compaction;
   /// Post-commit work of appends (txn/upkeep.h). Last member: destroyed (drained) first.
   std::unique_ptr<Upkeep> upkeep = std::make_unique<Upkeep>();
 };
@@ -146,6 +152,8 @@ std::string BatchAppId(const std::string& batch_id);
 bool HasBatch(const TableContext& t, const std::string& batch_id);
 /// The table's timelake.autoMaintain property.
 bool AutoMaintain(const TableContext& t);
+/// The table's timelake.backgroundCompaction property (default on).
+bool BackgroundCompactionOn(const TableContext& t);
 /// `st`, or TableDropped when `st` is a storage failure and the table is gone: a folder renamed
 /// away by a drop makes writes into it fail with "no such file".
 arrow::Status DroppedOr(TableContext& t, arrow::Status st);
@@ -171,11 +179,23 @@ PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* file
 /// The same work for append commit `version` (which added `files`, sequence number = version),
 /// queued on the handle's upkeep instead of run now (txn/upkeep.h).
 void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version);
-/// Waits for the handle's queued upkeep and takes in what it did (the newest checkpoint).
-void FinishUpkeep(TableContext& t);
+/// Waits for the handle's queued upkeep and takes in what it did: the newest checkpoint, and
+/// the commits of its background compaction passes (the handle advances to the latest version
+/// when a pass committed beyond it).
+arrow::Status FinishUpkeep(TableContext& t);
+/// The newest version a background compaction pass of `t` committed (-1: none).
+int64_t BackgroundCompactionVersion(const TableContext& t);
 /// The newest row of every series at `t.snapshot` (with the sequence column), from the handle's
 /// latest state when it can be advanced, else from the index (see LatestState).
 arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t);
+
+/// After append commit(s) that added `files_added` files with no inline maintenance: once the
+/// handle has appended enough files, queues a compaction pass on its upkeep thread (at most one
+/// waiting at a time). The pass commits through a table context of its own, like a second
+/// handle: it rewrites chunks that gathered many small files, bounded per pass, so that a table
+/// fed by small appends keeps few files per chunk without anyone calling maintain(). Dying
+/// midway loses nothing: a pass is one ordinary compaction commit (table_maintain.cc).
+void MaybeCompactInBackground(TableContext& t, int64_t files_added);
 
 /// Appends the batches of `reader` as one commit (table_append.cc).
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,

@@ -3,6 +3,7 @@
 #include "timelake/table_context.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <set>
 
@@ -54,18 +55,26 @@ arrow::Status DropExpiredChunks(TableContext& t, MaintainResult* result) {
                         " concurrent removals in a row; retry later");
 }
 
-// Rewrites crowded chunks (bounded to one group when `inline_only`); `interrupt` is checked
-// before and after rewriting each group.
-arrow::Status Compact(TableContext& t, bool inline_only, const InterruptCheck& interrupt,
-                      MaintainResult* result) {
+// How much one compaction does: everything worth doing for maintain(); bounded work, once a
+// chunk has gathered enough small files, for inline maintenance (one group) and background
+// passes (a few).
+enum class CompactionScope { kFull, kInline, kBackground };
+
+CompactionOptions CompactionOptionsFor(const TableContext& t, CompactionScope scope) {
   CompactionOptions options;
   options.target_file_bytes =
       ParseInt64(t.snapshot.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
-  if (inline_only) {
-    // Bounded work: one group, and only once a chunk has gathered enough small files.
-    options.max_groups = 1;
+  if (scope != CompactionScope::kFull) {
     options.min_files = 16;
+    options.max_groups = scope == CompactionScope::kInline ? 1 : 4;
   }
+  return options;
+}
+
+// Rewrites crowded chunks as `options` bounds; `interrupt` is checked before and after rewriting
+// each group.
+arrow::Status Compact(TableContext& t, const CompactionOptions& options,
+                      const InterruptCheck& interrupt, MaintainResult* result) {
   for (const auto& group : PlanCompaction(t.snapshot, t.contract, options)) {
     ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
     auto rewriting = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group);
@@ -133,6 +142,63 @@ arrow::Status Compact(TableContext& t, bool inline_only, const InterruptCheck& i
 
 }  // namespace
 
+// The background passes of one handle (MaybeCompactInBackground). Shared by the handle and its
+// queued pass; `table` is touched on the upkeep thread only.
+struct BackgroundCompaction {
+  std::atomic<bool> queued{false};  // a pass is queued and has not started yet
+  std::atomic<int64_t> committed{-1};  // the newest version a pass committed
+  std::unique_ptr<TableContext> table;
+
+  arrow::Status Pass(const std::shared_ptr<ObjectStore>& store, const std::string& table_path,
+                     const std::string& name) {
+    if (!table) {
+      auto opened = std::make_unique<TableContext>(store, table_path, name);
+      auto snapshot = opened->log.Load();
+      if (!snapshot.ok()) {
+        // Dropped since the append: nothing left to compact.
+        return snapshot.status().IsKeyError() ? arrow::Status::OK() : snapshot.status();
+      }
+      opened->snapshot = std::move(*snapshot);
+      ARROW_RETURN_NOT_OK(LoadDerived(*opened));
+      table = std::move(opened);
+    } else if (arrow::Status st = Update(*table); !st.ok()) {
+      return IsTableNotFound(st) ? arrow::Status::OK() : st;
+    }
+    TableContext& t = *table;
+    // The property may have been switched off since, or another engine raised the protocol.
+    if (!BackgroundCompactionOn(t) || !CheckWritable(t).ok()) return arrow::Status::OK();
+    MaintainResult done;
+    arrow::Status st = Compact(t, CompactionOptionsFor(t, CompactionScope::kBackground), nullptr, &done);
+    if (done.partitions_compacted > 0) committed = t.snapshot.version;
+    // Losing to a concurrent compaction or retention is the normal outcome of a race, and a
+    // table dropped meanwhile has nothing left to compact.
+    if (IsCommitConflict(st)) return arrow::Status::OK();
+    st = DroppedOr(t, st);
+    return IsTableNotFound(st) ? arrow::Status::OK() : st;
+  }
+};
+
+int64_t BackgroundCompactionVersion(const TableContext& t) {
+  return t.compaction ? t.compaction->committed.load() : -1;
+}
+
+void MaybeCompactInBackground(TableContext& t, int64_t files_added) {
+  // Enough new files that a chunk may have reached the threshold (CompactionOptionsFor): planning
+  // a pass walks the snapshot, which is not work to do after every small append.
+  constexpr int64_t kFilesPerPass = 8;
+  if (files_added <= 0 || !BackgroundCompactionOn(t)) return;
+  t.files_since_compaction += files_added;
+  if (t.files_since_compaction < kFilesPerPass) return;
+  if (!t.compaction) t.compaction = std::make_shared<BackgroundCompaction>();
+  if (t.compaction->queued.exchange(true)) return;  // the waiting pass will see these files too
+  t.files_since_compaction = 0;
+  t.upkeep->Post("background compaction",
+                 [compaction = t.compaction, store = t.store, path = t.table_path, name = t.name] {
+                   compaction->queued = false;
+                   return compaction->Pass(store, path, name);
+                 });
+}
+
 arrow::Status MaintainLocked(TableContext& t, const MaintainOptions& options, bool inline_only,
                              MaintainResult* result) {
   ARROW_RETURN_NOT_OK(CheckWritable(t));
@@ -142,7 +208,11 @@ arrow::Status MaintainLocked(TableContext& t, const MaintainOptions& options, bo
   ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
   if (options.retention && time_series) ARROW_RETURN_NOT_OK(DropExpiredChunks(t, result));
   ARROW_RETURN_NOT_OK(CheckInterrupt(options.interrupt));
-  if (options.compact) ARROW_RETURN_NOT_OK(Compact(t, inline_only, options.interrupt, result));
+  if (options.compact) {
+    ARROW_RETURN_NOT_OK(Compact(
+        t, CompactionOptionsFor(t, inline_only ? CompactionScope::kInline : CompactionScope::kFull),
+        options.interrupt, result));
+  }
   if (options.expire && !inline_only) {
     // Listing the log and the data folder is not bounded work: full maintain() only.
     const int64_t now_ms = NowMillis();

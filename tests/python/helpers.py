@@ -33,6 +33,11 @@ IOT_SCHEMA = pa.schema(
 T0 = dt.datetime(2024, 3, 5, 0, 0, tzinfo=UTC)
 
 
+# Table properties for tests that count versions or files after many appends: background
+# compaction (on by default) would add its own OPTIMIZE commits in between.
+NO_BACKGROUND = {"timelake.backgroundCompaction": "false"}
+
+
 def at(*args: int) -> dt.datetime:
     """A UTC datetime: at(2024, 3, 5, 10, 30)."""
     return dt.datetime(*args, tzinfo=UTC)

@@ -6,7 +6,7 @@ import os
 import shutil
 import time
 
-from helpers import IOT_SCHEMA, T0, commit_versions, data_files, delta_read, iot_series, iot_table, sorted_rows, table_dir
+from helpers import NO_BACKGROUND, IOT_SCHEMA, T0, commit_versions, data_files, delta_read, iot_series, iot_table, sorted_rows, table_dir
 
 import timelake
 
@@ -14,6 +14,7 @@ NO_RETENTION = {
     "delta.deletedFileRetentionDuration": "interval 0 seconds",
     "delta.logRetentionDuration": "interval 0 seconds",
     "timelake.retentionDurationCheck": "false",  # below 7 days only when asked for explicitly
+    **NO_BACKGROUND,  # the tests count log versions
 }
 
 

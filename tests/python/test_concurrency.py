@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import timelake
-from helpers import IOT_SCHEMA, commit_versions, table_dir
+from helpers import NO_BACKGROUND, IOT_SCHEMA, commit_versions, table_dir
 
 WRITER = textwrap.dedent(
     """
@@ -70,7 +70,8 @@ def _results(procs):
 
 
 def test_concurrent_processes_lose_no_append_and_double_none(lake, lake_path):
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    # Versions are counted: one per append, no background compaction commits in between.
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     writers, appends = 4, 15
     procs = [_spawn(lake_path, w, appends, "-") for w in range(writers)]
     _start(lake_path, procs)
@@ -113,7 +114,7 @@ def test_threads_share_one_handle_safely(lake):
     import pyarrow as pa
     import datetime as dt
 
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
     errors = []
 

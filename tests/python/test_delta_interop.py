@@ -11,6 +11,7 @@ import pytest
 
 import timelake
 from helpers import (
+    NO_BACKGROUND,
     IOT_SCHEMA,
     T0,
     at,
@@ -371,7 +372,7 @@ def test_timelake_reads_checkpoint_without_earlier_commits(lake, lake_path):
 
 
 def test_fresh_lake_reopens_table_after_25_commits_at_same_version_and_rows(lake, lake_path, tmp_path):
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     expected = []
     for i in range(25):
         rows = [(T0 + dt.timedelta(minutes=i), d, float(i)) for d in ("a", "b")]
