@@ -52,7 +52,7 @@ std::string Table::location() const { return ctx_.store->RootUrl() + "/" + ctx_.
 int64_t Table::version() {
   // From inside this thread's own operation (its input stream), that operation is suspended.
   if (mutex_.HeldByThisThread()) return ctx_.snapshot.version;
-  auto lock = mutex_.Acquire("version");
+  auto lock = mutex_.Acquire("version", {}, /*allow_busy=*/true);
   return ctx_.snapshot.version;
 }
 
@@ -68,8 +68,92 @@ arrow::Status Table::WaitForUpkeep() {
 
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
-  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
-  return AppendBatches(ctx_, reader, options);
+  AppendPlan plan;
+  if (!PlanWhileCommitting(options, &plan)) {
+    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
+    if (options.maintain.value_or(AutoMaintain(ctx_))) {
+      // Inline maintenance runs right after the append's own commit: all of it under the lock.
+      return AppendBatches(ctx_, reader, options);
+    }
+    ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(ctx_, options, &plan));
+    {
+      std::lock_guard<std::mutex> published(group_mutex_);
+      plan_ = std::make_shared<const AppendPlan>(plan);
+      plan_auto_maintain_ = AutoMaintain(ctx_);
+    }
+    if (answered) return *answered;
+  }
+  // Writing the files needs no handle state: other threads' appends write theirs meanwhile. The
+  // input stream may call back into user code, which must not re-enter the handle.
+  StagedAppend staged;
+  arrow::Status staging;
+  {
+    auto busy = mutex_.MarkBusy("append");
+    staging = StageAppend(plan, reader, options, &staged);
+  }
+  if (!staging.ok() || (staged.files.empty() && !options.batch_id)) {
+    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append"));
+    if (!staging.ok()) return DroppedOr(ctx_, staging);
+    AppendResult empty;
+    empty.version = ctx_.snapshot.version;
+    return empty;
+  }
+  ARROW_ASSIGN_OR_RAISE(AppendResult result, CommitInGroup(&staged, options.interrupt));
+  PrintAppendProfile(ctx_, staged.ingestor->profile(), result.commit_ms, 0, result.rows);
+  return result;
+}
+
+bool Table::PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan) {
+  if (options.maintain == true) return false;
+  if (options.batch_id && options.batch_id->empty()) return false;  // PrepareAppend says why
+  std::lock_guard<std::mutex> group(group_mutex_);
+  if (!group_leader_ || !plan_ || (plan_auto_maintain_ && !options.maintain)) return false;
+  *plan = *plan_;
+  plan->head_checked_ms = 0;  // not checked now
+  return true;
+}
+
+arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
+                                                 const InterruptCheck& interrupt) {
+  Queued mine{staged, std::nullopt};
+  std::unique_lock<std::mutex> group(group_mutex_);
+  group_queue_.push_back(&mine);
+  while (!mine.result) {
+    if (group_leader_) {
+      group_changed_.wait(group);
+      continue;
+    }
+    group_leader_ = true;
+    group.unlock();
+    {
+      // Appends staged while the leader waits for the lock join this commit. Ctrl-C while
+      // waiting cancels the leader's own append only: another waiting append leads instead.
+      auto lock = mutex_.Acquire("append", interrupt);
+      group.lock();
+      if (!lock.ok()) {
+        group_queue_.erase(std::find(group_queue_.begin(), group_queue_.end(), &mine));
+        group_leader_ = false;
+        group_changed_.notify_all();
+        staged->ingestor->Abort();
+        return lock.status();
+      }
+      std::vector<Queued*> members;
+      members.swap(group_queue_);
+      group.unlock();
+      std::vector<StagedAppend*> staged_members;
+      for (auto* q : members) staged_members.push_back(q->staged);
+      std::vector<arrow::Result<AppendResult>> results = CommitStaged(ctx_, staged_members);
+      if (!results.empty() && results.front().ok()) {
+        // Failed upkeep of earlier appends goes to one of the appends of this commit.
+        ReportUpkeepFailures(ctx_, {}, &*results.front());
+      }
+      group.lock();
+      for (size_t i = 0; i < members.size(); ++i) members[i]->result = std::move(results[i]);
+    }
+    group_leader_ = false;
+    group_changed_.notify_all();
+  }
+  return std::move(*mine.result);
 }
 
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {

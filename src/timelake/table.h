@@ -2,7 +2,8 @@
 //
 // A Table handle holds the snapshot it last saw. Operations that commit (append, maintain)
 // advance the handle to the version they create; refresh() advances it to the latest version.
-// A handle may be used from several threads: operations on one handle are serialised, and
+// A handle may be used from several threads: operations on one handle are serialised, except
+// that appends write their files concurrently and then share commits (group commit); and
 // concurrent handles (in this or other processes or hosts) coordinate through put-if-absent
 // commits only. An operation called on a handle from inside another operation of the same handle
 // on the same thread (from the input stream of an append) fails with Status::ExecutionError
@@ -13,6 +14,7 @@
 // and stop with its status. What a stopped operation wrote but did not commit is deleted.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -63,8 +65,31 @@ class Table {
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
 
+  /// Commits `staged` together with the appends of other threads staged meanwhile (group
+  /// commit): the first waiting thread leads, takes the handle's lock and commits every staged
+  /// append queued by then as one Delta commit; the others wait for its answer. `interrupt` may
+  /// stop the wait for the lock (cancelling this append only).
+  arrow::Result<AppendResult> CommitInGroup(StagedAppend* staged, const InterruptCheck& interrupt);
+
+  /// While a group commit is in flight (the handle's lock is held for it), an append need not
+  /// wait for the lock to start writing its files: it plans from the last published plan. Its
+  /// batch id is then checked at the commit only (CommitStaged), and a table dropped or replaced
+  /// meanwhile fails the commit as it would fail the planning. False: plan under the lock.
+  bool PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan);
+
   OperationLock mutex_;
   TableContext ctx_;  // GUARDED_BY(mutex_)
+
+  struct Queued {
+    StagedAppend* staged;
+    std::optional<arrow::Result<AppendResult>> result;  // set by the leader
+  };
+  std::mutex group_mutex_;
+  std::condition_variable group_changed_;
+  std::vector<Queued*> group_queue_;  // GUARDED_BY(group_mutex_)
+  bool group_leader_ = false;         // GUARDED_BY(group_mutex_)
+  std::shared_ptr<const AppendPlan> plan_;  // GUARDED_BY(group_mutex_): the last planned append
+  bool plan_auto_maintain_ = false;         // GUARDED_BY(group_mutex_): the table's autoMaintain then
 };
 
 }  // namespace timelake

@@ -1,19 +1,21 @@
 // Appending: input batches become data files (ingest/), then one commit (see table_context.h).
 #include "timelake/table_context.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "timelake/log/file_tags.h"
+#include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
-namespace {
 
 // TIMELAKE_PROFILE=1 prints where each append's time went to stderr (bench/README.md).
-void PrintProfile(const TableContext& t, const IngestProfile& p, double commit_ms, double hooks_ms,
-                  int64_t rows) {
+void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double commit_ms,
+                        double hooks_ms, int64_t rows) {
   static const bool enabled = [] {
     const char* v = std::getenv("TIMELAKE_PROFILE");
     return v != nullptr && *v != '\0' && std::string(v) != "0";
@@ -29,104 +31,195 @@ void PrintProfile(const TableContext& t, const IngestProfile& p, double commit_m
                hooks_ms);
 }
 
-}  // namespace
-
-arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
-                                          const AppendOptions& options) {
+arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const AppendOptions& options,
+                                                         AppendPlan* plan) {
   ARROW_RETURN_NOT_OK(Update(t));
-  const int64_t head_checked_ms = NowMillis();  // Update read the head commit just now
   ARROW_RETURN_NOT_OK(CheckWritable(t));
-
-  AppendResult result;
   if (options.batch_id) {
     if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
     if (HasBatch(t, *options.batch_id)) {
+      AppendResult result;
       result.version = t.snapshot.version;
       result.duplicate = true;
       return result;
     }
   }
+  *plan = AppendPlan{t.store, t.table_path, t.name, t.contract, t.declared, t.storage,
+                     t.ingest_options, t.snapshot.version, NowMillis()};
+  return std::nullopt;
+}
 
-  IngestOptions ingest_options = t.ingest_options;
+arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* reader,
+                          const AppendOptions& options, StagedAppend* out) {
+  IngestOptions ingest_options = plan.ingest_options;
   ingest_options.interrupt = options.interrupt;
-  Ingestor ingestor(t.store, t.table_path, t.contract, t.declared, t.storage, ingest_options);
-  std::vector<WrittenFile> files;
-  {
-    arrow::Status st = ingestor.Consume(reader);
-    if (st.ok()) {
-      auto finished = ingestor.Finish();
-      if (finished.ok()) {
-        files = std::move(*finished);
-      } else {
-        st = finished.status();
-      }
-    }
-    if (st.ok()) st = CheckInterrupt(options.interrupt);  // the last chance before committing
-    if (!st.ok()) {
-      ingestor.Abort();
-      return DroppedOr(t, st);
+  out->batch_id = options.batch_id;
+  out->compact_after = options.maintain.value_or(true);
+  out->head_checked_ms = plan.head_checked_ms;
+  out->ingestor = std::make_unique<Ingestor>(plan.store, plan.table_path, plan.contract, plan.declared,
+                                             plan.storage, ingest_options);
+  arrow::Status st = out->ingestor->Consume(reader);
+  if (st.ok()) {
+    auto finished = out->ingestor->Finish();
+    if (finished.ok()) {
+      out->files = std::move(*finished);
+    } else {
+      st = finished.status();
     }
   }
-  if (files.empty() && !options.batch_id) {
-    result.version = t.snapshot.version;
-    return result;
-  }
+  if (st.ok()) st = CheckInterrupt(options.interrupt);  // the last chance before committing
+  if (!st.ok()) out->ingestor->Abort();
+  return st;
+}
 
-  Commit commit;
-  CommitInfo info = NewCommitInfo("WRITE");
-  info.operation_parameters = {{"mode", "Append"}};
-  info.is_blind_append = true;
-  for (const auto& f : files) {
-    result.rows += f.rows;
-    result.bytes += f.size;
-  }
-  result.files = static_cast<int64_t>(files.size());
-  info.metrics = {{"numFiles", result.files}, {"numOutputRows", result.rows},
-                  {"numOutputBytes", result.bytes}};
-  if (options.batch_id) {
-    commit.txns.push_back({BatchAppId(*options.batch_id), 0, NowMillis()});
-  }
-  const int64_t now_ms = NowMillis();
-  for (const auto& f : files) commit.adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
-
-  commit.commit_info = info;
-
-  PendingCommit pending;
-  pending.commit = std::move(commit);
-  pending.intent.kind = CommitKind::kAppend;
-  pending.head_checked_ms = head_checked_ms;
-  if (options.batch_id) pending.intent.txn_app_ids.insert(BatchAppId(*options.batch_id));
-  pending.prepare = [](Commit* c, int64_t version) {
-    for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
+                                                      const std::vector<StagedAppend*>& group) {
+  std::vector<std::optional<arrow::Result<AppendResult>>> results(group.size());
+  auto answer_duplicate = [&](size_t i, int64_t version) {
+    group[i]->ingestor->Abort();
+    AppendResult dup;
+    dup.version = version;
+    dup.duplicate = true;
+    results[i] = dup;
   };
   const auto started = std::chrono::steady_clock::now();
-  CommitOutcome outcome;
-  if (arrow::Status st = CommitPending(t, &pending, &outcome); !st.ok()) {
-    // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
-    if (!outcome.outcome_unknown) ingestor.Abort();
+  int attempts = 0;
+  // Each round commits the appends not answered yet; a round is lost only when a concurrent
+  // writer recorded one of their batch ids, which makes that append a duplicate.
+  for (int round = 0; round < Committer::kMaxAttempts; ++round) {
+    std::vector<size_t> live;
+    std::vector<size_t> repeated;  // a batch id an earlier live append of the group carries
+    std::set<std::string> ids;
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (results[i]) continue;
+      const auto& id = group[i]->batch_id;
+      if (id && HasBatch(t, *id)) {
+        answer_duplicate(i, t.snapshot.version);
+      } else if (id && !ids.insert(*id).second) {
+        repeated.push_back(i);
+      } else {
+        live.push_back(i);
+      }
+    }
+    if (live.empty()) break;
+
+    Commit commit;
+    CommitInfo info = NewCommitInfo("WRITE");
+    info.operation_parameters = {{"mode", "Append"}};
+    info.is_blind_append = true;
+    int64_t rows = 0, bytes = 0, files = 0;
+    const int64_t now_ms = NowMillis();
+    int order = 0;  // write order across the group: later appends win ties, as later commits do
+    for (size_t i : live) {
+      for (auto& f : group[i]->files) {
+        f.order = order++;
+        rows += f.rows;
+        bytes += f.size;
+        ++files;
+        commit.adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
+      }
+      if (group[i]->batch_id) commit.txns.push_back({BatchAppId(*group[i]->batch_id), 0, now_ms});
+    }
+    info.metrics = {{"numFiles", files}, {"numOutputRows", rows}, {"numOutputBytes", bytes}};
+    if (live.size() > 1) info.operation_parameters["timelake.groupedAppends"] = std::to_string(live.size());
+    commit.commit_info = info;
+
+    PendingCommit pending;
+    pending.commit = std::move(commit);
+    pending.intent.kind = CommitKind::kAppend;
+    // The oldest of the appends' head checks (the handle's snapshot head is at least as fresh).
+    pending.head_checked_ms = INT64_MAX;
+    for (size_t i : live) {
+      pending.head_checked_ms = std::min(pending.head_checked_ms, group[i]->head_checked_ms);
+    }
+    if (round > 0) pending.head_checked_ms = 0;
+    for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
+    pending.prepare = [](Commit* c, int64_t version) {
+      for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+    };
+    CommitOutcome outcome;
+    arrow::Status st = CommitPending(t, &pending, &outcome);
+    attempts += outcome.attempts;
+    if (!st.ok()) {
+      // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
+      st = DroppedOr(t, st);
+      for (size_t i : live) {
+        if (!outcome.outcome_unknown) group[i]->ingestor->Abort();
+        results[i] = st;
+      }
+      for (size_t i : repeated) {
+        group[i]->ingestor->Abort();
+        results[i] = st;
+      }
+      break;
+    }
+    if (!outcome.version) {
+      // A concurrent append recorded one of the batch ids: the next round answers it as a
+      // duplicate and commits the others.
+      if (outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn) continue;
+      for (size_t i : live) answer_duplicate(i, t.snapshot.version);
+      for (size_t i : repeated) answer_duplicate(i, t.snapshot.version);
+      break;
+    }
+    const int64_t version = *outcome.version;
+    const double commit_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    std::vector<WrittenFile> all;
+    int64_t compact_files = 0;
+    for (size_t i : live) {
+      AppendResult r;
+      r.version = version;
+      r.attempts = attempts;
+      r.commit_ms = commit_ms;
+      r.files = static_cast<int64_t>(group[i]->files.size());
+      for (const auto& f : group[i]->files) {
+        r.rows += f.rows;
+        r.bytes += f.size;
+        all.push_back(f);
+      }
+      if (group[i]->compact_after) compact_files += r.files;
+      results[i] = r;
+    }
+    for (size_t i : repeated) answer_duplicate(i, version);
+    // Acknowledged: the checkpoint and the index record go to the upkeep thread.
+    QueueAfterAppend(t, all, version);
+    MaybeCompactInBackground(t, compact_files);
+    break;
+  }
+  std::vector<arrow::Result<AppendResult>> out;
+  for (auto& r : results) {
+    out.push_back(r ? std::move(*r)
+                    : arrow::Result<AppendResult>(CommitConflict(
+                          "commit conflict: an append to '" + t.name + "' lost " +
+                          std::to_string(Committer::kMaxAttempts) + " rounds in a row; retry it")));
+  }
+  return out;
+}
+
+arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
+                                          const AppendOptions& options) {
+  AppendPlan plan;
+  ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(t, options, &plan));
+  if (answered) return *answered;
+  StagedAppend staged;
+  if (arrow::Status st = StageAppend(plan, reader, options, &staged); !st.ok()) {
     return DroppedOr(t, st);
   }
-  if (!outcome.version) {
-    // A concurrent append recorded the same batch id: this one is its duplicate.
-    ingestor.Abort();
-    AppendResult dup;
-    dup.version = t.snapshot.version;
-    dup.duplicate = outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn;
-    dup.attempts = outcome.attempts;
-    return dup;
+  if (staged.files.empty() && !options.batch_id) {
+    AppendResult empty;
+    empty.version = t.snapshot.version;
+    return empty;
   }
-  result.version = *outcome.version;
-  result.attempts = outcome.attempts;
-  result.commit_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  // The append is acknowledged: from here on nothing may turn it into an error. The checkpoint
-  // and the index record go to the handle's upkeep thread (txn/upkeep.h); only maintenance the
-  // caller asked for runs before returning.
-  QueueAfterAppend(t, files, result.version);
-  PostCommitHooks hooks;
   const bool inline_maintenance = options.maintain.value_or(AutoMaintain(t));
-  // maintain=False asks for no maintenance at all from this append, background passes included.
-  if (!inline_maintenance && !options.maintain) MaybeCompactInBackground(t, result.files);
+  // Inline maintenance replaces the background pass.
+  if (inline_maintenance) staged.compact_after = false;
+  auto committed = CommitStaged(t, {&staged});
+  ARROW_ASSIGN_OR_RAISE(AppendResult result, std::move(committed[0]));
+  if (result.duplicate) return result;
+
+  // The append is acknowledged: from here on nothing may turn it into an error. Only
+  // maintenance the caller asked for runs before returning.
+  PostCommitHooks hooks;
   if (inline_maintenance) {
     hooks.Add("inline maintenance", [&]() -> arrow::Status {
       // Maintenance reads the index: let it find this commit's record.
@@ -143,21 +236,24 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   }
   const auto hooks_started = std::chrono::steady_clock::now();
   auto failures = hooks.Run();
-  PrintProfile(t, ingestor.profile(), result.commit_ms,
+  PrintAppendProfile(t, staged.ingestor->profile(), result.commit_ms,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                          hooks_started)
                    .count(),
                result.rows);
+  ReportUpkeepFailures(t, std::move(failures), &result);
+  return result;
+}
+
+void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result) {
   // Upkeep of earlier appends that failed (a checkpoint that could not be written, say) is
   // reported here, with the first append that can tell.
   for (auto& earlier : t.upkeep->TakeFailures()) failures.push_back("earlier append's " + earlier);
-  if (!failures.empty()) {
-    std::string message;
-    for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
-    if (!result.maintenance) result.maintenance = MaintainResult{};
-    result.maintenance_error = message;
-  }
-  return result;
+  if (failures.empty()) return;
+  std::string message;
+  for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
+  if (!result->maintenance) result->maintenance = MaintainResult{};
+  result->maintenance_error = message;
 }
 
 }  // namespace timelake

@@ -197,7 +197,53 @@ arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t);
 /// midway loses nothing: a pass is one ordinary compaction commit (table_maintain.cc).
 void MaybeCompactInBackground(TableContext& t, int64_t files_added);
 
-/// Appends the batches of `reader` as one commit (table_append.cc).
+/// What writing an append's files needs from the handle, copied under its lock so that the files
+/// can be written without it (table_append.cc).
+struct AppendPlan {
+  std::shared_ptr<ObjectStore> store;
+  std::string table_path;
+  std::string name;
+  Contract contract;
+  std::shared_ptr<arrow::Schema> declared;
+  std::shared_ptr<arrow::Schema> storage;
+  IngestOptions ingest_options;
+  int64_t version = 0;          // the handle's version when planned
+  int64_t head_checked_ms = 0;  // when planning read the head commit (PendingCommit)
+};
+
+/// An append whose files are written and wait for their commit.
+struct StagedAppend {
+  std::optional<std::string> batch_id;
+  std::unique_ptr<Ingestor> ingestor;  // deletes the files if they are not committed
+  std::vector<WrittenFile> files;
+  bool compact_after = true;  // may queue a background compaction pass (not maintain=False)
+  int64_t head_checked_ms = 0;
+};
+
+/// The first step of an append, under the lock: brings the handle up to date, checks the table
+/// is writable and the batch id, and fills `plan`. A result when the append is already answered
+/// (its batch id is in the table).
+arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const AppendOptions& options,
+                                                         AppendPlan* plan);
+/// Writes the files of `reader` into `out` (no lock needed: touches no handle state). On failure
+/// what was written is deleted.
+arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* reader,
+                          const AppendOptions& options, StagedAppend* out);
+/// Commits staged appends as ONE Delta commit (group commit): every file of every append, a `txn`
+/// per batch id. Appends whose batch id is already in the table, or earlier in `group`, are
+/// answered as duplicates and their files deleted. One result per staged append, in order. The
+/// commit's checkpoint and index record go to the upkeep thread.
+std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
+                                                      const std::vector<StagedAppend*>& group);
+
+/// Adds the failures of earlier appends' upkeep (and `failures`) to `result`'s maintenance error.
+void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result);
+/// Prints where an append's time went when TIMELAKE_PROFILE is set (bench/README.md).
+void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double commit_ms,
+                        double hooks_ms, int64_t rows);
+
+/// Appends the batches of `reader` as one commit, the whole append under the handle's lock, with
+/// the inline maintenance `options` ask for (table_append.cc).
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
                                           const AppendOptions& options);
 /// The maintenance steps (table_maintain.cc). `inline_only` keeps the work bounded: what an

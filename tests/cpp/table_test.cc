@@ -3,7 +3,9 @@
 #include "timelake/table.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -182,6 +184,63 @@ TEST_F(TableTest, ConcurrentAppendsFromTwoHandlesAllSurvive) {
   ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
   EXPECT_EQ(info.rows, 2 * kPerHandle);
   EXPECT_EQ(DataFiles(), LiveFiles());
+}
+
+TEST_F(TableTest, ThreadsAppendingToOneHandleShareCommits) {
+  // Group commit: while one commit is in flight (slowed down here), the appends other threads
+  // stage meanwhile wait and then go into one commit together, each batch id its own txn.
+  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+    if (op == "put_if_absent" && path.find("_delta_log/") != std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return arrow::Status::OK();
+  });
+  constexpr int kThreads = 8, kPerThread = 12;
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::map<std::string, std::vector<AppendResult>> by_batch;
+  for (int w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < kPerThread; ++i) {
+        // Threads 0 and 1 send the same batches: each must land once.
+        const std::string batch = "w" + std::to_string(w < 2 ? 0 : w) + "-" + std::to_string(i);
+        auto result = AppendAt(table_.get(), {{1 + (w < 2 ? 0 : w), i}}, batch);
+        EXPECT_TRUE(result.ok()) << result.status().ToString();
+        if (!result.ok()) continue;
+        std::lock_guard<std::mutex> lock(mutex);
+        by_batch[batch].push_back(*result);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  store_->SetFaultHook(nullptr);
+
+  const int batches = (kThreads - 1) * kPerThread;
+  ASSERT_EQ(by_batch.size(), static_cast<size_t>(batches));
+  std::set<int64_t> versions;
+  for (const auto& [batch, results] : by_batch) {
+    int committed = 0;
+    for (const auto& r : results) {
+      if (!r.duplicate) {
+        ++committed;
+        EXPECT_EQ(r.rows, 1);
+        versions.insert(r.version);
+      }
+    }
+    EXPECT_EQ(committed, 1) << batch << " committed " << committed << " times";
+  }
+  // Fewer commits than appends: some commits carried several appends.
+  const int64_t commits = static_cast<int64_t>(Commits().size()) - 1;
+  EXPECT_LT(commits, batches);
+  EXPECT_EQ(static_cast<int64_t>(versions.size()), commits);
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, batches);
+  EXPECT_EQ(DataFiles(), LiveFiles());
+  // Every batch id is recorded: appending any again is a duplicate.
+  for (const auto& [batch, results] : by_batch) {
+    ASSERT_OK_AND_ASSIGN(auto again, AppendAt(OpenHandle().get(), {{28, 0}}, batch));
+    EXPECT_TRUE(again.duplicate) << batch;
+  }
 }
 
 TEST_F(TableTest, CommitRaceLostToAnotherHandleIsRetried) {

@@ -111,7 +111,28 @@ def test_version_and_other_handles_work_from_inside_the_append_stream(lake, read
     assert readings.version == 2
 
 
-def test_other_thread_using_the_handle_waits_for_the_append(readings):
+def test_other_thread_using_the_handle_is_served_during_an_append(readings):
+    """While an append reads its input the handle is not locked (appends of several threads write
+    their files at once, then share a commit): another thread's info() runs at once, neither
+    refused nor blocked, and sees the table without the unfinished append."""
+    batch = iot_table(iot_series(T0, 1)).to_batches()[0]
+    other = {}
+
+    def gen():
+        yield batch
+        thread = threading.Thread(target=lambda: other.setdefault("info", readings.info()))
+        thread.start()
+        thread.join(10)
+        other["finished_during_append"] = not thread.is_alive()
+        yield batch
+
+    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen())))
+    assert other["finished_during_append"] is True
+    assert other["info"]["size"]["rows"] == 0
+    assert readings.info()["size"]["rows"] == 6
+
+
+def test_other_thread_waits_for_an_append_with_inline_maintenance(readings):
     batch = iot_table(iot_series(T0, 1)).to_batches()[0]
     other = {}
 
@@ -124,7 +145,7 @@ def test_other_thread_using_the_handle_waits_for_the_append(readings):
         other["thread"] = thread
         yield batch
 
-    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen())))
+    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen()), maintain=True))
     other["thread"].join(10)
     assert other["finished_early"] is False
     assert other["info"]["size"]["rows"] == 6
@@ -176,11 +197,14 @@ CHILD = textwrap.dedent(
                 print("usable, rows:", rows, flush=True)
                 raise
     elif mode == "wait_for_handle":
-        # Another thread holds the handle with a long append; this thread waits for it.
+        # Another thread holds the handle with a long append; this thread waits for it. (An
+        # append with inline maintenance holds the handle while it reads its input; a plain one
+        # lets other operations run meanwhile.)
         import threading, os
         def writer():
             try:
-                t.append(pa.RecordBatchReader.from_batches(batch.schema, itertools.islice(slow(), 1000)))
+                t.append(pa.RecordBatchReader.from_batches(batch.schema, itertools.islice(slow(), 1000)),
+                         maintain=True)
             except BaseException:
                 pass
         threading.Thread(target=writer, daemon=True).start()

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <arrow/result.h>
 
@@ -48,11 +50,31 @@ class OperationLock {
   /// Waits until no other thread holds the lock, then holds it for `operation` (e.g. "append").
   /// Status::ExecutionError, naming the operation in progress, if this thread already holds it;
   /// the status of `interrupt` if it asks to stop while waiting (it is asked every 50 ms).
-  arrow::Result<Hold> Acquire(const char* operation, const InterruptCheck& interrupt = {});
+  arrow::Result<Hold> Acquire(const char* operation, const InterruptCheck& interrupt = {},
+                              bool allow_busy = false);
 
   /// True if the calling thread holds the lock (lets cheap reads made from a callback of the
   /// running operation skip the lock: the operation is suspended in that callback).
   bool HeldByThisThread() const { return holder_.load() == std::this_thread::get_id(); }
+
+  /// Marks the calling thread busy with `operation` without holding the lock, for as long as the
+  /// returned guard lives: the part of an operation that runs unlocked but still calls back into
+  /// user code (an append reading its input stream). Acquire from that thread then fails as if
+  /// it held the lock, unless it passes `allow_busy`.
+  class Busy {
+   public:
+    Busy(Busy&& other) noexcept : lock_(other.lock_) { other.lock_ = nullptr; }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+    Busy& operator=(Busy&&) = delete;
+    ~Busy();
+
+   private:
+    friend class OperationLock;
+    explicit Busy(OperationLock* lock) : lock_(lock) {}
+    OperationLock* lock_;
+  };
+  Busy MarkBusy(const char* operation);
 
  private:
   std::string owner_;
@@ -60,6 +82,8 @@ class OperationLock {
   std::timed_mutex mutex_;
   std::atomic<std::thread::id> holder_{};
   const char* operation_ = "";  // written and read by the holder only
+  std::mutex busy_mutex_;
+  std::vector<std::pair<std::thread::id, const char*>> busy_;  // GUARDED_BY(busy_mutex_)
 };
 
 }  // namespace timelake
