@@ -1,5 +1,6 @@
 #include "timelake/table_context.h"
 
+#include <algorithm>
 #include <set>
 
 #include "timelake/log/file_tags.h"
@@ -231,6 +232,9 @@ arrow::Result<std::shared_ptr<arrow::Table>> RecordRows(
     ARROW_ASSIGN_OR_RAISE(auto with_seq, WithSequence(rows, seq));
     tagged.push_back(std::move(with_seq));
   }
+  // `newest` is in write order; among equal sequence numbers MergeNewest keeps the row it meets
+  // last, which must be the earliest write for `first` (as read-time deduplication keeps it).
+  if (contract.dedup == DedupPolicy::kFirst) std::reverse(tagged.begin(), tagged.end());
   return MergeNewest(tagged, contract);
 }
 

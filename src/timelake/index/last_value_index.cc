@@ -7,6 +7,7 @@
 #include <optional>
 #include <map>
 #include <set>
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -376,9 +377,18 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
     pieces.push_back(std::move(newest));
     return arrow::Status::OK();
   };
+  // In write order (sequence number, then order within the commit), so that files of one commit
+  // holding the same (series, time) resolve as read-time deduplication does: MergeNewest keeps
+  // the one it meets last among equal sequence numbers, which is the earliest for `first`.
+  std::vector<std::pair<std::pair<int64_t, int64_t>, const Live*>> unread;
   for (const auto& [path, live] : tagged) {
-    if (covered.count(path)) continue;
-    ARROW_RETURN_NOT_OK(newest_of_file(*live.add, live.seq));
+    if (!covered.count(path)) unread.push_back({{live.seq, TagInt(*live.add, kOrderTag, 0)}, &live});
+  }
+  std::sort(unread.begin(), unread.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (contract_.dedup == DedupPolicy::kFirst) std::reverse(unread.begin(), unread.end());
+  for (const auto& [key, live] : unread) {
+    ARROW_RETURN_NOT_OK(newest_of_file(*live->add, live->seq));
     ++state.files_read;
   }
 
