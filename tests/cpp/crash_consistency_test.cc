@@ -1,5 +1,6 @@
 // Crash consistency, like LevelDB's fault_injection_test: a fixed workload of appends (with and
-// without batch ids), retention, compaction, log expiry and vacuum from two handles runs over a
+// without batch ids, some racing in pairs on one handle so that group commit joins them),
+// retention, compaction, log expiry and vacuum from two handles runs over a
 // FaultStore that injects one fault at store write number k, for every k in turn and every kind
 // of fault (fail, lost reply, a conditional put that landed but reports "exists", a crash before
 // or after the write). After the fault the workload goes on (or, after a crash, a new "process"
@@ -19,6 +20,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <arrow/api.h>
@@ -49,6 +51,7 @@ struct Step {
   int handle;  // 0 or 1
   bool batch_id = false;
   bool old = false;  // rows years past the retention: retention drops them
+  bool pair = false;  // a second append on the same handle from another thread at the same time
 };
 
 // The workload of `seed`: mostly appends, with a maintain now and then, from both handles.
@@ -64,6 +67,7 @@ std::vector<Step> Workload(uint64_t seed, int steps) {
       s.kind = Step::kAppend;
       s.batch_id = rng() % 2 == 0;
       s.old = rng() % 5 == 0;
+      s.pair = rng() % 4 == 0;
     }
     out.push_back(s);
   }
@@ -116,15 +120,26 @@ class CrashRun {
         (void)t->Maintain(MaintainOptions{});
         continue;
       }
-      AppendRecord record{static_cast<int>(records_.size()), s.batch_id, s.old,
-                          AppendRecord::kFailed};
-      AppendOptions options;
-      if (s.batch_id) options.batch_id = "b" + std::to_string(record.id);
-      auto result = t->Append(Rows(record).get(), options);
-      if (result.ok()) {
-        record.outcome = result->duplicate ? AppendRecord::kDuplicate : AppendRecord::kAcknowledged;
+      // A pair is two appends racing on one handle: group commit may put them in one commit.
+      std::vector<AppendRecord> batch;
+      for (int k = 0; k < (s.pair ? 2 : 1); ++k) {
+        batch.push_back({static_cast<int>(records_.size()) + k, s.batch_id, s.old,
+                         AppendRecord::kFailed});
       }
-      records_.push_back(record);
+      auto append = [&](AppendRecord* record) {
+        AppendOptions options;
+        if (record->batch_id) options.batch_id = "b" + std::to_string(record->id);
+        auto result = t->Append(Rows(*record).get(), options);
+        if (result.ok()) {
+          record->outcome =
+              result->duplicate ? AppendRecord::kDuplicate : AppendRecord::kAcknowledged;
+        }
+      };
+      std::thread other;
+      if (s.pair) other = std::thread(append, &batch[1]);
+      append(&batch[0]);
+      if (other.joinable()) other.join();
+      for (const auto& r : batch) records_.push_back(r);
     }
   }
 
