@@ -111,10 +111,9 @@ def test_version_and_other_handles_work_from_inside_the_append_stream(lake, read
     assert readings.version == 2
 
 
-def test_other_thread_using_the_handle_is_served_during_an_append(readings):
-    """While an append reads its input the handle is not locked (appends of several threads write
-    their files at once, then share a commit): another thread's info() runs at once, neither
-    refused nor blocked, and sees the table without the unfinished append."""
+def _info_from_another_thread_mid_append(readings, wait_s: float, **append_kwargs) -> dict:
+    """Appends two batches; between them another thread calls info(). Returns what it saw
+    ("info"), whether it had finished `wait_s` later ("finished_early") and its thread."""
     batch = iot_table(iot_series(T0, 1)).to_batches()[0]
     other = {}
 
@@ -122,31 +121,28 @@ def test_other_thread_using_the_handle_is_served_during_an_append(readings):
         yield batch
         thread = threading.Thread(target=lambda: other.setdefault("info", readings.info()))
         thread.start()
-        thread.join(10)
-        other["finished_during_append"] = not thread.is_alive()
+        thread.join(wait_s)
+        other["finished_early"] = not thread.is_alive()
+        other["thread"] = thread
         yield batch
 
-    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen())))
-    assert other["finished_during_append"] is True
+    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen()), **append_kwargs))
+    other["thread"].join(10)
+    return other
+
+
+def test_other_thread_using_the_handle_is_served_during_an_append(readings):
+    """While an append reads its input the handle is not locked (appends of several threads write
+    their files at once, then share a commit): another thread's info() runs at once, neither
+    refused nor blocked, and sees the table without the unfinished append."""
+    other = _info_from_another_thread_mid_append(readings, 10)
+    assert other["finished_early"] is True
     assert other["info"]["size"]["rows"] == 0
     assert readings.info()["size"]["rows"] == 6
 
 
 def test_other_thread_waits_for_an_append_with_inline_maintenance(readings):
-    batch = iot_table(iot_series(T0, 1)).to_batches()[0]
-    other = {}
-
-    def gen():
-        yield batch
-        thread = threading.Thread(target=lambda: other.setdefault("info", readings.info()))
-        thread.start()
-        time.sleep(0.2)
-        other["finished_early"] = not thread.is_alive()
-        other["thread"] = thread
-        yield batch
-
-    _run_bounded(lambda: readings.append(pa.RecordBatchReader.from_batches(batch.schema, gen()), maintain=True))
-    other["thread"].join(10)
+    other = _info_from_another_thread_mid_append(readings, 0.2, maintain=True)
     assert other["finished_early"] is False
     assert other["info"]["size"]["rows"] == 6
 
