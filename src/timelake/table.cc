@@ -76,12 +76,10 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
       return AppendBatches(ctx_, reader, options);
     }
     ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(ctx_, options, &plan));
-    {
-      std::lock_guard<std::mutex> published(group_mutex_);
-      plan_ = std::make_shared<const AppendPlan>(plan);
-      plan_auto_maintain_ = AutoMaintain(ctx_);
-    }
-    if (answered) return *answered;
+    if (answered) return *answered;  // `plan` is not filled then
+    std::lock_guard<std::mutex> published(group_mutex_);
+    plan_ = std::make_shared<const AppendPlan>(plan);
+    plan_auto_maintain_ = AutoMaintain(ctx_);
   }
   // Writing the files needs no handle state: other threads' appends write theirs meanwhile. The
   // input stream may call back into user code, which must not re-enter the handle.

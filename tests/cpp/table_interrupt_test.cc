@@ -168,6 +168,45 @@ TEST_F(TableInterruptTest, AnotherThreadIsServedDuringAnAppendInsteadOfFailing) 
   EXPECT_EQ(after.rows, 2);
 }
 
+TEST_F(TableInterruptTest, AppendPlannedDuringAGroupCommitNeverUsesADuplicatesEmptyPlan) {
+  // Regression: an append answered as a duplicate while planning published an empty plan; an
+  // append that started while a group commit was in flight then wrote with it (a crash). The
+  // sequence: A plans and reads its input; meanwhile B, a duplicate, is answered; A commits
+  // (slowly); C starts during A's commit.
+  auto first = Reader(schema_, {Rows({1})});
+  AppendOptions with_x;
+  with_x.batch_id = "x";
+  ASSERT_OK(table_->Append(first.get(), with_x).status());
+  arrow::Result<AppendResult> b = arrow::Status::UnknownError("not run");
+  CallbackReader a_input(schema_, {Rows({2})}, [&](size_t) {
+    std::thread([&] {
+      auto again = Reader(schema_, {Rows({3})});
+      b = table_->Append(again.get(), with_x);
+    }).join();
+  });
+  std::atomic<bool> committing{false};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put_if_absent" && path.find("_delta_log/") != std::string::npos && !committing.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    return arrow::Status::OK();
+  });
+  arrow::Result<AppendResult> a = arrow::Status::UnknownError("not run");
+  std::thread writer([&] { a = table_->Append(&a_input, {}); });
+  while (!committing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto c_input = Reader(schema_, {Rows({4})});
+  auto c = table_->Append(c_input.get(), {});
+  writer.join();
+  store_->SetFaultHook(nullptr);
+  ASSERT_OK(a.status());
+  ASSERT_OK(b.status());
+  ASSERT_OK(c.status());
+  EXPECT_TRUE(b->duplicate);
+  EXPECT_EQ(c->rows, 1);
+  ASSERT_OK_AND_ASSIGN(auto info, lake_->OpenTable("t").ValueOrDie()->Info());
+  EXPECT_EQ(info.rows, 3);
+}
+
 TEST_F(TableInterruptTest, InterruptedAppendCommitsNothingAndLeavesNoFiles) {
   // Checks: one before each of the 3 batches, one at the end of the input, one before the
   // commit (after the files are written). Stopping at any of them commits nothing.

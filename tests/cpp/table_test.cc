@@ -3,6 +3,7 @@
 #include "timelake/table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
