@@ -7,27 +7,12 @@
 
 #include <arrow/type.h>
 #include <arrow/type_traits.h>
-#include <rapidjson/document.h>
 
 #include "timelake/log/file_tags.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
-namespace {
-
-int64_t NumRecords(const AddFile& add) {
-  if (!add.stats) return -1;
-  rapidjson::Document doc;
-  doc.Parse(add.stats->c_str());
-  if (doc.HasParseError() || !doc.IsObject()) return -1;
-  auto it = doc.FindMember("numRecords");
-  if (it == doc.MemberEnd() || !it->value.IsInt64()) return -1;
-  return it->value.GetInt64();
-}
-
-}  // namespace
-
 Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
     : mutex_("table handle '" + name + "'",
              "use a second handle for the table, from lake.table('" + name + "')"),

@@ -34,6 +34,9 @@ struct AppendOptions {
   std::optional<std::string> batch_id;
   std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
   InterruptCheck interrupt;      // see the top of this file
+  /// Aligned input buffered before it is written out (unset: IngestOptions' default). A smaller
+  /// buffer bounds memory and writes more, smaller files per chunk.
+  std::optional<int64_t> buffer_bytes;
 };
 
 struct MaintainOptions {

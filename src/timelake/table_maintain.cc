@@ -7,6 +7,8 @@
 #include <chrono>
 #include <set>
 
+#include <unistd.h>
+
 #include "timelake/log/file_tags.h"
 #include "timelake/maintain/cleanup.h"
 #include "timelake/maintain/compaction.h"
@@ -65,6 +67,7 @@ CompactionOptions CompactionOptionsFor(const TableContext& t, CompactionScope sc
   options.target_file_bytes =
       ParseInt64(t.snapshot.Config("timelake.targetFileSize")).value_or(options.target_file_bytes);
   if (scope != CompactionScope::kFull) {
+    options.tiered = true;
     options.min_files = 16;
     options.max_groups = scope == CompactionScope::kInline ? 1 : 4;
   }
@@ -77,7 +80,8 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
                       const InterruptCheck& interrupt, MaintainResult* result) {
   for (const auto& group : PlanCompaction(t.snapshot, t.contract, options)) {
     ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
-    auto rewriting = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group);
+    auto rewriting = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group,
+                                  options.memory_budget);
     if (!rewriting.ok() && IsNotFound(rewriting.status())) {
       // An input vanished: another process compacted the group (or retention dropped it) and
       // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
@@ -103,8 +107,9 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
     for (const auto& input : group.inputs) {
       commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
     }
-    for (const auto& f : rewritten.outputs) {
-      AddFile add = ToAddAction(f, data_change, now_ms);
+    for (size_t i = 0; i < rewritten.outputs.size(); ++i) {
+      AddFile add = ToAddAction(rewritten.outputs[i], data_change, now_ms);
+      if (i < rewritten.full.size() && rewritten.full[i]) add.tags[kFullTag] = "true";
       add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
       commit.adds.push_back(std::move(add));
     }
@@ -145,12 +150,21 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
 // The background passes of one handle (MaybeCompactInBackground). Shared by the handle and its
 // queued pass; `table` is touched on the upkeep thread only.
 struct BackgroundCompaction {
-  std::atomic<bool> queued{false};  // a pass is queued and has not started yet
+  // The process whose pass is queued and has not started yet (0: none). A child made by fork()
+  // inherits this but not the parent's upkeep queue (txn/upkeep.h): seeing its parent's id here,
+  // it queues passes of its own.
+  std::atomic<pid_t> queued_by{0};
   std::atomic<int64_t> committed{-1};  // the newest version a pass committed
   std::unique_ptr<TableContext> table;
+  pid_t table_of = 0;  // the process that opened `table`
 
   arrow::Status Pass(const std::shared_ptr<ObjectStore>& store, const std::string& table_path,
                      const std::string& name) {
+    if (table && table_of != getpid()) {
+      // A forked child's copy of its parent's context, possibly taken mid-pass: not ours to
+      // use or to destroy.
+      (void)table.release();
+    }
     if (!table) {
       auto opened = std::make_unique<TableContext>(store, table_path, name);
       auto snapshot = opened->log.Load();
@@ -161,6 +175,7 @@ struct BackgroundCompaction {
       opened->snapshot = std::move(*snapshot);
       ARROW_RETURN_NOT_OK(LoadDerived(*opened));
       table = std::move(opened);
+      table_of = getpid();
     } else if (arrow::Status st = Update(*table); !st.ok()) {
       return IsTableNotFound(st) ? arrow::Status::OK() : st;
     }
@@ -190,11 +205,12 @@ void MaybeCompactInBackground(TableContext& t, int64_t files_added) {
   t.files_since_compaction += files_added;
   if (t.files_since_compaction < kFilesPerPass) return;
   if (!t.compaction) t.compaction = std::make_shared<BackgroundCompaction>();
-  if (t.compaction->queued.exchange(true)) return;  // the waiting pass will see these files too
+  const pid_t self = getpid();
+  if (t.compaction->queued_by.exchange(self) == self) return;  // the waiting pass will see these files
   t.files_since_compaction = 0;
   t.upkeep->Post("background compaction",
                  [compaction = t.compaction, store = t.store, path = t.table_path, name = t.name] {
-                   compaction->queued = false;
+                   compaction->queued_by = 0;
                    return compaction->Pass(store, path, name);
                  });
 }

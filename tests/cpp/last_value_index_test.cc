@@ -318,5 +318,38 @@ TEST_F(LastValueIndexTest, AppendNeverFailsAfterItsCommitWasAcknowledged) {
   EXPECT_EQ(Latest(), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
 }
 
+TEST_F(LastValueIndexTest, EqualRowsOfOneCommitResolveInWriteOrderForEveryPolicy) {
+  // One append written as two files of one chunk (a one-byte buffer flushes each batch), both
+  // holding sensor "a" at the same instant: read-time deduplication keeps the earlier file's row
+  // for "first" and the later one's for "last"; latest() must agree from the handle's state, from
+  // the commit's record on a new handle, from a rebuild out of the files, and after compaction.
+  for (const auto& [policy, expected] : std::vector<std::pair<std::string, double>>{{"first", 1}, {"last", 2}}) {
+    SCOPED_TRACE(policy);
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    options.dedup = policy;
+    const std::string name = "tie_" + policy;
+    auto table = lake_->CreateTable(name, schema_, options).ValueOrDie();
+    const std::string ts = "[" + std::to_string(Micros(2025, 1, 1, 1)) + "]";
+    auto reader = Reader(schema_, {Batch(schema_, {ts, "[\"a\"]", "[1]"}), Batch(schema_, {ts, "[\"a\"]", "[2]"})});
+    AppendOptions append;
+    append.buffer_bytes = 1;
+    ASSERT_OK_AND_ASSIGN(auto result, table->Append(reader.get(), append));
+    ASSERT_EQ(result.files, 2);
+    ASSERT_OK(table->WaitForUpkeep());
+    EXPECT_EQ(Latest(table.get()), (std::map<std::string, double>{{"a", expected}})) << "handle";
+    EXPECT_EQ(Latest(lake_->OpenTable(name).ValueOrDie().get()),
+              (std::map<std::string, double>{{"a", expected}})) << "record";
+    for (const auto& path : Objects("default/" + name + "/_timelake/lvi/")) ASSERT_OK(store_->Delete(path));
+    EXPECT_EQ(Latest(lake_->OpenTable(name).ValueOrDie().get()),
+              (std::map<std::string, double>{{"a", expected}})) << "rebuild";
+    ASSERT_OK_AND_ASSIGN(auto maintained, table->Maintain(MaintainOptions{true, false, false}));
+    EXPECT_EQ(maintained.duplicates_removed, 1);
+    EXPECT_EQ(Latest(table.get()), (std::map<std::string, double>{{"a", expected}})) << "compacted";
+    EXPECT_EQ(Latest(lake_->OpenTable(name).ValueOrDie().get()),
+              (std::map<std::string, double>{{"a", expected}})) << "compacted, new handle";
+  }
+}
+
 }  // namespace
 }  // namespace timelake::testing

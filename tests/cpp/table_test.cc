@@ -10,6 +10,9 @@
 #include <set>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <arrow/api.h>
 #include <map>
 
@@ -242,6 +245,43 @@ TEST_F(TableTest, ThreadsAppendingToOneHandleShareCommits) {
     ASSERT_OK_AND_ASSIGN(auto again, AppendAt(OpenHandle().get(), {{28, 0}}, batch));
     EXPECT_TRUE(again.duplicate) << batch;
   }
+}
+
+TEST_F(TableTest, AForkedChildCompactsInTheBackgroundThoughItsParentHadAPassQueued) {
+  // Python's multiprocessing forks. A pass the parent queued is not the child's (the child's
+  // upkeep queue starts empty), so the child must queue passes of its own.
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  store_->SetFaultHook([release](const std::string& op, const std::string& path) {
+    // The parent's upkeep thread stalls on the first index record: the pass stays queued.
+    if (path.find("_timelake/") != std::string::npos) {
+      while (!*release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return arrow::Status::OK();
+  });
+  for (int hour = 0; hour < 8; ++hour) ASSERT_OK(AppendAt(table_.get(), {{1, hour}}).status());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    *release = true;
+    int code = 0;
+    for (int hour = 8; hour < 16 && code == 0; ++hour) {
+      if (!AppendAt(table_.get(), {{1, hour}}).ok()) code = 2;
+    }
+    // info() waits for the handle's passes; 16 small files of one chunk are worth one.
+    auto info = table_->Info();
+    if (code == 0 && !info.ok()) code = 3;
+    if (code == 0 && info->files >= 16) code = 4;
+    if (code == 0 && info->rows != 16) code = 5;
+    _exit(code);
+  }
+  *release = true;
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: append failed, 3: info failed, 4: not compacted, 5: rows";
+  ASSERT_OK(table_->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto info, table_->Info());
+  EXPECT_EQ(info.rows, 8);  // the child's memory store was its own
 }
 
 TEST_F(TableTest, CommitRaceLostToAnotherHandleIsRetried) {

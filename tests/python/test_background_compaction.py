@@ -7,19 +7,34 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
+import deltalake
 import pytest
 
 import timelake
-from helpers import IOT_SCHEMA, T0, commit_versions, delta_read, iot_table, log_actions, sorted_rows, table_dir
+from helpers import (
+    IOT_SCHEMA,
+    T0,
+    commit_versions,
+    count_rows,
+    data_files,
+    delta_read,
+    iot_table,
+    log_actions,
+    sorted_rows,
+    table_dir,
+)
 
-# A pass is queued every 8 appended files and compacts a chunk once it holds 16 small files:
-# after any number of small appends to one chunk, at most this many files remain.
+# A pass is queued every 8 appended files and compacts a chunk once one size tier of it holds 16
+# small files: after any number of small appends to one chunk, at most this many files of one
+# tier remain (the tests' files are all in the smallest tier, under 1 MiB).
 MAX_FILES_PER_CHUNK = 16 + 8
 
 
@@ -225,3 +240,33 @@ def test_kill_9_while_compacting_in_the_background_keeps_every_acknowledged_appe
     # A new writer compacts the rest and loses nothing either.
     t.maintain()
     assert {r["device_id"]: r["n"] for r in lake.sql("SELECT device_id, count(*) AS n FROM readings GROUP BY 1").to_pylist()} == counts
+
+
+def test_background_passes_rewrite_the_small_tier_and_leave_larger_files_alone(lake, tmp_path):
+    # Size tiers bound the write amplification: a pass merges the files of the smallest tier that
+    # has 16 of them, so a file once merged into a larger tier is not rewritten by every pass.
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    rng = random.Random(7)
+    start = T0
+    big = [(start + dt.timedelta(milliseconds=100 * i), f"d{i % 4}", rng.random()) for i in range(200_000)]
+    t.append(iot_table(big))
+    (big_file,) = [f for f in data_files(table_dir(t))]
+    assert big_file.stat().st_size > 1 << 20  # a tier above the smallest
+    expected = list(big)
+    late = start + dt.timedelta(hours=12)
+    for i in range(40):
+        rows = [(late + dt.timedelta(seconds=60 * i + k), "d0", float(i)) for k in range(3)]
+        t.append(iot_table(rows))
+        expected += rows
+    info = t.info()
+
+    live = [Path(p) for p in deltalake.DeltaTable(str(table_dir(t))).file_uris()]
+    assert big_file in live, "a pass rewrote the larger file"
+    assert info["size"]["files"] <= 1 + MAX_FILES_PER_CHUNK
+    assert len(_optimize_commits(t)) >= 1
+    assert info["size"]["rows"] == len(expected)
+    assert count_rows(lake, "readings") == len(expected)
+    # maintain() still compacts everything on demand.
+    t.maintain()
+    assert t.info()["size"]["files"] == 1
+    assert sorted_rows(lake.sql("SELECT * FROM readings")) == sorted_rows(iot_table(expected))

@@ -71,12 +71,15 @@ class Ingestor {
   arrow::Result<std::vector<WrittenFile>> Finish();
   /// Deletes every file written so far (best effort).
   void Abort();
+  /// Writes what is buffered now: rows consumed before and after a flush are arranged (sorted,
+  /// deduplicated) apart, into different files.
+  arrow::Status Flush();
 
   int64_t rows_in() const { return rows_in_; }
+  size_t files_written() const { return written_.size(); }
   const IngestProfile& profile() const { return profile_; }
 
  private:
-  arrow::Status Flush();
   /// Encodes one file of `rows`; `newest` are the rows newest per series (null: compute them).
   /// The file's stream is left to the caller in `unclosed` (see WriteParquetFile). Thread-safe:
   /// touches no member state.

@@ -454,4 +454,14 @@ std::optional<int64_t> CheckpointVersionOf(std::string_view name) {
   return LeadingVersion(name, ".checkpoint.parquet");
 }
 
+int64_t NumRecords(const AddFile& add) {
+  if (!add.stats) return -1;
+  rapidjson::Document doc;
+  doc.Parse(add.stats->c_str());
+  if (doc.HasParseError() || !doc.IsObject()) return -1;
+  auto it = doc.FindMember("numRecords");
+  if (it == doc.MemberEnd() || !it->value.IsInt64()) return -1;
+  return it->value.GetInt64();
+}
+
 }  // namespace timelake

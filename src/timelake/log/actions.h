@@ -48,6 +48,9 @@ struct AddFile {
   std::map<std::string, std::string> tags;
 };
 
+/// The file's row count from its stats (`numRecords`), or -1 when it has none.
+int64_t NumRecords(const AddFile& add);
+
 struct RemoveFile {
   std::string path;
   std::optional<int64_t> deletion_timestamp;

@@ -19,6 +19,9 @@ inline constexpr const char* kOrderTag = "timelake.order";      // write order w
 inline constexpr const char* kChunkTag = "timelake.chunk";      // chunk label
 inline constexpr const char* kMinTimeTag = "timelake.minTime";  // exact microseconds
 inline constexpr const char* kMaxTimeTag = "timelake.maxTime";
+// On a compaction output whose rows filled the rewrite's memory budget (RewriteGroup): a file
+// that size is as large as compaction makes them, so it is not taken as small again.
+inline constexpr const char* kFullTag = "timelake.full";
 // Range of a series key that is one string or integer column (integers in decimal). Strings are
 // cut like the string stats (at most 32 characters; a cut max ends in U+10FFFF): bounds, not
 // values, so compare them only to decide that two files' key ranges cannot meet.

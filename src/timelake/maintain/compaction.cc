@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <map>
 
+#include <arrow/array.h>
+#include <arrow/builder.h>
 #include <arrow/compute/api.h>
 #include <arrow/record_batch.h>
 #include <arrow/table.h>
+#include <arrow/util/byte_size.h>
 
 #include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
@@ -34,6 +37,13 @@ std::vector<bool> Overlapping(const std::vector<Candidate>& files) {
   return out;
 }
 
+// Files under tier_floor_bytes are tier 0; each tier above holds files tier_factor times larger.
+int TierOf(int64_t size, const CompactionOptions& options) {
+  int tier = 0;
+  for (int64_t bound = options.tier_floor_bytes; size >= bound && tier < 62; bound *= options.tier_factor) ++tier;
+  return tier;
+}
+
 }  // namespace
 
 std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Contract& contract,
@@ -56,7 +66,25 @@ std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Cont
     const std::vector<bool> overlapping = dedup ? Overlapping(files) : std::vector<bool>(files.size());
     std::vector<bool> take(files.size(), false);
     for (size_t i = 0; i < files.size(); ++i) {
-      take[i] = files[i].add->size < options.target_file_bytes / 2 || overlapping[i];
+      const bool small = files[i].add->size < options.target_file_bytes / 2 && !files[i].add->tags.count(kFullTag);
+      take[i] = small || (overlapping[i] && !options.tiered);
+    }
+    if (options.tiered) {
+      // Only the smallest tier holding min_files files: a file is rewritten about once per tier
+      // it climbs, not once per pass.
+      std::map<int, int> per_tier;
+      std::vector<int> tier(files.size(), -1);
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (take[i]) ++per_tier[tier[i] = TierOf(files[i].add->size, options)];
+      }
+      int chosen = -1;
+      for (const auto& [t, n] : per_tier) {
+        if (n >= options.min_files) {
+          chosen = t;
+          break;
+        }
+      }
+      for (size_t i = 0; i < files.size(); ++i) take[i] = take[i] && tier[i] == chosen;
     }
     if (dedup) {
       // The outputs will carry the newest input's sequence number, so an older file left out
@@ -106,36 +134,196 @@ std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Cont
   return groups;
 }
 
+namespace {
+
+// Rewriting a group in time slices. A slice [lo, hi) holds every row of the group at those
+// times, so every copy of a (series, time) is in one slice, and one arrangement per slice
+// deduplicates exactly as one arrangement of the whole group would. Slices are cut so that the
+// rows of one fit the memory budget; a file is read only for the slices its time range meets.
+struct SliceReader {
+  const std::shared_ptr<ObjectStore>& store;
+  const std::string& table_path;
+  const Contract& contract;
+  const std::shared_ptr<arrow::Schema>& storage;
+  const CompactionGroup& group;
+  int64_t budget;
+
+  struct Input {
+    int64_t min_time, max_time, rows;
+  };
+  std::vector<Input> inputs;
+
+  // The rows of one slice, and what reading them showed.
+  struct Rows {
+    std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
+    int64_t rows = 0;
+    int64_t bytes = 0;
+    bool overflowed = false;  // stopped after `budget` bytes
+  };
+
+  arrow::Result<Rows> Read(int64_t lo, int64_t hi, int64_t limit) const {
+    Rows out;
+    const int time_index = storage->GetFieldIndex(contract.time_column);
+    for (size_t i = 0; i < group.inputs.size(); ++i) {
+      if (inputs[i].max_time < lo || inputs[i].min_time >= hi) continue;
+      const bool whole = inputs[i].min_time >= lo && inputs[i].max_time < hi;
+      ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, group.inputs[i].path));
+      ARROW_ASSIGN_OR_RAISE(auto reader, ReadParquetBatches(store.get(), path, 64 * 1024));
+      for (;;) {
+        std::shared_ptr<arrow::RecordBatch> batch;
+        ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
+        if (!batch) break;
+        if (!whole && time_index >= 0) {
+          ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
+        }
+        if (batch->num_rows() == 0) continue;
+        out.rows += batch->num_rows();
+        out.bytes += arrow::util::TotalBufferSize(*batch);
+        out.batches.push_back(std::move(batch));
+        if (out.bytes > limit) {
+          out.overflowed = true;
+          return out;
+        }
+      }
+    }
+    return out;
+  }
+
+  static arrow::Result<std::shared_ptr<arrow::RecordBatch>> InSlice(
+      const std::shared_ptr<arrow::RecordBatch>& batch, int time_index, int64_t lo, int64_t hi) {
+    const auto& column = *batch->column(time_index);
+    if (column.type_id() != arrow::Type::TIMESTAMP ||
+        static_cast<const arrow::TimestampType&>(*column.type()).unit() != arrow::TimeUnit::MICRO) {
+      return arrow::Status::Invalid("time column '", batch->schema()->field(time_index)->name(),
+                                    "' of a data file is ", column.type()->ToString(),
+                                    ", not timestamp[us]: the file is not timelake's");
+    }
+    const auto& times = static_cast<const arrow::TimestampArray&>(column);
+    arrow::BooleanBuilder keep;
+    ARROW_RETURN_NOT_OK(keep.Reserve(batch->num_rows()));
+    int64_t kept = 0;
+    for (int64_t r = 0; r < batch->num_rows(); ++r) {
+      const bool in = times.IsValid(r) && times.Value(r) >= lo && times.Value(r) < hi;
+      keep.UnsafeAppend(in);
+      kept += in;
+    }
+    if (kept == batch->num_rows()) return batch;
+    if (kept == 0) return batch->Slice(0, 0);
+    std::shared_ptr<arrow::Array> mask;
+    ARROW_RETURN_NOT_OK(keep.Finish(&mask));
+    ARROW_ASSIGN_OR_RAISE(auto filtered, arrow::compute::Filter(batch, mask));
+    return filtered.record_batch();
+  }
+
+  // Rows of the group in [lo, hi), assuming each file's rows spread evenly over its time range.
+  double EstimatedRows(int64_t lo, int64_t hi) const {
+    double rows = 0;
+    for (const auto& in : inputs) {
+      const int64_t a = std::max(lo, in.min_time), b = std::min(hi - 1, in.max_time);
+      if (a > b) continue;
+      const double span = static_cast<double>(in.max_time) - static_cast<double>(in.min_time) + 1;
+      rows += static_cast<double>(in.rows) * ((static_cast<double>(b) - static_cast<double>(a) + 1) / span);
+    }
+    return rows;
+  }
+
+  // `pieces` slices of [lo, hi) holding about as many rows each.
+  std::vector<std::pair<int64_t, int64_t>> Split(int64_t lo, int64_t hi, int pieces) const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    const double total = EstimatedRows(lo, hi);
+    int64_t start = lo;
+    for (int p = 1; p < pieces && start < hi - 1; ++p) {
+      const double want = total * p / pieces;
+      int64_t a = start + 1, b = hi - 1;  // the first cut past `start` with enough rows before it
+      while (a < b) {
+        const int64_t mid = a + static_cast<int64_t>((static_cast<uint64_t>(b) - static_cast<uint64_t>(a)) / 2);
+        if (EstimatedRows(lo, mid) >= want) b = mid; else a = mid + 1;
+      }
+      out.push_back({start, a});
+      start = a;
+    }
+    out.push_back({start, hi});
+    return out;
+  }
+};
+
+}  // namespace
+
 arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& store,
                                            const std::string& table_path, const Contract& contract,
                                            const std::shared_ptr<arrow::Schema>& declared,
                                            const std::shared_ptr<arrow::Schema>& storage,
-                                           const CompactionGroup& group) {
+                                           const CompactionGroup& group, int64_t memory_budget) {
   RewrittenGroup out;
-  std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
-  for (const auto& input : group.inputs) {
-    ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, input.path));
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store.get(), path));
-    out.rows_in += rows->num_rows();
-    arrow::TableBatchReader reader(*rows);
-    ARROW_ASSIGN_OR_RAISE(auto file_batches, reader.ToRecordBatches());
-    for (auto& b : file_batches) batches.push_back(std::move(b));
+  SliceReader slices{store, table_path, contract, storage, group, std::max<int64_t>(1, memory_budget), {}};
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto& add : group.inputs) {
+    SliceReader::Input in{TagInt(add, kMinTimeTag, INT64_MIN), TagInt(add, kMaxTimeTag, INT64_MAX - 1),
+                          std::max<int64_t>(NumRecords(add), 1)};
+    if (in.min_time > in.max_time || in.max_time == INT64_MAX) {
+      in = {INT64_MIN, INT64_MAX - 1, in.rows};  // no usable range: read whole in every slice
+    }
+    lo = std::min(lo, in.min_time);
+    hi = std::max(hi, in.max_time);
+    slices.inputs.push_back(in);
   }
-  // One flush for the whole group: the budget already bounds it, and one arrangement is what
-  // makes the outputs disjoint and deduplicated.
+  if (group.inputs.empty()) return out;
+  if (!contract.is_time_series()) {
+    // A plain table's rows are neither sorted nor deduplicated: they stream through as they come.
+    IngestOptions options;
+    options.buffer_bytes = slices.budget;
+    Ingestor ingestor(store, table_path, contract, declared, storage, options);
+    arrow::Status st = [&]() -> arrow::Status {
+      for (const auto& input : group.inputs) {
+        ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, input.path));
+        ARROW_ASSIGN_OR_RAISE(auto reader, ReadParquetBatches(store.get(), path, 64 * 1024));
+        ARROW_RETURN_NOT_OK(ingestor.Consume(reader.get()));
+      }
+      ARROW_ASSIGN_OR_RAISE(out.outputs, ingestor.Finish());
+      return arrow::Status::OK();
+    }();
+    if (!st.ok()) {
+      ingestor.Abort();
+      return st;
+    }
+    out.rows_in = ingestor.rows_in();
+    for (const auto& f : out.outputs) out.rows_out += f.rows;
+    out.full.assign(out.outputs.size(), true);  // each but the last was written as the buffer filled
+    if (!out.full.empty()) out.full.back() = false;
+    return out;
+  }
+  // Outputs come one file per slice (one chunk), in time order.
   IngestOptions options;
   options.buffer_bytes = INT64_MAX;
   Ingestor ingestor(store, table_path, contract, declared, storage, options);
-  ARROW_ASSIGN_OR_RAISE(auto reader, arrow::RecordBatchReader::Make(batches, storage));
-  arrow::Status st = ingestor.Consume(reader.get());
-  if (st.ok()) {
-    auto written = ingestor.Finish();
-    if (written.ok()) {
-      out.outputs = std::move(*written);
-    } else {
-      st = written.status();
+  std::vector<std::pair<int64_t, int64_t>> pending = {{lo, hi + 1}};
+  arrow::Status st = [&]() -> arrow::Status {
+    while (!pending.empty()) {
+      const auto [a, b] = pending.back();
+      pending.pop_back();
+      // A slice of one instant cannot be cut: its rows are read whatever they hold.
+      const bool cuttable = static_cast<uint64_t>(b) - static_cast<uint64_t>(a) > 1;
+      ARROW_ASSIGN_OR_RAISE(auto rows, slices.Read(a, b, cuttable ? slices.budget : INT64_MAX));
+      if (rows.overflowed) {
+        // Cut it into slices of about 3/4 of the budget each, by the rows seen so far per byte.
+        const double bytes_per_row = static_cast<double>(rows.bytes) / static_cast<double>(rows.rows);
+        const double estimated = std::max(slices.EstimatedRows(a, b) * bytes_per_row,
+                                          2.0 * static_cast<double>(rows.bytes));
+        const int pieces = static_cast<int>(std::clamp(
+            estimated / (0.75 * static_cast<double>(slices.budget)), 2.0, 1024.0));
+        auto cut = slices.Split(a, b, pieces);
+        pending.insert(pending.end(), cut.rbegin(), cut.rend());  // the earliest is taken next
+        continue;
+      }
+      out.rows_in += rows.rows;
+      ARROW_ASSIGN_OR_RAISE(auto reader, arrow::RecordBatchReader::Make(std::move(rows.batches), storage));
+      ARROW_RETURN_NOT_OK(ingestor.Consume(reader.get()));
+      ARROW_RETURN_NOT_OK(ingestor.Flush());
+      out.full.resize(ingestor.files_written(), rows.bytes >= slices.budget / 2);
     }
-  }
+    ARROW_ASSIGN_OR_RAISE(out.outputs, ingestor.Finish());
+    return arrow::Status::OK();
+  }();
   if (!st.ok()) {
     ingestor.Abort();
     return st;

@@ -1,6 +1,9 @@
 #include "timelake/store/parquet_object.h"
 
+#include <algorithm>
+
 #include <arrow/io/memory.h>
+#include <arrow/record_batch.h>
 #include <parquet/arrow/reader.h>
 
 #include "timelake/util/status.h"
@@ -11,6 +14,22 @@ namespace {
 // Objects up to this size are fetched with one read before decoding: on an object store one
 // request beats the footer-then-chunks sequence of the Parquet reader.
 constexpr int64_t kReadWholeBelow = int64_t{32} << 20;
+
+arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenObject(ObjectStore* store,
+                                                                       const std::string& path) {
+  // The store's own errors already name the object (and keep NotFound recognisable).
+  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
+  ARROW_ASSIGN_OR_RAISE(const int64_t size, input->GetSize());
+  if (size <= kReadWholeBelow) {
+    ARROW_ASSIGN_OR_RAISE(auto data, input->ReadAt(0, size));
+    if (data->size() != size) {
+      return arrow::Status::IOError("cannot read Parquet object '", path, "': ", data->size(),
+                                    " of ", size, " bytes could be read");
+    }
+    input = std::make_shared<arrow::io::BufferReader>(std::move(data));
+  }
+  return input;
+}
 
 arrow::Result<std::shared_ptr<arrow::Table>> ReadAll(
     std::shared_ptr<arrow::io::RandomAccessFile> input) {
@@ -44,20 +63,51 @@ parquet::ReaderProperties VerifyingReaderProperties() {
 
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetTable(ObjectStore* store,
                                                               const std::string& path) {
-  // The store's own errors already name the object (and keep NotFound recognisable).
-  ARROW_ASSIGN_OR_RAISE(auto input, store->OpenInput(path));
-  ARROW_ASSIGN_OR_RAISE(const int64_t size, input->GetSize());
-  if (size <= kReadWholeBelow) {
-    ARROW_ASSIGN_OR_RAISE(auto data, input->ReadAt(0, size));
-    if (data->size() != size) {
-      return arrow::Status::IOError("cannot read Parquet object '", path, "': ", data->size(),
-                                    " of ", size, " bytes could be read");
-    }
-    input = std::make_shared<arrow::io::BufferReader>(std::move(data));
-  }
+  ARROW_ASSIGN_OR_RAISE(auto input, OpenObject(store, path));
   auto table = ReadAll(std::move(input));
   if (!table.ok()) return NameTheObject(table.status(), path);
   return table;
+}
+
+namespace {
+
+// A batch reader that owns the file reader it reads from and names the object in its errors.
+class ParquetBatches : public arrow::RecordBatchReader {
+ public:
+  ParquetBatches(std::unique_ptr<parquet::arrow::FileReader> file,
+                 std::unique_ptr<arrow::RecordBatchReader> batches, std::string path)
+      : file_(std::move(file)), batches_(std::move(batches)), path_(std::move(path)) {}
+  std::shared_ptr<arrow::Schema> schema() const override { return batches_->schema(); }
+  arrow::Status ReadNext(std::shared_ptr<arrow::RecordBatch>* batch) override {
+    return NameTheObject(batches_->ReadNext(batch), path_);
+  }
+
+ private:
+  std::unique_ptr<parquet::arrow::FileReader> file_;  // outlives `batches_`, which reads from it
+  std::unique_ptr<arrow::RecordBatchReader> batches_;
+  std::string path_;
+};
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(ObjectStore* store,
+                                                                            const std::string& path,
+                                                                            int64_t batch_rows) {
+  ARROW_ASSIGN_OR_RAISE(auto input, OpenObject(store, path));
+  auto opened = [&]() -> arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> {
+    parquet::arrow::FileReaderBuilder builder;
+    ARROW_RETURN_NOT_OK(builder.Open(std::move(input), VerifyingReaderProperties()));
+    parquet::ArrowReaderProperties arrow_properties;
+    arrow_properties.set_batch_size(std::max<int64_t>(1, batch_rows));
+    std::unique_ptr<parquet::arrow::FileReader> file;
+    ARROW_RETURN_NOT_OK(builder.memory_pool(arrow::default_memory_pool())
+                            ->properties(arrow_properties)
+                            ->Build(&file));
+    ARROW_ASSIGN_OR_RAISE(auto batches, file->GetRecordBatchReader());
+    return std::make_shared<ParquetBatches>(std::move(file), std::move(batches), path);
+  }();
+  if (!opened.ok()) return NameTheObject(opened.status(), path);
+  return opened;
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(

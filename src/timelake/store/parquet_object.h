@@ -16,6 +16,7 @@
 #include <string>
 
 #include <arrow/buffer.h>
+#include <arrow/record_batch.h>
 #include <arrow/result.h>
 #include <arrow/table.h>
 #include <parquet/properties.h>
@@ -30,6 +31,13 @@ parquet::ReaderProperties VerifyingReaderProperties();
 /// Reads the whole Parquet object at `path` (relative to the store root) into a table.
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetTable(ObjectStore* store,
                                                               const std::string& path);
+
+/// Opens the Parquet object at `path` for reading in batches of at most `batch_rows` rows, a row
+/// group's pages at a time (an object up to 32 MiB is fetched whole first). Errors as
+/// ReadParquetTable's, from ReadNext() too.
+arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(ObjectStore* store,
+                                                                            const std::string& path,
+                                                                            int64_t batch_rows);
 
 /// Reads a Parquet file held in memory; `origin` is the object it came from, for errors.
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(

@@ -1,0 +1,184 @@
+// Compaction rewrites a group in time slices of bounded memory (RewriteGroup): whatever the
+// budget, the rows written are those one arrangement of the whole group gives, deduplicated
+// exactly, and the outputs are disjoint in time.
+#include "timelake/maintain/compaction.h"
+
+#include <set>
+#include <tuple>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "lake_fixture.h"
+#include "test_util.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/log/file_tags.h"
+#include "timelake/log/schema.h"
+#include "timelake/store/parquet_object.h"
+
+namespace timelake::testing {
+namespace {
+
+using Row = std::tuple<int64_t, std::string, double>;  // (ts, sensor, value)
+
+class CompactionTest : public LakeFixture {
+ protected:
+  // Appends `hours` hours of 2025-01-01 (from `first_hour`) for sensors s0..s{sensors-1}, one
+  // row per sensor per minute, with value = `value`.
+  void Append(Table* table, int first_hour, int hours, int sensors, double value) {
+    std::string ts = "[", names = "[", values = "[";
+    bool first = true;
+    for (int h = first_hour; h < first_hour + hours; ++h) {
+      for (int m = 0; m < 60; ++m) {
+        for (int s = 0; s < sensors; ++s) {
+          const char* sep = first ? "" : ",";
+          first = false;
+          ts += sep + std::to_string(Micros(2025, 1, 1, h, m));
+          names += std::string(sep) + "\"s" + std::to_string(s) + "\"";
+          values += sep + std::to_string(value);
+        }
+      }
+    }
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
+    AppendOptions options;
+    options.maintain = false;  // no background pass: the test compacts
+    ASSERT_OK(table->Append(reader.get(), options).status());
+  }
+
+  std::shared_ptr<Table> Create(const std::string& name, const std::string& dedup) {
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    options.dedup = dedup;
+    return lake_->CreateTable(name, schema_, options).ValueOrDie();
+  }
+
+  // The single compaction group of table `name`, with the table's schemas and contract.
+  struct Planned {
+    Snapshot snapshot;
+    Contract contract;
+    std::shared_ptr<arrow::Schema> declared, storage;
+    std::vector<CompactionGroup> groups;
+  };
+  Planned Plan(const std::string& name) {
+    Planned p;
+    p.snapshot = DeltaLog(store_, "default/" + name).Load().ValueOrDie();
+    p.contract = ContractFromConfiguration(p.snapshot.metadata.configuration).ValueOrDie();
+    p.declared = schema_;
+    p.storage = StorageSchemaOf(*schema_).ValueOrDie();
+    p.groups = PlanCompaction(p.snapshot, p.contract, CompactionOptions{});
+    return p;
+  }
+
+  std::multiset<Row> RowsOf(const std::string& name, const std::vector<WrittenFile>& files) {
+    std::multiset<Row> out;
+    for (const auto& f : files) {
+      auto table = ReadParquetTable(store_.get(), "default/" + name + "/" + f.path).ValueOrDie();
+      table = table->CombineChunks().ValueOrDie();
+      auto ts = std::static_pointer_cast<arrow::TimestampArray>(table->GetColumnByName("ts")->chunk(0));
+      auto sensor = table->GetColumnByName("sensor")->chunk(0);
+      auto value = std::static_pointer_cast<arrow::DoubleArray>(table->GetColumnByName("value")->chunk(0));
+      for (int64_t i = 0; i < table->num_rows(); ++i) {
+        out.insert({ts->Value(i), sensor->GetScalar(i).ValueOrDie()->ToString(), value->Value(i)});
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(CompactionTest, SlicedRewriteEqualsOneArrangementOfTheWholeGroupForEveryPolicy) {
+  for (const std::string dedup : {"none", "last", "first"}) {
+    SCOPED_TRACE(dedup);
+    const std::string name = "t_" + dedup;
+    auto table = Create(name, dedup);
+    // Overlapping appends: hours 0-5 twice (values 1, then 2), hours 3-8 (3), hour 8 alone (4).
+    Append(table.get(), 0, 6, 4, 1);
+    Append(table.get(), 0, 6, 4, 2);
+    Append(table.get(), 3, 6, 4, 3);
+    Append(table.get(), 8, 1, 4, 4);
+    auto plan = Plan(name);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    ASSERT_EQ(plan.groups[0].inputs.size(), 4u);
+
+    ASSERT_OK_AND_ASSIGN(auto whole, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                  plan.storage, plan.groups[0]));
+    ASSERT_EQ(whole.outputs.size(), 1u) << "the group fits the default budget";
+    EXPECT_FALSE(whole.full[0]);
+    // A budget of a few KiB cuts the group into many slices.
+    ASSERT_OK_AND_ASSIGN(auto sliced, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                   plan.storage, plan.groups[0], 4096));
+    EXPECT_GT(sliced.outputs.size(), 8u);
+    EXPECT_EQ(sliced.rows_in, whole.rows_in);
+    EXPECT_EQ(sliced.rows_out, whole.rows_out);
+    EXPECT_EQ(RowsOf(name, sliced.outputs), RowsOf(name, whole.outputs));
+    const int64_t expected_rows = dedup == "none" ? (6 + 6 + 6 + 1) * 60 * 4 : 9 * 60 * 4;
+    EXPECT_EQ(sliced.rows_out, expected_rows);
+    // Outputs in time order, disjoint: no file overlaps another (no read-time dedup needed).
+    for (size_t i = 1; i < sliced.outputs.size(); ++i) {
+      EXPECT_LT(sliced.outputs[i - 1].max_time, sliced.outputs[i].min_time) << i;
+    }
+    ASSERT_EQ(sliced.full.size(), sliced.outputs.size());
+    EXPECT_TRUE(sliced.full[0]);
+    if (dedup != "none") {
+      // The winners: hours 0-2 from the second append for last (2), the first for first (1).
+      const double early = dedup == "last" ? 2 : 1;
+      const double late = dedup == "last" ? 4 : 3;
+      for (const auto& [ts, sensor, value] : RowsOf(name, sliced.outputs)) {
+        if (ts < Micros(2025, 1, 1, 3)) EXPECT_EQ(value, early);
+        if (ts >= Micros(2025, 1, 1, 8)) EXPECT_EQ(value, late);
+      }
+    }
+  }
+}
+
+TEST_F(CompactionTest, AnOutputThatFilledTheBudgetIsNotSmallUnlessItOverlaps) {
+  auto table = Create("t", "none");
+  Append(table.get(), 0, 1, 2, 1);
+  Append(table.get(), 1, 1, 2, 1);
+  Append(table.get(), 2, 1, 2, 1);
+  auto plan = Plan("t");
+  ASSERT_EQ(plan.groups.size(), 1u);
+  // Mark two of the three files as full outputs: one small file is left, not worth a group.
+  int marked = 0;
+  for (auto& [path, add] : plan.snapshot.files) {
+    if (marked++ < 2) add.tags[kFullTag] = "true";
+  }
+  EXPECT_TRUE(PlanCompaction(plan.snapshot, plan.contract, CompactionOptions{}).empty());
+  // In a dedup table a full file that overlaps another is still taken: its rows may collide.
+  auto dedup = Create("d", "last");
+  Append(dedup.get(), 0, 2, 2, 1);
+  Append(dedup.get(), 1, 2, 2, 2);
+  auto d = Plan("d");
+  for (auto& [path, add] : d.snapshot.files) add.tags[kFullTag] = "true";
+  auto groups = PlanCompaction(d.snapshot, d.contract, CompactionOptions{});
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].inputs.size(), 2u);
+}
+
+TEST_F(CompactionTest, ASliceOfOneInstantIsReadWholeWhateverTheBudget) {
+  auto table = Create("t", "last");
+  // Every row at one instant: no slice can cut it.
+  for (double v : {1.0, 2.0}) {
+    std::string names = "[", ts = "[", values = "[";
+    for (int s = 0; s < 500; ++s) {
+      const char* sep = s ? "," : "";
+      names += std::string(sep) + "\"s" + std::to_string(s) + "\"";
+      ts += sep + std::to_string(Micros(2025, 1, 1));
+      values += sep + std::to_string(v);
+    }
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
+    AppendOptions options;
+    options.maintain = false;
+    ASSERT_OK(table->Append(reader.get(), options).status());
+  }
+  auto plan = Plan("t");
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto out, RewriteGroup(store_, "default/t", plan.contract, plan.declared,
+                                              plan.storage, plan.groups[0], 1024));
+  ASSERT_EQ(out.outputs.size(), 1u);
+  EXPECT_EQ(out.rows_in, 1000);
+  EXPECT_EQ(out.rows_out, 500);
+  for (const auto& [ts, sensor, value] : RowsOf("t", out.outputs)) EXPECT_EQ(value, 2);
+}
+
+}  // namespace
+}  // namespace timelake::testing
