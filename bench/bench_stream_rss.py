@@ -4,11 +4,12 @@ Each measurement runs in a fresh child process that generates IoT rows batch by 
 generator: the whole input never exists at once) and hands them to one `Table.append` call as a
 `pyarrow.RecordBatchReader`. The child reports its resident memory before the append (Python,
 pyarrow, timelake loaded, the table created) and its peak (`ru_maxrss`) after it; the difference
-is what the append itself needed. Run with two input sizes, the growth tells whether memory
+is what the append itself needed. Run with two input sizes in batches of the same size (the
+batches' own memory is the generator's, and grows with them), the growth tells whether memory
 follows the input or stays flat. Target (issue 9): peak growth ≤ the ingest buffer (256 MiB) +
 300 MiB, independent of the input size.
 
-    PYTHONPATH=python .venv/bin/python bench/bench_stream_rss.py            # 5M and 20M rows
+    PYTHONPATH=python .venv/bin/python bench/bench_stream_rss.py            # 10M and 40M rows
     PYTHONPATH=python .venv/bin/python bench/bench_stream_rss.py --rows 2000000,8000000
 
 Writes bench/results/stream_rss.json and .md. Never asserts: a benchmark, not a test.
@@ -89,13 +90,13 @@ def measure(rows: int, batches: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="5000000,20000000", help="input sizes, comma-separated")
-    ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--rows", default="10000000,40000000", help="input sizes, comma-separated")
+    ap.add_argument("--batch-rows", type=int, default=200_000, help="rows per generated batch")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     args = ap.parse_args(argv)
     runs = []
     for rows in [int(x) for x in args.rows.split(",") if x]:
-        r = measure(rows, args.batches)
+        r = measure(rows, max(1, rows // args.batch_rows))
         runs.append(r)
         print(json.dumps(r), flush=True)
     report = {"finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
     (args.out / "stream_rss.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = ["# Benchmark: peak memory of a streamed append", "",
              f"Run {report['finished_at']} by `bench/bench_stream_rss.py`; one `append` of a "
-             f"RecordBatchReader of {args.batches} generated batches per row count, each in a fresh "
+             f"RecordBatchReader of generated batches of {args.batch_rows:,} rows, each row count in a fresh "
              f"process. Target: growth ≤ {BUFFER_MIB} MiB buffer + {TARGET_EXTRA_MIB} MiB, "
              "independent of the input size.", "",
              "| rows | batches | RSS before | peak RSS | growth | seconds | files |",

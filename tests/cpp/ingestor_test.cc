@@ -3,6 +3,9 @@
 
 #include <atomic>
 
+#include <algorithm>
+#include <random>
+
 #include <arrow/api.h>
 
 #include <gtest/gtest.h>
@@ -217,6 +220,62 @@ TEST_F(IngestorTest, WriteParquetFileReturnsTheObjectSize) {
   ASSERT_OK_AND_ASSIGN(auto meta, store_->Head("x.parquet"));
   EXPECT_EQ(size, meta.size);
   EXPECT_TRUE(ReadBack("x.parquet")->Equals(*table));
+}
+
+}  // namespace
+}  // namespace timelake::testing
+
+namespace timelake::testing {
+namespace {
+
+// A run larger than two row groups is gathered and encoded a row group at a time: the file it
+// gives holds the same rows, stats, time range, key range and newest rows as one written whole.
+TEST_F(IngestorTest, ALargeRunWrittenInPiecesEqualsTheRunWrittenWhole) {
+  for (DedupPolicy dedup : {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst}) {
+    contract_.dedup = dedup;
+    // 3 days x 24 hours x 7 sensors, sent twice (the second time with other values), shuffled.
+    std::vector<int> order;
+    for (int i = 0; i < 2 * 3 * 24 * 7; ++i) order.push_back(i);
+    std::mt19937 rng(5);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::string ts = "[", sensors = "[", values = "[";
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int i = order[k] % (3 * 24 * 7), copy = order[k] / (3 * 24 * 7);
+      const char* sep = k ? "," : "";
+      ts += sep + Ts(1 + i / (24 * 7), (i / 7) % 24);
+      sensors += std::string(sep) + "\"s" + std::to_string(i % 7) + "\"";
+      values += sep + std::to_string(copy * 1000 + order[k]);
+    }
+    auto batch = Batch(declared_, {ts + "]", sensors + "]", values + "]"});
+    std::vector<WrittenFile> by_way[2];
+    for (int pieces = 0; pieces < 2; ++pieces) {
+      IngestOptions options;
+      options.row_group_rows = pieces ? 10 : 1 << 20;  // a day's run is 168 or 336 rows
+      Ingestor ingestor = Make(options);
+      ASSERT_OK(ingestor.Consume(Reader(declared_, {batch}).get()));
+      ASSERT_OK_AND_ASSIGN(by_way[pieces], ingestor.Finish());
+    }
+    ASSERT_EQ(by_way[0].size(), 3u);
+    ASSERT_EQ(by_way[1].size(), 3u);
+    for (size_t f = 0; f < 3; ++f) {
+      const WrittenFile& whole = by_way[0][f];
+      const WrittenFile& pieces = by_way[1][f];
+      SCOPED_TRACE(whole.chunk);
+      EXPECT_EQ(pieces.chunk, whole.chunk);
+      EXPECT_EQ(pieces.rows, whole.rows);
+      EXPECT_EQ(pieces.min_time, whole.min_time);
+      EXPECT_EQ(pieces.max_time, whole.max_time);
+      EXPECT_EQ(pieces.min_key, whole.min_key);
+      EXPECT_EQ(pieces.max_key, whole.max_key);
+      EXPECT_EQ(pieces.stats, whole.stats);
+      EXPECT_TRUE(pieces.newest->Equals(*whole.newest)) << pieces.newest->ToString() << whole.newest->ToString();
+      auto a = ReadBack("ns/t/" + whole.path), b = ReadBack("ns/t/" + pieces.path);
+      EXPECT_TRUE(b->Equals(*a));
+      auto meta = parquet::arrow::OpenFile(store_->OpenInput("ns/t/" + pieces.path).ValueOrDie(),
+                                           arrow::default_memory_pool()).ValueOrDie();
+      EXPECT_GT(meta->num_row_groups(), 2);
+    }
+  }
 }
 
 }  // namespace

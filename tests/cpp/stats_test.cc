@@ -232,3 +232,90 @@ TEST(FileStatsTest, UnindexableTypesOnlyGetNullCounts) {
 
 }  // namespace
 }  // namespace timelake::testing
+
+namespace timelake::testing {
+namespace {
+
+// Stats of a file written in parts merge to what the whole file's stats would be, whatever the
+// cut points: the streaming writer (Ingestor) relies on it.
+std::shared_ptr<arrow::Schema> MergeSchema() {
+  auto inner = arrow::struct_({field("a", arrow::int32()), field("b", arrow::utf8())});
+  return arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC")),
+                        field("k", arrow::utf8()), field("v", arrow::float64()),
+                        field("n", arrow::int64()), field("d", arrow::decimal128(38, 2)),
+                        field("s", inner), field("empty", arrow::int32()),
+                        field("day", arrow::date32())});
+}
+
+// Every way of cutting `table` into consecutive parts, merged.
+std::vector<std::string> MergedCuts(const arrow::Table& table) {
+  std::vector<std::string> out;
+  const int64_t n = table.num_rows();
+  for (int cuts = 0; cuts < (1 << (n - 1)); ++cuts) {
+    std::vector<std::string> parts;
+    int64_t start = 0;
+    for (int64_t i = 1; i <= n; ++i) {
+      if (i == n || (cuts >> (i - 1) & 1)) {
+        parts.push_back(FileStatsJson(*table.Slice(start, i - start)).ValueOrDie());
+        start = i;
+      }
+    }
+    out.push_back(MergeFileStats(*table.schema(), parts).ValueOrDie());
+  }
+  return out;
+}
+
+TEST(MergeFileStatsTest, PartsMergeToTheStatsOfTheWhole) {
+  const std::string long_a(40, 'a'), long_z = std::string(35, 'z') + "y";
+  auto table = TableOf(MergeSchema(), {
+      R"([1700000000123456, 1700000000000000, 1600000000000999, 1000, 1800000000000001, 1650000000000000])",
+      "[\"" + long_z + "\", \"m\", null, \"" + long_a + "\", \"b\", \"\"]",
+      "[1.5, 3, null, -2.25, 1e300, 1e-7]",
+      "[9007199254740993, -9007199254740993, 0, null, 5, 7]",
+      R"(["123456789012345678901234567890123.45", "123456789012345678901234567890123.44", null, "-0.01", "0.00", "99.99"])",
+      R"([{"a": 1, "b": "x"}, null, {"a": -5, "b": null}, {"a": 7, "b": "y"}, {"a": null, "b": "w"}, {"a": 2, "b": "z"}])",
+      "[null, null, null, null, null, null]",
+      "[19000, 1, 2932896, 100, 20000, 18000]"});
+  const std::string whole = FileStatsJson(*table).ValueOrDie();
+  for (const auto& merged : MergedCuts(*table)) EXPECT_EQ(merged, whole);
+}
+
+TEST(MergeFileStatsTest, ABoundAPartCouldNotWriteIsLeftOutNeverWrong) {
+  // NaN, infinities and instants outside 0001–9999 get no bound in the part holding them; the
+  // merge cannot tell whether the whole's bound would be one, so it writes none for that column.
+  // Whatever it writes equals the whole's; counts are exact.
+  auto table = TableOf(MergeSchema(), {
+      R"([1700000000123456, 1700000000000000, 1600000000000999, -62135596800000001, 1800000000000001, 1650000000000000])",
+      R"(["a", "b", null, "c", "d", "e"])",
+      "[1.5, NaN, null, -2.25, Infinity, 1e-7]",
+      "[1, 2, 3, 4, 5, 6]",
+      R"(["1.00", "2.00", "3.00", "4.00", "5.00", "6.00"])",
+      R"([{"a": 1, "b": "x"}, null, {"a": -5, "b": null}, {"a": 7, "b": "y"}, {"a": null, "b": "w"}, {"a": 2, "b": "z"}])",
+      "[null, null, null, null, null, null]",
+      "[19000, 1, 2932896, 100, 20000, 18000]"});
+  rapidjson::Document whole;
+  whole.Parse(FileStatsJson(*table).ValueOrDie().c_str());
+  for (const auto& text : MergedCuts(*table)) {
+    rapidjson::Document merged;
+    merged.Parse(text.c_str());
+    EXPECT_EQ(merged["numRecords"], whole["numRecords"]);
+    EXPECT_EQ(merged["nullCount"], whole["nullCount"]) << text;
+    for (const char* bounds : {"minValues", "maxValues"}) {
+      for (const auto& m : merged[bounds].GetObject()) {
+        ASSERT_TRUE(whole[bounds].HasMember(m.name)) << text;
+        EXPECT_EQ(m.value, whole[bounds][m.name]) << text;
+      }
+    }
+  }
+}
+
+TEST(MergeFileStatsTest, NumbersCompareExactlyByTheirText) {
+  auto schema = arrow::schema({field("d", arrow::decimal128(38, 0)), field("x", arrow::float64())});
+  const std::string a = R"({"numRecords":1,"minValues":{"d":12345678901234567890123456789,"x":1e-7},"maxValues":{"d":12345678901234567890123456789,"x":2.5e3},"nullCount":{"d":0,"x":0}})";
+  const std::string b = R"({"numRecords":2,"minValues":{"d":12345678901234567890123456788,"x":-0.5},"maxValues":{"d":12345678901234567890123456790,"x":2499.99},"nullCount":{"d":0,"x":1}})";
+  ASSERT_OK_AND_ASSIGN(auto merged, MergeFileStats(*schema, {a, b}));
+  EXPECT_EQ(merged, R"({"numRecords":3,"minValues":{"d":12345678901234567890123456788,"x":-0.5},"maxValues":{"d":12345678901234567890123456790,"x":2.5e3},"nullCount":{"d":0,"x":1}})");
+}
+
+}  // namespace
+}  // namespace timelake::testing

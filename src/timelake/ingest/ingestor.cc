@@ -4,9 +4,11 @@
 #include <chrono>
 #include <future>
 #include <system_error>
+#include <tuple>
 
 #include <arrow/array.h>
 #include <arrow/builder.h>
+#include <arrow/array/concatenate.h>
 #include <arrow/compute/api.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
@@ -50,51 +52,146 @@ class PhaseTimer {
 
 }  // namespace
 
+namespace {
+
+// A Parquet file written into the store one table at a time (each Write adds row groups of at
+// most options.row_group_rows), with timelake's writer settings.
+class ParquetFileStream {
+ public:
+  static arrow::Result<std::unique_ptr<ParquetFileStream>> Open(ObjectStore* store, const std::string& path,
+                                                                const arrow::Schema& schema,
+                                                                const IngestOptions& options,
+                                                                const std::string& time_column,
+                                                                bool use_threads) {
+    parquet::WriterProperties::Builder builder;
+    // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
+    // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
+    builder.compression(parquet::Compression::SNAPPY)
+        ->max_row_group_length(options.row_group_rows)
+        ->enable_statistics()
+        ->enable_page_checksum();
+    // Encodings for sorted time-series data (measured in bench/README.md, "Where a bulk append's
+    // time goes"). Measured values (floats) rarely repeat: a dictionary costs a hash per value and
+    // is then abandoned. Times are nearly unique too, but within a series they increase: delta
+    // encoding stores them in a few bits each, and costs less than the dictionary attempt did.
+    // Keys, labels and other integers keep dictionary encoding.
+    for (const auto& field : schema.fields()) {
+      if (arrow::is_floating(field->type()->id())) builder.disable_dictionary(field->name());
+      if (!time_column.empty() && field->name() == time_column &&
+          field->type()->id() == arrow::Type::TIMESTAMP) {
+        builder.disable_dictionary(field->name());
+        builder.encoding(field->name(), parquet::Encoding::DELTA_BINARY_PACKED);
+      }
+    }
+    auto props = builder.build();
+    auto arrow_props = parquet::ArrowWriterProperties::Builder()
+                           .coerce_timestamps(arrow::TimeUnit::MICRO)
+                           ->set_use_threads(use_threads)
+                           ->build();
+    auto stream = std::unique_ptr<ParquetFileStream>(new ParquetFileStream());
+    stream->row_group_rows_ = options.row_group_rows;
+    ARROW_ASSIGN_OR_RAISE(stream->sink_, store->OpenOutput(path));
+    auto writer = parquet::arrow::FileWriter::Open(schema, arrow::default_memory_pool(), stream->sink_,
+                                                   props, arrow_props);
+    if (!writer.ok()) {
+      stream->Abort();
+      return writer.status();
+    }
+    stream->writer_ = std::move(*writer);
+    return stream;
+  }
+
+  ~ParquetFileStream() { Abort(); }
+
+  arrow::Status Write(const arrow::Table& rows) {
+    arrow::Status st = writer_->WriteTable(rows, row_group_rows_);
+    if (!st.ok()) Abort();
+    return st;
+  }
+
+  /// Ends the Parquet file; returns its size and hands over its still open stream: the caller
+  /// must Close (publish) or Abort it.
+  arrow::Result<int64_t> Finish(std::shared_ptr<ObjectOutput>* sink) {
+    arrow::Status st = writer_->Close();
+    auto size = st.ok() ? sink_->Tell() : arrow::Result<int64_t>(st);
+    if (!size.ok()) {
+      Abort();
+      return size.status();
+    }
+    *sink = std::move(sink_);
+    return size;
+  }
+
+  /// A failed write leaves nothing behind (no temporary file, no uploaded parts).
+  void Abort() {
+    writer_.reset();  // first: a Parquet writer never closed writes its footer as it goes
+    if (sink_) (void)sink_->Abort();
+    sink_.reset();
+  }
+
+ private:
+  ParquetFileStream() = default;
+  int64_t row_group_rows_ = 0;
+  std::shared_ptr<ObjectOutput> sink_;
+  std::unique_ptr<parquet::arrow::FileWriter> writer_;
+};
+
+// The range of a series key that is one string or integer column, from the newest rows (which
+// hold every series of a file once); left empty otherwise.
+arrow::Status SetKeyRange(const arrow::Table& newest, const Contract& contract, WrittenFile* file) {
+  if (contract.series_key.size() != 1) return arrow::Status::OK();
+  auto key = newest.GetColumnByName(contract.series_key[0]);
+  const auto id = key->type()->id();
+  const bool is_string = id == arrow::Type::STRING;
+  const bool is_int = arrow::is_integer(id);
+  if (!(is_string || is_int) || key->null_count() != 0 || key->length() == 0) return arrow::Status::OK();
+  ARROW_ASSIGN_OR_RAISE(auto kmm, arrow::compute::MinMax(key));
+  const auto& kp = static_cast<const arrow::StructScalar&>(*kmm.scalar());
+  if (is_string) {
+    file->min_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[0]).view());
+    file->max_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[1]).view());
+  } else {
+    file->min_key = kp.value[0]->ToString();
+    file->max_key = kp.value[1]->ToString();
+  }
+  return arrow::Status::OK();
+}
+
+// `batch` in new buffers of the default pool holding exactly its rows (a slice copies only its
+// own range).
+arrow::Result<std::shared_ptr<arrow::RecordBatch>> OwnedCopy(const std::shared_ptr<arrow::RecordBatch>& batch) {
+  arrow::ArrayVector columns;
+  for (const auto& column : batch->columns()) {
+    ARROW_ASSIGN_OR_RAISE(auto copy, arrow::Concatenate({column}, arrow::default_memory_pool()));
+    columns.push_back(std::move(copy));
+  }
+  return arrow::RecordBatch::Make(batch->schema(), batch->num_rows(), std::move(columns));
+}
+
+// Min and max of a time column.
+arrow::Result<std::pair<int64_t, int64_t>> TimeRange(const std::shared_ptr<arrow::ChunkedArray>& times) {
+  ARROW_ASSIGN_OR_RAISE(auto mm, arrow::compute::MinMax(times));
+  const auto& pair = static_cast<const arrow::StructScalar&>(*mm.scalar());
+  return std::make_pair(static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value,
+                        static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value);
+}
+
+}  // namespace
+
 arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& path,
                                         const arrow::Table& table, const IngestOptions& options,
                                         const std::string& time_column, bool use_threads,
                                         double* encode_s, double* close_s,
                                         std::shared_ptr<ObjectOutput>* unclosed) {
-  parquet::WriterProperties::Builder builder;
-  // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
-  // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
-  builder.compression(parquet::Compression::SNAPPY)
-      ->max_row_group_length(options.row_group_rows)
-      ->enable_statistics()
-      ->enable_page_checksum();
-  // Encodings for sorted time-series data (measured in bench/README.md, "Where a bulk append's
-  // time goes"). Measured values (floats) rarely repeat: a dictionary costs a hash per value and
-  // is then abandoned. Times are nearly unique too, but within a series they increase: delta
-  // encoding stores them in a few bits each, and costs less than the dictionary attempt did.
-  // Keys, labels and other integers keep dictionary encoding.
-  for (const auto& field : table.schema()->fields()) {
-    if (arrow::is_floating(field->type()->id())) builder.disable_dictionary(field->name());
-    if (!time_column.empty() && field->name() == time_column &&
-        field->type()->id() == arrow::Type::TIMESTAMP) {
-      builder.disable_dictionary(field->name());
-      builder.encoding(field->name(), parquet::Encoding::DELTA_BINARY_PACKED);
-    }
-  }
-  auto props = builder.build();
-  auto arrow_props = parquet::ArrowWriterProperties::Builder()
-                         .coerce_timestamps(arrow::TimeUnit::MICRO)
-                         ->set_use_threads(use_threads)
-                         ->build();
-  ARROW_ASSIGN_OR_RAISE(auto sink, store->OpenOutput(path));
+  std::shared_ptr<ObjectOutput> sink;
   auto written = [&]() -> arrow::Result<int64_t> {
     PhaseTimer timer(encode_s);
-    ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(
-                                           *table.schema(), arrow::default_memory_pool(), sink,
-                                           props, arrow_props));
-    ARROW_RETURN_NOT_OK(writer->WriteTable(table, options.row_group_rows));
-    ARROW_RETURN_NOT_OK(writer->Close());
-    return sink->Tell();
+    ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store, path, *table.schema(), options,
+                                                               time_column, use_threads));
+    ARROW_RETURN_NOT_OK(stream->Write(table));
+    return stream->Finish(&sink);
   }();
-  // A failed write leaves nothing behind (no temporary file, no uploaded parts).
-  if (!written.ok()) {
-    (void)sink->Abort();
-    return written.status();
-  }
+  ARROW_RETURN_NOT_OK(written.status());
   if (unclosed != nullptr) {
     *unclosed = std::move(sink);
     return written;
@@ -148,6 +245,11 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
     if (batch->num_rows() == 0) continue;
     const auto align_start = Clock::now();
     ARROW_ASSIGN_OR_RAISE(auto aligned, aligner.Align(*batch));
+    batch.reset();
+    // The buffer owns its rows: what the input's arrays hold (often memory of the caller's, such
+    // as numpy arrays a generator made for this batch alone) is released as soon as the batch
+    // is consumed, instead of staying alive until the flush copies it.
+    ARROW_ASSIGN_OR_RAISE(aligned, OwnedCopy(aligned));
     profile_.align += SecondsSince(align_start);
     rows_in_ += aligned->num_rows();
     buffered_bytes_ += arrow::util::TotalBufferSize(*aligned);
@@ -171,6 +273,9 @@ arrow::Status Ingestor::Flush() {
     ARROW_ASSIGN_OR_RAISE(auto whole, ContiguousColumn(table->column(c)));
     ARROW_ASSIGN_OR_RAISE(table, table->SetColumn(c, table->field(c),
                                                   std::make_shared<arrow::ChunkedArray>(whole)));
+    // The allocator keeps freed pages for reuse a while; the batch chunks just freed are many
+    // small blocks the large copies cannot reuse: hand them back, or resident memory holds both.
+    arrow::default_memory_pool()->ReleaseUnused();
   }
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   table.reset();  // the arrangement holds what it needs
@@ -198,6 +303,13 @@ arrow::Status Ingestor::Flush() {
   (void)RunParallel(jobs.size(), CpuParallelism(), [&](size_t j) {
     Job& job = jobs[j];
     job.file = [&]() -> arrow::Result<WrittenFile> {
+      // A large run of a counting-sort arrangement (which knows each series' newest row) is
+      // gathered a row group at a time.
+      const bool newest_known = !contract_.is_time_series() || !job.run->newest.empty();
+      if (arranged.perm && newest_known && job.run->length > 2 * options_.row_group_rows) {
+        return WriteRunInPieces(arranged, *job.run, job.chunk, first_order + static_cast<int>(j),
+                                parallel_columns, &job.profile, &job.sink);
+      }
       const auto gather_start = Clock::now();
       ARROW_ASSIGN_OR_RAISE(auto rows, arranged.Rows(*job.run));
       std::shared_ptr<arrow::Table> newest;
@@ -238,6 +350,7 @@ arrow::Status Ingestor::Flush() {
     if (!job.closed.valid()) continue;
     if (arrow::Status st = job.closed.get(); !st.ok()) job.file = st;
   }
+  arrow::default_memory_pool()->ReleaseUnused();  // the arrangement's pages, before buffering again
   arrow::Status status;
   for (auto& job : jobs) {
     profile_.gather += job.profile.gather;
@@ -281,33 +394,14 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
   file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
               ".parquet";
   if (contract_.is_time_series()) {
-    ARROW_ASSIGN_OR_RAISE(auto mm, arrow::compute::MinMax(rows->GetColumnByName(contract_.time_column)));
-    const auto& pair = static_cast<const arrow::StructScalar&>(*mm.scalar());
-    file.min_time = static_cast<const arrow::TimestampScalar&>(*pair.value[0]).value;
-    file.max_time = static_cast<const arrow::TimestampScalar&>(*pair.value[1]).value;
+    ARROW_ASSIGN_OR_RAISE(std::tie(file.min_time, file.max_time),
+                          TimeRange(rows->GetColumnByName(contract_.time_column)));
     if (!newest) {
       ARROW_ASSIGN_OR_RAISE(auto decoded, Decoded(rows));
       ARROW_ASSIGN_OR_RAISE(newest, NewestRows(decoded, contract_));
     }
     file.newest = newest;
-    // The newest rows hold every series of the file once: the key range comes from them.
-    if (contract_.series_key.size() == 1) {
-      auto key = newest->GetColumnByName(contract_.series_key[0]);
-      const auto id = key->type()->id();
-      const bool is_string = id == arrow::Type::STRING;
-      const bool is_int = arrow::is_integer(id);
-      if ((is_string || is_int) && key->null_count() == 0 && key->length() > 0) {
-        ARROW_ASSIGN_OR_RAISE(auto kmm, arrow::compute::MinMax(key));
-        const auto& kp = static_cast<const arrow::StructScalar&>(*kmm.scalar());
-        if (is_string) {
-          file.min_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[0]).view());
-          file.max_key = std::string(static_cast<const arrow::StringScalar&>(*kp.value[1]).view());
-        } else {
-          file.min_key = kp.value[0]->ToString();
-          file.max_key = kp.value[1]->ToString();
-        }
-      }
-    }
+    ARROW_RETURN_NOT_OK(SetKeyRange(*newest, contract_, &file));
   }
   ARROW_ASSIGN_OR_RAISE(file.stats, FileStatsJson(*rows));
   profile->summarise += SecondsSince(summarise_start);
@@ -315,6 +409,72 @@ arrow::Result<WrittenFile> Ingestor::WriteFile(const std::shared_ptr<arrow::Tabl
                         WriteParquetFile(store_.get(), table_path_ + "/" + file.path, *rows,
                                          options_, contract_.time_column, parallel_columns,
                                          &profile->encode, &profile->close, unclosed));
+  return file;
+}
+
+arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, const ChunkRun& run,
+                                                      const std::string& chunk, int order,
+                                                      bool parallel_columns, IngestProfile* profile,
+                                                      std::shared_ptr<ObjectOutput>* unclosed) const {
+  WrittenFile file;
+  file.chunk = chunk;
+  file.rows = run.length;
+  file.order = order;
+  file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
+              ".parquet";
+  ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path,
+                                                             *arranged.source->schema(), options_,
+                                                             contract_.time_column, parallel_columns));
+  const bool time_series = contract_.is_time_series();
+  file.min_time = INT64_MAX;
+  file.max_time = INT64_MIN;
+  std::vector<std::string> stats;
+  std::vector<std::shared_ptr<arrow::Table>> newest_parts;
+  size_t next_newest = 0;  // run.newest is ascending: the positions within the current piece follow
+  const int64_t piece_rows = options_.row_group_rows;
+  for (int64_t offset = 0; offset < run.length; offset += piece_rows) {
+    const auto gather_start = Clock::now();
+    ChunkRun piece;
+    piece.ordinal = run.ordinal;
+    piece.offset = run.offset + offset;
+    piece.length = std::min(piece_rows, run.length - offset);
+    ARROW_ASSIGN_OR_RAISE(auto rows, arranged.Rows(piece));
+    profile->gather += SecondsSince(gather_start);
+    {
+      PhaseTimer timer(&profile->summarise);
+      if (time_series) {
+        ARROW_ASSIGN_OR_RAISE(auto range, TimeRange(rows->GetColumnByName(contract_.time_column)));
+        file.min_time = std::min(file.min_time, range.first);
+        file.max_time = std::max(file.max_time, range.second);
+        {
+          arrow::Int64Builder positions;
+          for (; next_newest < run.newest.size() && run.newest[next_newest] < offset + piece.length; ++next_newest) {
+            ARROW_RETURN_NOT_OK(positions.Append(run.newest[next_newest] - offset));
+          }
+          std::shared_ptr<arrow::Array> indices;
+          ARROW_RETURN_NOT_OK(positions.Finish(&indices));
+          ARROW_ASSIGN_OR_RAISE(auto taken, arrow::compute::Take(rows, indices));
+          newest_parts.push_back(taken.table());
+        }
+      }
+      ARROW_ASSIGN_OR_RAISE(auto part_stats, FileStatsJson(*rows));
+      stats.push_back(std::move(part_stats));
+    }
+    PhaseTimer timer(&profile->encode);
+    ARROW_RETURN_NOT_OK(stream->Write(*rows));
+  }
+  {
+    PhaseTimer timer(&profile->summarise);
+    ARROW_ASSIGN_OR_RAISE(file.stats, MergeFileStats(*arranged.source->schema(), stats));
+    if (time_series) {
+      ARROW_ASSIGN_OR_RAISE(auto all, arrow::ConcatenateTables(newest_parts));
+      ARROW_ASSIGN_OR_RAISE(all, all->CombineChunks());
+      ARROW_ASSIGN_OR_RAISE(file.newest, Decoded(all));
+      ARROW_RETURN_NOT_OK(SetKeyRange(*file.newest, contract_, &file));
+    }
+  }
+  PhaseTimer timer(&profile->encode);
+  ARROW_ASSIGN_OR_RAISE(file.size, stream->Finish(unclosed));
   return file;
 }
 

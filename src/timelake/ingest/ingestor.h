@@ -22,6 +22,9 @@
 
 namespace timelake {
 
+struct Arranged;  // ingest/arrange.h
+struct ChunkRun;
+
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;
@@ -88,6 +91,14 @@ class Ingestor {
                                        std::shared_ptr<arrow::Table> newest, int order,
                                        bool parallel_columns, IngestProfile* profile,
                                        std::shared_ptr<ObjectOutput>* unclosed) const;
+  /// Writes one chunk's run of a large arrangement as WriteFile does, gathering and encoding it
+  /// a row group at a time (the run's rows never exist gathered all at once); the file's stats,
+  /// time range and newest rows (from the run's `newest` positions) are folded piece by piece.
+  /// Thread-safe as WriteFile.
+  arrow::Result<WrittenFile> WriteRunInPieces(const Arranged& arranged, const ChunkRun& run,
+                                              const std::string& chunk, int order,
+                                              bool parallel_columns, IngestProfile* profile,
+                                              std::shared_ptr<ObjectOutput>* unclosed) const;
   /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
   arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 

@@ -1,6 +1,9 @@
 #include "timelake/ingest/stats.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <cstdio>
 #include <limits>
 
@@ -11,6 +14,7 @@
 #include <arrow/table.h>
 #include <arrow/type.h>
 #include <arrow/type_traits.h>
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -274,6 +278,192 @@ arrow::Result<std::string> FileStatsJson(const arrow::Table& table, int max_inde
   ARROW_RETURN_NOT_OK(WriteMinOrMax(w, top, true, &budget, &cache, &cursor));
   w.Key("nullCount");
   WriteNullCounts(w, top);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+namespace {
+
+// -1, 0, 1 as the JSON number `a` is less than, equal to or greater than `b`, exactly, from their
+// text (integers, decimals with many digits, exponent forms).
+int CompareNumberText(std::string_view a, std::string_view b) {
+  struct Parsed {
+    bool negative = false;
+    std::string digits;    // significant digits, no leading or trailing zeros ("" for zero)
+    int64_t exponent = 0;  // value = 0.digits × 10^exponent
+  };
+  auto parse = [](std::string_view t) {
+    Parsed p;
+    size_t i = 0;
+    if (i < t.size() && (t[i] == '-' || t[i] == '+')) p.negative = t[i++] == '-';
+    int64_t point = -1, count = 0;
+    std::string all;
+    for (; i < t.size() && t[i] != 'e' && t[i] != 'E'; ++i) {
+      if (t[i] == '.') {
+        point = count;
+      } else {
+        all += t[i];
+        ++count;
+      }
+    }
+    int64_t exp = 0;
+    if (i < t.size()) exp = std::strtoll(std::string(t.substr(i + 1)).c_str(), nullptr, 10);
+    const int64_t int_digits = point < 0 ? count : point;
+    const size_t first = all.find_first_not_of('0');
+    if (first == std::string::npos) return Parsed{};  // zero (either sign)
+    const size_t last = all.find_last_not_of('0');
+    p.digits = all.substr(first, last - first + 1);
+    p.exponent = int_digits - static_cast<int64_t>(first) + exp;
+    return p;
+  };
+  const Parsed x = parse(a), y = parse(b);
+  const int sx = x.digits.empty() ? 0 : (x.negative ? -1 : 1);
+  const int sy = y.digits.empty() ? 0 : (y.negative ? -1 : 1);
+  if (sx != sy) return sx < sy ? -1 : 1;
+  if (sx == 0) return 0;
+  int magnitude = 0;  // of |x| against |y|
+  if (x.exponent != y.exponent) {
+    magnitude = x.exponent < y.exponent ? -1 : 1;
+  } else {
+    const int c = x.digits.compare(y.digits);
+    magnitude = c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
+  return sx > 0 ? magnitude : -magnitude;
+}
+
+bool IsNumberStat(const arrow::DataType& type) {
+  switch (type.id()) {
+    case arrow::Type::INT8: case arrow::Type::INT16: case arrow::Type::INT32: case arrow::Type::INT64:
+    case arrow::Type::FLOAT: case arrow::Type::DOUBLE: case arrow::Type::DECIMAL128:
+      return true;
+    case arrow::Type::DICTIONARY:
+      return IsNumberStat(*static_cast<const arrow::DictionaryType&>(type).value_type());
+    default:
+      return false;
+  }
+}
+
+using JsonValue = rapidjson::Value;
+
+const JsonValue* Member(const JsonValue* object, const std::string& name) {
+  if (object == nullptr || !object->IsObject()) return nullptr;
+  auto it = object->FindMember(rapidjson::StringRef(name.data(), name.size()));
+  return it == object->MemberEnd() ? nullptr : &it->value;
+}
+
+std::string_view Text(const JsonValue& v) { return {v.GetString(), v.GetStringLength()}; }
+
+// One level of the parts' stats: each part's min or max object and nullCount object there.
+struct PartLevel {
+  std::vector<const JsonValue*> bounds;
+  std::vector<const JsonValue*> nulls;
+  std::vector<int64_t> records;
+};
+
+int64_t NullsOf(const JsonValue* nulls) {
+  if (nulls == nullptr || !nulls->IsString()) return 0;
+  return std::strtoll(std::string(Text(*nulls)).c_str(), nullptr, 10);
+}
+
+void MergeBounds(Writer& w, const arrow::FieldVector& fields, const PartLevel& level, bool is_max) {
+  w.StartObject();
+  for (const auto& field : fields) {
+    const std::string& name = field->name();
+    PartLevel child;
+    for (size_t p = 0; p < level.bounds.size(); ++p) {
+      child.bounds.push_back(Member(level.bounds[p], name));
+      child.nulls.push_back(Member(level.nulls[p], name));
+      child.records.push_back(level.records[p]);
+    }
+    if (field->type()->id() == arrow::Type::STRUCT) {
+      const bool present = std::any_of(child.bounds.begin(), child.bounds.end(),
+                                       [](const JsonValue* v) { return v != nullptr; });
+      if (!present) continue;
+      w.Key(name);
+      MergeBounds(w, field->type()->fields(), child, is_max);
+      continue;
+    }
+    const JsonValue* best = nullptr;
+    bool unknown = false;  // a part has values here but no bound: the whole has none either
+    const bool number = IsNumberStat(*field->type());
+    for (size_t p = 0; p < child.bounds.size(); ++p) {
+      const JsonValue* v = child.bounds[p];
+      if (v == nullptr || !v->IsString()) {
+        if (child.records[p] - NullsOf(child.nulls[p]) > 0) unknown = true;
+        continue;
+      }
+      if (best == nullptr) {
+        best = v;
+        continue;
+      }
+      const int c = number ? CompareNumberText(Text(*v), Text(*best)) : Text(*v).compare(Text(*best));
+      if (is_max ? c > 0 : c < 0) best = v;
+    }
+    if (best == nullptr || unknown) continue;
+    w.Key(name);
+    if (number) {
+      w.RawValue(best->GetString(), best->GetStringLength(), rapidjson::kNumberType);
+    } else {
+      w.String(best->GetString(), best->GetStringLength());
+    }
+  }
+  w.EndObject();
+}
+
+void MergeNulls(Writer& w, const arrow::FieldVector& fields, const std::vector<const JsonValue*>& parts) {
+  w.StartObject();
+  for (const auto& field : fields) {
+    std::vector<const JsonValue*> child;
+    for (const JsonValue* part : parts) child.push_back(Member(part, field->name()));
+    w.Key(field->name());
+    if (field->type()->id() == arrow::Type::STRUCT) {
+      MergeNulls(w, field->type()->fields(), child);
+    } else {
+      int64_t total = 0;
+      for (const JsonValue* v : child) total += NullsOf(v);
+      w.Int64(total);
+    }
+  }
+  w.EndObject();
+}
+
+}  // namespace
+
+arrow::Result<std::string> MergeFileStats(const arrow::Schema& schema, const std::vector<std::string>& parts) {
+  if (parts.size() == 1) return parts[0];
+  std::vector<rapidjson::Document> docs(parts.size());
+  PartLevel mins, maxes;
+  std::vector<const JsonValue*> nulls;
+  int64_t records = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    // Numbers as their text: a decimal's digits survive, and compare exactly.
+    docs[p].Parse<rapidjson::kParseNumbersAsStringsFlag>(parts[p].c_str());
+    if (docs[p].HasParseError() || !docs[p].IsObject()) {
+      return arrow::Status::Invalid("stats of a file part are not a JSON object");
+    }
+    const JsonValue* n = Member(&docs[p], "numRecords");
+    const int64_t part_records = n && n->IsString() ? std::strtoll(std::string(Text(*n)).c_str(), nullptr, 10) : 0;
+    records += part_records;
+    const JsonValue* part_nulls = Member(&docs[p], "nullCount");
+    nulls.push_back(part_nulls);
+    mins.bounds.push_back(Member(&docs[p], "minValues"));
+    maxes.bounds.push_back(Member(&docs[p], "maxValues"));
+    mins.nulls.push_back(part_nulls);
+    maxes.nulls.push_back(part_nulls);
+    mins.records.push_back(part_records);
+    maxes.records.push_back(part_records);
+  }
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("numRecords");
+  w.Int64(records);
+  w.Key("minValues");
+  MergeBounds(w, schema.fields(), mins, false);
+  w.Key("maxValues");
+  MergeBounds(w, schema.fields(), maxes, true);
+  w.Key("nullCount");
+  MergeNulls(w, schema.fields(), nulls);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
 }

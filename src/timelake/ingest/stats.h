@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <arrow/result.h>
 #include <arrow/type_fwd.h>
@@ -21,6 +22,13 @@ namespace timelake {
 /// hold are left out rather than written wrong: timestamps and dates outside years 0001–9999,
 /// NaN and infinities.
 arrow::Result<std::string> FileStatsJson(const arrow::Table& table, int max_indexed_columns = 32);
+
+/// The stats of a file written in parts (each part's FileStatsJson over `schema`, the same
+/// `max_indexed_columns`), as FileStatsJson of the whole would give them: numRecords and
+/// nullCount summed, each min/max the least/greatest of the parts' (exact: numbers compare by
+/// their decimal text). A column with values in a part that has no min (or max) for it (values
+/// that get no stats: NaN, infinities, instants outside 0001–9999) gets none in the result.
+arrow::Result<std::string> MergeFileStats(const arrow::Schema& schema, const std::vector<std::string>& parts);
 
 /// `value` as a string min (`is_max` false) or max: at most 32 UTF-8 characters. A cut min is
 /// the value's prefix (still a lower bound); a cut max is the prefix followed by U+10FFFF, which
