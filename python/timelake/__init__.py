@@ -214,9 +214,10 @@ class Table:
                 raise ValueError(f"maintain must be True, False or None, got {maintain!r}") from None
         reader = _as_reader(data)
         errors: list = []
-        if isinstance(data, pa.RecordBatchReader) or (
+        streamed = isinstance(data, pa.RecordBatchReader) or (
             hasattr(data, "__arrow_c_stream__") and not isinstance(data, (pa.Table, pa.RecordBatch))
-        ):
+        )
+        if streamed:
             # Batches a producer of the caller's makes (a generator, another library's stream)
             # may fail: keep its exception to re-raise it as is.
             batches = _recording(reader, errors)
@@ -224,7 +225,9 @@ class Table:
             reader = pa.RecordBatchReader.from_batches(reader.schema, batches)
             del batches
         try:
-            return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain)
+            # A stream's batches are copied as they are read (their memory is freed at once); an
+            # in-memory table stays the caller's, so copying it would only add to it.
+            return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain, streamed)
         except BaseException:
             # The list must not keep the exception: the exported reader (not seen by the garbage
             # collector) holds the generator, which holds the list.

@@ -250,7 +250,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("contract", [](Table& t) { return ContractDict(t.contract()); })
       .def("append",
            [](Table& t, nb::handle stream_capsule, std::optional<std::string> batch_id,
-              std::optional<bool> maintain) {
+              std::optional<bool> maintain, bool streamed) {
              auto* stream = static_cast<ArrowArrayStream*>(
                  CapsulePointer(stream_capsule, "arrow_array_stream"));
              auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
@@ -258,8 +258,9 @@ NB_MODULE(_core, m) {
              // The reader is released without the GIL too: a producer may hold it for long.
              AppendResult r = Released(
                  [&] {
-                   auto result =
-                       t.Append(reader.get(), AppendOptions{batch_id, maintain, interrupt.check()});
+                   AppendOptions options{batch_id, maintain, interrupt.check()};
+                   options.copy_input = streamed;  // an in-memory table is the caller's anyway
+                   auto result = t.Append(reader.get(), options);
                    reader.reset();
                    return result;
                  },
@@ -279,7 +280,7 @@ NB_MODULE(_core, m) {
              }
              return d;
            },
-           "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none())
+           "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none(), "streamed"_a = true)
       .def("maintain",
            [](Table& t, bool compact, bool retention, bool expire) {
              PythonInterrupt interrupt;

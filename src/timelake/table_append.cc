@@ -54,6 +54,7 @@ arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* read
   IngestOptions ingest_options = plan.ingest_options;
   ingest_options.interrupt = options.interrupt;
   if (options.buffer_bytes) ingest_options.buffer_bytes = std::max<int64_t>(1, *options.buffer_bytes);
+  ingest_options.copy_input = options.copy_input;
   out->batch_id = options.batch_id;
   out->compact_after = options.maintain.value_or(true);
   out->head_checked_ms = plan.head_checked_ms;

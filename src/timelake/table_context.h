@@ -37,6 +37,8 @@ struct AppendOptions {
   /// Aligned input buffered before it is written out (unset: IngestOptions' default). A smaller
   /// buffer bounds memory and writes more, smaller files per chunk.
   std::optional<int64_t> buffer_bytes;
+  /// Whether the buffer copies each input batch (IngestOptions::copy_input).
+  bool copy_input = true;
 };
 
 struct MaintainOptions {

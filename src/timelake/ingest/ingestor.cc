@@ -248,8 +248,10 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
     batch.reset();
     // The buffer owns its rows: what the input's arrays hold (often memory of the caller's, such
     // as numpy arrays a generator made for this batch alone) is released as soon as the batch
-    // is consumed, instead of staying alive until the flush copies it.
-    ARROW_ASSIGN_OR_RAISE(aligned, OwnedCopy(aligned));
+    // is consumed, instead of staying alive until the flush copies it (IngestOptions).
+    if (options_.copy_input) {
+      ARROW_ASSIGN_OR_RAISE(aligned, OwnedCopy(aligned));
+    }
     profile_.align += SecondsSince(align_start);
     rows_in_ += aligned->num_rows();
     buffered_bytes_ += arrow::util::TotalBufferSize(*aligned);

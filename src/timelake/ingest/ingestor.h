@@ -28,6 +28,10 @@ struct ChunkRun;
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;
+  // Copy each input batch into the buffer, so that the input's memory (arrays a generator made
+  // for one batch) is released as soon as the batch is read. Off when the caller holds the whole
+  // input anyway (an in-memory table): the copy would only add to it.
+  bool copy_input = true;
   InterruptCheck interrupt;  // checked before each input batch; its error stops Consume()
 };
 
