@@ -12,6 +12,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/maintain/cleanup.h"
 #include "timelake/maintain/compaction.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -78,69 +79,99 @@ CompactionOptions CompactionOptionsFor(const TableContext& t, CompactionScope sc
 // each group.
 arrow::Status Compact(TableContext& t, const CompactionOptions& options,
                       const InterruptCheck& interrupt, MaintainResult* result) {
-  for (const auto& group : PlanCompaction(t.snapshot, t.contract, options)) {
+  const std::vector<CompactionGroup> groups = PlanCompaction(t.snapshot, t.contract, options);
+  // Groups are rewritten a few at a time on all cores (each mostly one thread's work: reading,
+  // sorting one chunk), sharing the memory budget, then committed one by one in plan order.
+  const size_t wave = std::max<size_t>(1, std::min<size_t>(CpuParallelism(), groups.size()));
+  const int64_t budget = std::max<int64_t>(1, options.memory_budget / static_cast<int64_t>(wave));
+  for (size_t first = 0; first < groups.size(); first += wave) {
     ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
-    auto rewriting = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage, group,
-                                  options.memory_budget);
-    if (!rewriting.ok() && IsNotFound(rewriting.status())) {
-      // An input vanished: another process compacted the group (or retention dropped it) and
-      // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
-      // unless the newest snapshot still lists the file.
-      ARROW_RETURN_NOT_OK(Update(t));
-      const bool overtaken = std::any_of(group.inputs.begin(), group.inputs.end(), [&](const AddFile& f) {
-        return !t.snapshot.files.count(f.path);
-      });
-      if (overtaken) continue;
-    }
-    ARROW_ASSIGN_OR_RAISE(auto rewritten, std::move(rewriting));
-    auto delete_outputs = [&] {
-      for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+    const size_t n = std::min(wave, groups.size() - first);
+    std::vector<arrow::Result<RewrittenGroup>> rewrites(n, arrow::Status::UnknownError("not rewritten"));
+    (void)RunParallel(n, static_cast<int>(n), [&](size_t k) {
+      rewrites[k] = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage,
+                                 groups[first + k], budget);
+      return arrow::Status::OK();
+    });
+    // Outputs written but not committed (yet) are deleted when this wave stops early.
+    auto delete_from = [&](size_t k) {
+      for (; k < n; ++k) {
+        if (!rewrites[k].ok()) continue;
+        for (const auto& f : rewrites[k]->outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+      }
     };
-    if (arrow::Status st = CheckInterrupt(interrupt); !st.ok()) {
-      delete_outputs();  // rewritten but not committed
-      return st;
+    for (size_t k = 0; k < n; ++k) {
+      const CompactionGroup& group = groups[first + k];
+      if (!rewrites[k].ok() && IsNotFound(rewrites[k].status())) {
+        // An input vanished: another process compacted the group (or retention dropped it) and
+        // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
+        // unless the newest snapshot still lists the file.
+        if (arrow::Status st = Update(t); !st.ok()) {
+          delete_from(k + 1);
+          return st;
+        }
+        const bool overtaken = std::any_of(group.inputs.begin(), group.inputs.end(), [&](const AddFile& f) {
+          return !t.snapshot.files.count(f.path);
+        });
+        if (overtaken) continue;
+      }
+      if (!rewrites[k].ok()) {
+        delete_from(k + 1);
+        return rewrites[k].status();
+      }
+      RewrittenGroup& rewritten = *rewrites[k];
+      auto delete_outputs = [&] {
+        for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+      };
+      if (arrow::Status st = CheckInterrupt(interrupt); !st.ok()) {
+        delete_from(k);  // rewritten but not committed
+        return st;
+      }
+      // Deduplication changes what readers see; merging files alone does not.
+      const bool data_change = rewritten.rows_out != rewritten.rows_in;
+      const int64_t now_ms = NowMillis();
+      Commit commit;
+      for (const auto& input : group.inputs) {
+        commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
+      }
+      for (size_t i = 0; i < rewritten.outputs.size(); ++i) {
+        AddFile add = ToAddAction(rewritten.outputs[i], data_change, now_ms);
+        if (i < rewritten.full.size() && rewritten.full[i]) add.tags[kFullTag] = "true";
+        add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
+        commit.adds.push_back(std::move(add));
+      }
+      CommitInfo info = NewCommitInfo("OPTIMIZE");
+      info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
+                                   {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
+      info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
+                      {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
+                      {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
+      commit.commit_info = info;
+      // Appends never conflict; a winner that removed one of the inputs (another compaction,
+      // retention) abandons this group: the next maintain plans again.
+      PendingCommit pending;
+      pending.intent.kind = CommitKind::kCompaction;
+      for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
+      pending.commit = std::move(commit);
+      CommitOutcome outcome;
+      arrow::Status st = CommitPending(t, &pending, &outcome);
+      if (!st.ok() || !outcome.version) {
+        if (!outcome.outcome_unknown) delete_outputs();
+        if (!st.ok()) {
+          delete_from(k + 1);
+          return st;
+        }
+        continue;
+      }
+      // Best effort (see post_commit.h): a missing index record only makes latest() read the
+      // outputs.
+      (void)HooksAfter(t, &rewritten.outputs, *outcome.version, group.seq).Run();
+      result->partitions_compacted += 1;
+      result->files_rewritten += static_cast<int64_t>(group.inputs.size());
+      result->files_written += static_cast<int64_t>(rewritten.outputs.size());
+      result->rows_rewritten += rewritten.rows_in;
+      result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
     }
-    // Deduplication changes what readers see; merging files alone does not.
-    const bool data_change = rewritten.rows_out != rewritten.rows_in;
-    const int64_t now_ms = NowMillis();
-    Commit commit;
-    for (const auto& input : group.inputs) {
-      commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
-    }
-    for (size_t i = 0; i < rewritten.outputs.size(); ++i) {
-      AddFile add = ToAddAction(rewritten.outputs[i], data_change, now_ms);
-      if (i < rewritten.full.size() && rewritten.full[i]) add.tags[kFullTag] = "true";
-      add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
-      commit.adds.push_back(std::move(add));
-    }
-    CommitInfo info = NewCommitInfo("OPTIMIZE");
-    info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
-                                 {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
-    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
-                    {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
-                    {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
-    commit.commit_info = info;
-    // Appends never conflict; a winner that removed one of the inputs (another compaction,
-    // retention) abandons this group: the next maintain plans again.
-    PendingCommit pending;
-    pending.intent.kind = CommitKind::kCompaction;
-    for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
-    pending.commit = std::move(commit);
-    CommitOutcome outcome;
-    arrow::Status st = CommitPending(t, &pending, &outcome);
-    if (!st.ok() || !outcome.version) {
-      if (!outcome.outcome_unknown) delete_outputs();
-      ARROW_RETURN_NOT_OK(st);
-      continue;
-    }
-    // Best effort (see post_commit.h): a missing index record only makes latest() read the
-    // outputs.
-    (void)HooksAfter(t, &rewritten.outputs, *outcome.version, group.seq).Run();
-    result->partitions_compacted += 1;
-    result->files_rewritten += static_cast<int64_t>(group.inputs.size());
-    result->files_written += static_cast<int64_t>(rewritten.outputs.size());
-    result->rows_rewritten += rewritten.rows_in;
-    result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
   }
   return arrow::Status::OK();
 }

@@ -272,6 +272,7 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
     // A plain table's rows are neither sorted nor deduplicated: they stream through as they come.
     IngestOptions options;
     options.buffer_bytes = slices.budget;
+    options.copy_input = false;  // a file's batches are dropped as read: the copy would not help
     Ingestor ingestor(store, table_path, contract, declared, storage, options);
     arrow::Status st = [&]() -> arrow::Status {
       for (const auto& input : group.inputs) {
@@ -295,6 +296,7 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
   // Outputs come one file per slice (one chunk), in time order.
   IngestOptions options;
   options.buffer_bytes = INT64_MAX;
+  options.copy_input = false;  // the slice's batches are held until they are consumed anyway
   Ingestor ingestor(store, table_path, contract, declared, storage, options);
   std::vector<std::pair<int64_t, int64_t>> pending = {{lo, hi + 1}};
   arrow::Status st = [&]() -> arrow::Status {
