@@ -89,8 +89,10 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
     const size_t n = std::min(wave, groups.size() - first);
     std::vector<arrow::Result<RewrittenGroup>> rewrites(n, arrow::Status::UnknownError("not rewritten"));
     (void)RunParallel(n, static_cast<int>(n), [&](size_t k) {
+      RewriteOptions rewrite;
+      rewrite.memory_budget = budget;
       rewrites[k] = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage,
-                                 groups[first + k], budget);
+                                 groups[first + k], rewrite);
       return arrow::Status::OK();
     });
     // Outputs written but not committed (yet) are deleted when this wave stops early.

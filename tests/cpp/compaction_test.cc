@@ -103,10 +103,15 @@ TEST_F(CompactionTest, SlicedRewriteEqualsOneArrangementOfTheWholeGroupForEveryP
                                                   plan.storage, plan.groups[0]));
     ASSERT_EQ(whole.outputs.size(), 1u) << "the group fits the default budget";
     EXPECT_FALSE(whole.full[0]);
-    // A budget of a few KiB cuts the group into many slices.
+    // A budget of a few KiB cuts the group into many slices; files decoded several at a time
+    // or streamed one by one give the same.
     ASSERT_OK_AND_ASSIGN(auto sliced, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
-                                                   plan.storage, plan.groups[0], 4096));
+                                                   plan.storage, plan.groups[0], RewriteOptions{4096}));
     EXPECT_GT(sliced.outputs.size(), 8u);
+    ASSERT_OK_AND_ASSIGN(auto streamed, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                     plan.storage, plan.groups[0], RewriteOptions{4096, 0}));
+    EXPECT_EQ(streamed.outputs.size(), sliced.outputs.size());
+    EXPECT_EQ(RowsOf(name, streamed.outputs), RowsOf(name, whole.outputs));
     EXPECT_EQ(sliced.rows_in, whole.rows_in);
     EXPECT_EQ(sliced.rows_out, whole.rows_out);
     EXPECT_EQ(RowsOf(name, sliced.outputs), RowsOf(name, whole.outputs));
@@ -173,7 +178,7 @@ TEST_F(CompactionTest, ASliceOfOneInstantIsReadWholeWhateverTheBudget) {
   auto plan = Plan("t");
   ASSERT_EQ(plan.groups.size(), 1u);
   ASSERT_OK_AND_ASSIGN(auto out, RewriteGroup(store_, "default/t", plan.contract, plan.declared,
-                                              plan.storage, plan.groups[0], 1024));
+                                              plan.storage, plan.groups[0], RewriteOptions{1024}));
   ASSERT_EQ(out.outputs.size(), 1u);
   EXPECT_EQ(out.rows_in, 1000);
   EXPECT_EQ(out.rows_out, 500);

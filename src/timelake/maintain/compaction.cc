@@ -1,6 +1,7 @@
 #include "timelake/maintain/compaction.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include <arrow/array.h>
@@ -13,6 +14,7 @@
 #include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/store/parquet_object.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake {
 namespace {
@@ -147,6 +149,7 @@ struct SliceReader {
   const std::shared_ptr<arrow::Schema>& storage;
   const CompactionGroup& group;
   int64_t budget;
+  int64_t parallel_read_below;
 
   struct Input {
     int64_t min_time, max_time, rows;
@@ -164,8 +167,23 @@ struct SliceReader {
   arrow::Result<Rows> Read(int64_t lo, int64_t hi, int64_t limit) const {
     Rows out;
     const int time_index = storage->GetFieldIndex(contract.time_column);
-    for (size_t i = 0; i < group.inputs.size(); ++i) {
-      if (inputs[i].max_time < lo || inputs[i].min_time >= hi) continue;
+    // Adds `batches` to the slice; false once it holds more than `limit` bytes.
+    auto take = [&](std::vector<std::shared_ptr<arrow::RecordBatch>>* batches) {
+      for (auto& batch : *batches) {
+        out.rows += batch->num_rows();
+        out.bytes += arrow::util::TotalBufferSize(*batch);
+        out.batches.push_back(std::move(batch));
+        if (out.bytes > limit) {
+          out.overflowed = true;
+          return false;
+        }
+      }
+      return true;
+    };
+    // The rows of input `i` in the slice, `batch_rows` at a time; with `sink`, each batch is
+    // handed over as soon as it is read (false from it stops the read).
+    auto read = [&](size_t i, std::vector<std::shared_ptr<arrow::RecordBatch>>* batches,
+                    const std::function<bool()>& sink) -> arrow::Status {
       const bool whole = inputs[i].min_time >= lo && inputs[i].max_time < hi;
       ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, group.inputs[i].path));
       ARROW_ASSIGN_OR_RAISE(auto reader, ReadParquetBatches(store.get(), path, 64 * 1024));
@@ -177,14 +195,48 @@ struct SliceReader {
           ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
         }
         if (batch->num_rows() == 0) continue;
-        out.rows += batch->num_rows();
-        out.bytes += arrow::util::TotalBufferSize(*batch);
-        out.batches.push_back(std::move(batch));
-        if (out.bytes > limit) {
-          out.overflowed = true;
-          return out;
-        }
+        batches->push_back(std::move(batch));
+        if (sink && !sink()) break;
       }
+      return arrow::Status::OK();
+    };
+    // Small files (most of a group fed by small appends) are decoded several at a time on all
+    // cores, in windows of bounded size; a large one streams on its own.
+    const int64_t kSmallFile = parallel_read_below;
+    constexpr int64_t kWindowBytes = 64LL << 20;
+    constexpr size_t kWindowFiles = 64;
+    std::vector<size_t> meeting;
+    for (size_t i = 0; i < group.inputs.size(); ++i) {
+      if (inputs[i].max_time >= lo && inputs[i].min_time < hi) meeting.push_back(i);
+    }
+    for (size_t m = 0; m < meeting.size();) {
+      if (group.inputs[meeting[m]].size > kSmallFile) {
+        std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
+        bool more = true;
+        ARROW_RETURN_NOT_OK(read(meeting[m], &batches, [&] {
+          more = take(&batches);
+          batches.clear();
+          return more;
+        }));
+        if (!more) return out;
+        ++m;
+        continue;
+      }
+      size_t end = m;
+      int64_t bytes = 0;
+      while (end < meeting.size() && end - m < kWindowFiles && bytes < kWindowBytes &&
+             group.inputs[meeting[end]].size <= kSmallFile) {
+        bytes += group.inputs[meeting[end]].size;
+        ++end;
+      }
+      std::vector<std::vector<std::shared_ptr<arrow::RecordBatch>>> window(end - m);
+      ARROW_RETURN_NOT_OK(RunParallel(end - m, CpuParallelism(), [&](size_t k) {
+        return read(meeting[m + k], &window[k], nullptr);
+      }));
+      for (auto& batches : window) {
+        if (!take(&batches)) return out;
+      }
+      m = end;
     }
     return out;
   }
@@ -253,9 +305,10 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
                                            const std::string& table_path, const Contract& contract,
                                            const std::shared_ptr<arrow::Schema>& declared,
                                            const std::shared_ptr<arrow::Schema>& storage,
-                                           const CompactionGroup& group, int64_t memory_budget) {
+                                           const CompactionGroup& group, const RewriteOptions& options) {
   RewrittenGroup out;
-  SliceReader slices{store, table_path, contract, storage, group, std::max<int64_t>(1, memory_budget), {}};
+  SliceReader slices{store,  table_path, contract, storage, group, std::max<int64_t>(1, options.memory_budget),
+                     options.parallel_read_below, {}};
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (const auto& add : group.inputs) {
     SliceReader::Input in{TagInt(add, kMinTimeTag, INT64_MIN), TagInt(add, kMaxTimeTag, INT64_MAX - 1),
@@ -270,10 +323,10 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
   if (group.inputs.empty()) return out;
   if (!contract.is_time_series()) {
     // A plain table's rows are neither sorted nor deduplicated: they stream through as they come.
-    IngestOptions options;
-    options.buffer_bytes = slices.budget;
-    options.copy_input = false;  // a file's batches are dropped as read: the copy would not help
-    Ingestor ingestor(store, table_path, contract, declared, storage, options);
+    IngestOptions ingest;
+    ingest.buffer_bytes = slices.budget;
+    ingest.copy_input = false;  // a file's batches are dropped as read: the copy would not help
+    Ingestor ingestor(store, table_path, contract, declared, storage, ingest);
     arrow::Status st = [&]() -> arrow::Status {
       for (const auto& input : group.inputs) {
         ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, input.path));
@@ -294,10 +347,10 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
     return out;
   }
   // Outputs come one file per slice (one chunk), in time order.
-  IngestOptions options;
-  options.buffer_bytes = INT64_MAX;
-  options.copy_input = false;  // the slice's batches are held until they are consumed anyway
-  Ingestor ingestor(store, table_path, contract, declared, storage, options);
+  IngestOptions ingest;
+  ingest.buffer_bytes = INT64_MAX;
+  ingest.copy_input = false;  // the slice's batches are held until they are consumed anyway
+  Ingestor ingestor(store, table_path, contract, declared, storage, ingest);
   std::vector<std::pair<int64_t, int64_t>> pending = {{lo, hi + 1}};
   arrow::Status st = [&]() -> arrow::Status {
     while (!pending.empty()) {

@@ -58,12 +58,19 @@ struct RewrittenGroup {
   int64_t rows_out = 0;
 };
 
+struct RewriteOptions {
+  int64_t memory_budget = 256LL << 20;  // decoded rows held at once
+  // Files up to this size (Parquet bytes) are decoded several at a time on all cores; larger
+  // ones stream through one at a time.
+  int64_t parallel_read_below = 8LL << 20;
+};
+
 /// Reads the group's files and writes them again as new files (not yet committed). On failure
 /// the files written so far are deleted.
 ///
 /// The group streams through in time slices: the rows of one slice (every row of the group at
 /// those times) are arranged and written as one file, and a slice holds at most about
-/// `memory_budget` bytes of decoded rows, so memory stays bounded whatever the group's size.
+/// `options.memory_budget` bytes of decoded rows, so memory stays bounded whatever the group's size.
 /// A file is read for each slice its time range meets; the slices are cut from the files' time
 /// ranges and row counts, and cut again when one turns out to hold more than the budget. Every
 /// copy of a (series, time) falls in one slice, so deduplication is exact; the outputs are
@@ -73,6 +80,6 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
                                            const std::shared_ptr<arrow::Schema>& declared,
                                            const std::shared_ptr<arrow::Schema>& storage,
                                            const CompactionGroup& group,
-                                           int64_t memory_budget = 256LL << 20);
+                                           const RewriteOptions& options = {});
 
 }  // namespace timelake
