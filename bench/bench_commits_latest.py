@@ -76,6 +76,7 @@ DELTA_HANDLE = "delta-rs write_deltalake(DeltaTable)"
 ARCTIC_APPEND = "ArcticDB append (LMDB)"
 
 TL_LATEST = "timelake lake.latest"
+TL_LATEST_NEW = "timelake Lake(path).latest (a new Lake each time)"
 TL_QUALIFY = "timelake lake.sql QUALIFY row_number"
 TL_ARGMAX = "timelake lake.sql arg_max"
 DELTA_ARGMAX = "delta-rs + DuckDB arg_max"
@@ -662,6 +663,7 @@ def run_latest(args, work: Path, started: dt.datetime) -> dict:
         if lake is not None:
             s += [
                 (TL_LATEST, "timelake", lambda: (lake.latest(TABLE), None)),
+                (TL_LATEST_NEW, "timelake_new_lake", lambda: (timelake.Lake(str(tl_dir)).latest(TABLE), None)),
                 (TL_QUALIFY, "timelake_qualify", lambda: (lake.sql(QUALIFY_SQL.format(src=TABLE)), None)),
                 (TL_ARGMAX, "timelake_argmax", lambda: (lake.sql(ARGMAX_SQL.format(src=TABLE)), None)),
             ]

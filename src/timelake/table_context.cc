@@ -15,6 +15,7 @@ namespace {
 constexpr const char* kArrowSchemaKey = "timelake.arrowSchema";
 // Like checkpoints for the log: every kIndexFoldInterval commits the index records are folded.
 constexpr int64_t kIndexFoldInterval = 32;
+constexpr int64_t kIndexFoldRows = 32 * 1024;
 
 std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
 
@@ -238,6 +239,11 @@ arrow::Result<std::shared_ptr<arrow::Table>> RecordRows(
   return MergeNewest(tagged, contract);
 }
 
+// Commits between index folds for records of `record_rows` rows (RecordAndFold).
+int64_t FoldInterval(int64_t record_rows) {
+  return std::clamp<int64_t>(kIndexFoldRows / std::max<int64_t>(1, record_rows), 2, kIndexFoldInterval);
+}
+
 // Writes the index record, then folds the index at `snapshot` when a fold is due.
 arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
                             const std::vector<std::string>& paths,
@@ -245,8 +251,10 @@ arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
                             const Snapshot* snapshot) {
   if (record) ARROW_RETURN_NOT_OK(index.Record(version, paths, record));
   // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
-  // one base, so latest() never reads more than that many records.
-  if (snapshot != nullptr && version % kIndexFoldInterval == 0) {
+  // one base, so latest() never reads more than that many records. Commits whose records hold
+  // many series (appends touching every series of a wide table) fold sooner, so that a new
+  // handle reads about kIndexFoldRows rows of records at most besides the base.
+  if (snapshot != nullptr && version % FoldInterval(record ? record->num_rows() : 0) == 0) {
     ARROW_ASSIGN_OR_RAISE(auto state, index.Read(*snapshot));
     ARROW_RETURN_NOT_OK(index.Fold(state).status());
   }
@@ -288,7 +296,9 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
   }
   const bool checkpoint = CheckpointDue(t.snapshot);
   const bool record = t.contract.is_time_series() && !files.empty();
-  const bool fold = record && version % kIndexFoldInterval == 0;
+  int64_t record_rows = 0;  // at most: the record merges these
+  for (const auto& f : files) record_rows += f.newest ? f.newest->num_rows() : 0;
+  const bool fold = record && version % FoldInterval(record_rows) == 0;
   // The snapshot of the commit, for the tasks that need all of it (copied only then).
   std::shared_ptr<const Snapshot> snapshot;
   if (checkpoint || fold) snapshot = std::make_shared<Snapshot>(t.snapshot);

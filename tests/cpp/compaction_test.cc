@@ -185,5 +185,31 @@ TEST_F(CompactionTest, ASliceOfOneInstantIsReadWholeWhateverTheBudget) {
   for (const auto& [ts, sensor, value] : RowsOf("t", out.outputs)) EXPECT_EQ(value, 2);
 }
 
+TEST_F(CompactionTest, OutputsNeverReachOverAFileLeftOutOfTheGroup) {
+  // Small files at hours 0 and 3, a file left out (full) over hours 1-2 between them: merging the
+  // two into one file spanning hours 0-3 would overlap it, so the rewrite cuts there.
+  for (const std::string dedup : {"none", "last"}) {
+    SCOPED_TRACE(dedup);
+    const std::string name = "cut_" + dedup;
+    auto table = Create(name, dedup);
+    Append(table.get(), 0, 1, 2, 1);
+    Append(table.get(), 1, 2, 2, 2);
+    Append(table.get(), 3, 1, 2, 3);
+    auto plan = Plan(name);
+    for (auto& [path, add] : plan.snapshot.files) {
+      if (TagInt(add, kMinTimeTag, 0) == Micros(2025, 1, 1, 1)) add.tags[kFullTag] = "true";
+    }
+    auto groups = PlanCompaction(plan.snapshot, plan.contract, CompactionOptions{});
+    ASSERT_EQ(groups.size(), 1u);
+    ASSERT_EQ(groups[0].inputs.size(), 2u);
+    ASSERT_OK_AND_ASSIGN(auto out, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                plan.storage, groups[0]));
+    ASSERT_EQ(out.outputs.size(), 2u);
+    EXPECT_LT(out.outputs[0].max_time, Micros(2025, 1, 1, 1));
+    EXPECT_GE(out.outputs[1].min_time, Micros(2025, 1, 1, 3));
+    EXPECT_EQ(out.rows_out, 2 * 60 * 2);
+  }
+}
+
 }  // namespace
 }  // namespace timelake::testing

@@ -351,5 +351,34 @@ TEST_F(LastValueIndexTest, EqualRowsOfOneCommitResolveInWriteOrderForEveryPolicy
   }
 }
 
+TEST_F(LastValueIndexTest, RecordsOfManySeriesAreFoldedSooner) {
+  // Appends that touch 16,384 series each: a new handle must not read 31 records of that size
+  // (one fold every 32 commits), so such commits fold every two.
+  constexpr int kSeries = 16384;
+  std::string sensors = "[", values = "[";
+  for (int s = 0; s < kSeries; ++s) {
+    sensors += std::string(s ? "," : "") + "\"s" + std::to_string(s) + "\"";
+    values += std::string(s ? "," : "") + std::to_string(s);
+  }
+  sensors += "]";
+  values += "]";
+  for (int hour = 0; hour < 9; ++hour) {
+    std::string ts = "[";
+    for (int s = 0; s < kSeries; ++s) ts += std::string(s ? "," : "") + std::to_string(Micros(2025, 1, 1, hour));
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", sensors, values})});
+    AppendOptions options;
+    options.maintain = false;
+    ASSERT_OK(table_->Append(reader.get(), options).status());
+  }
+  ASSERT_OK(table_->WaitForUpkeep());
+  int records = 0;
+  for (const auto& path : Objects(IndexDir())) {
+    if (path.find("base-") == std::string::npos) ++records;
+  }
+  EXPECT_LE(records, 2);
+  auto fresh = lake_->OpenTable("t").ValueOrDie();
+  EXPECT_EQ(fresh->Latest().ValueOrDie()->num_rows(), kSeries);
+}
+
 }  // namespace
 }  // namespace timelake::testing

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
 #include <arrow/array.h>
 #include <arrow/builder.h>
@@ -114,13 +115,26 @@ std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Cont
       if (take[i]) picked.push_back(files[i]);
     }
     if (static_cast<int>(picked.size()) < options.min_files) continue;
+    // The chunk's other files bound where a group's outputs may reach (CompactionGroup::cuts).
+    auto finish = [&](CompactionGroup& g) {
+      std::set<const AddFile*> in;
+      for (const auto& f : g.inputs) in.insert(snapshot.files.count(f.path) ? &snapshot.files.at(f.path) : nullptr);
+      std::set<int64_t> cuts;
+      for (const auto& f : files) {
+        if (in.count(f.add)) continue;
+        if (f.min_time > INT64_MIN) cuts.insert(f.min_time);
+        if (f.max_time < INT64_MAX) cuts.insert(f.max_time + 1);
+      }
+      g.cuts.assign(cuts.begin(), cuts.end());
+      groups.push_back(std::move(g));
+    };
     // Cut into groups under the budget, never between two files of one commit.
     CompactionGroup group;
     group.chunk = chunk;
     for (size_t i = 0; i < picked.size(); ++i) {
       const bool same_commit = !group.inputs.empty() && picked[i].seq == group.seq;
       if (!same_commit && !group.inputs.empty() && group.bytes + picked[i].add->size > options.group_budget_bytes) {
-        if (group.inputs.size() >= 2) groups.push_back(group);
+        if (group.inputs.size() >= 2) finish(group);
         group = CompactionGroup{};
         group.chunk = chunk;
         if (contract.dedup != DedupPolicy::kNone) break;  // later groups would overtake this one
@@ -129,7 +143,7 @@ std::vector<CompactionGroup> PlanCompaction(const Snapshot& snapshot, const Cont
       group.bytes += picked[i].add->size;
       group.seq = picked[i].seq;
     }
-    if (group.inputs.size() >= 2) groups.push_back(group);
+    if (group.inputs.size() >= 2) finish(group);
     if (groups.size() >= options.max_groups) break;
   }
   if (groups.size() > options.max_groups) groups.resize(options.max_groups);
@@ -351,7 +365,16 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
   ingest.buffer_bytes = INT64_MAX;
   ingest.copy_input = false;  // the slice's batches are held until they are consumed anyway
   Ingestor ingestor(store, table_path, contract, declared, storage, ingest);
-  std::vector<std::pair<int64_t, int64_t>> pending = {{lo, hi + 1}};
+  // The first slices: the group's time range, cut where the chunk's other files start and end.
+  std::vector<std::pair<int64_t, int64_t>> pending;
+  int64_t from = lo;
+  for (int64_t cut : group.cuts) {
+    if (cut <= from || cut > hi) continue;
+    pending.push_back({from, cut});
+    from = cut;
+  }
+  pending.push_back({from, hi + 1});
+  std::reverse(pending.begin(), pending.end());  // the earliest is taken first, from the back
   arrow::Status st = [&]() -> arrow::Status {
     while (!pending.empty()) {
       const auto [a, b] = pending.back();

@@ -45,6 +45,10 @@ struct CompactionGroup {
   std::vector<AddFile> inputs;  // in arrival order
   int64_t bytes = 0;
   int64_t seq = 0;  // the newest input's commit version
+  // Times (microseconds, ascending) where the chunk's other files start or end: outputs are cut
+  // there, so that merging files apart in time never makes an output that overlaps a file left
+  // out of the group (which would send both through read-time deduplication).
+  std::vector<int64_t> cuts;
 };
 
 /// The groups worth rewriting in `snapshot` (timelake-written files only).
