@@ -37,15 +37,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_stream_rss import rss_mib  # noqa: E402 - shared helper
+
 DEVICES = 1000
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def peak_mib() -> float:
