@@ -74,6 +74,51 @@ TEST(UpkeepTest, DrainAllWaitsForEveryLiveQueue) {
   EXPECT_EQ(ran.load(), 2);
 }
 
+// At exit, a background compaction pass opens a table of its own while every queue is being
+// drained: its new Upkeep registers itself. The drain must not hold the registry while it waits
+// (it deadlocked: CI hung in a writer's atexit). Run in a child so that a hang fails the test.
+TEST(UpkeepTest, DrainAllLetsATaskCreateAnotherQueue) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a deadlock ends the child with SIGALRM
+    std::atomic<int> inner_ran{0};
+    auto outer = std::make_unique<Upkeep>();
+    outer->Post("opens a table", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // DrainAllUpkeep is waiting
+      Upkeep inner;
+      inner.Post("inner", [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++inner_ran;
+        return arrow::Status::OK();
+      });
+      return arrow::Status::OK();
+    });
+    DrainAllUpkeep();
+    const int ok = inner_ran.load() == 1 ? 0 : 1;
+    outer.reset();
+    _exit(ok);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "DrainAllUpkeep deadlocked (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A drain pins the queue it waits on: destroying that queue meanwhile waits for the drain.
+TEST(UpkeepTest, DestroyingAQueueWhileAllAreDrainedIsSafe) {
+  for (int round = 0; round < 20; ++round) {
+    auto upkeep = std::make_unique<Upkeep>();
+    upkeep->Post("slow", [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return arrow::Status::OK();
+    });
+    std::thread drainer([] { DrainAllUpkeep(); });
+    upkeep.reset();
+    drainer.join();
+  }
+}
+
 // Python's multiprocessing forks: the child inherits the Upkeep but not its thread. It must be
 // able to post and drain (not wait for a thread that does not exist), and to destroy it.
 TEST(UpkeepTest, AForkedChildRunsItsOwnTasks) {

@@ -18,12 +18,39 @@ std::set<Upkeep*>& Registry() {
   static std::set<Upkeep*>* live = new std::set<Upkeep*>;
   return *live;
 }
+// Signalled (under RegistryMutex) when a pin is released.
+std::condition_variable*& Unpinned() {
+  static std::condition_variable* unpinned = new std::condition_variable;
+  return unpinned;
+}
 
 }  // namespace
 
 void DrainAllUpkeep() {
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  for (Upkeep* upkeep : Registry()) upkeep->Drain();
+  // The registry lock is never held while waiting: a task may open a table (a background
+  // compaction pass does), whose new Upkeep registers itself; it would wait for the lock while
+  // the drain waited for the task. An Upkeep is pinned instead, so that it outlives the wait, and
+  // the registry is walked again until every queue is idle, the ones created meanwhile included.
+  for (;;) {
+    Upkeep* busy = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(RegistryMutex());
+      for (Upkeep* upkeep : Registry()) {
+        if (upkeep->Busy()) {
+          busy = upkeep;
+          ++busy->pins_;
+          break;
+        }
+      }
+    }
+    if (!busy) return;
+    busy->Drain();
+    {
+      std::lock_guard<std::mutex> lock(RegistryMutex());
+      --busy->pins_;
+    }
+    Unpinned()->notify_all();
+  }
 }
 
 Upkeep::Upkeep() {
@@ -44,8 +71,11 @@ void Upkeep::ForkParent() {
 }
 
 void Upkeep::ForkChild() {
-  // The child's only thread is the one that forked, which holds every lock (ForkPrepare).
+  // The child's only thread is the one that forked, which holds every lock (ForkPrepare). A
+  // drain waiting in the parent has no thread here: its pins and its condition go.
+  Unpinned() = new std::condition_variable;  // the parent's may be mid-wait: leaked, not reused
   for (Upkeep* upkeep : Registry()) {
+    upkeep->pins_ = 0;
     new (&upkeep->thread_) std::thread();  // the parent's thread does not exist here
     new (&upkeep->changed_) std::condition_variable();
     upkeep->queue_.clear();
@@ -58,7 +88,9 @@ void Upkeep::ForkChild() {
 
 Upkeep::~Upkeep() {
   {
-    std::lock_guard<std::mutex> lock(RegistryMutex());
+    // A drain pinned this one: it waits for the queue to empty, which the thread still does.
+    std::unique_lock<std::mutex> lock(RegistryMutex());
+    Unpinned()->wait(lock, [this] { return pins_ == 0; });
     Registry().erase(this);
   }
   {
@@ -82,6 +114,11 @@ void Upkeep::Post(std::string name, Task task) {
     }
   }
   changed_.notify_all();
+}
+
+bool Upkeep::Busy() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !queue_.empty() || running_task_;
 }
 
 void Upkeep::Drain() {

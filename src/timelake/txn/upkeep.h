@@ -51,6 +51,9 @@ class Upkeep {
   std::vector<std::string> TakeFailures();
 
  private:
+  friend void DrainAllUpkeep();
+  /// True while a task is queued or running.
+  bool Busy();
   void Run();
   // fork() copies this object but not its thread: the child starts over with an empty queue
   // (the parent does the work it queued) and no thread; a mutex held across the fork is released.
@@ -68,6 +71,7 @@ class Upkeep {
   bool stopping_ = false;
   std::thread thread_;
   std::vector<std::string> failures_;
+  int pins_ = 0;  // drains waiting on this one (DrainAllUpkeep); guarded by the registry's mutex
 };
 
 /// Drains every Upkeep of the process: called before the interpreter exits, so that no task is
