@@ -253,6 +253,27 @@ TYPED_TEST_P(ObjectStoreContract, OutputStreamObjectIsVisibleAfterClose) {
   EXPECT_EQ(this->GetString("data/part-1.parquet"), "abcdefg");
 }
 
+// Small writes may be gathered before they reach the object (Parquet writes a field at a time);
+// interleaved with large ones, every byte lands in order and Tell counts the ones written.
+TYPED_TEST_P(ObjectStoreContract, OutputStreamKeepsTheOrderOfSmallAndLargeWrites) {
+  ASSERT_OK_AND_ASSIGN(auto out, this->store_->OpenOutput("data/mixed"));
+  std::string expected;
+  for (int round = 0; round < 6; ++round) {
+    for (int k = 0; k < 50; ++k) {
+      const std::string small = std::to_string(round) + ":" + std::to_string(k) + ",";
+      ASSERT_OK(out->Write(small.data(), static_cast<int64_t>(small.size())));
+      expected += small;
+    }
+    const std::string large((round + 1) * 40000, static_cast<char>('a' + round));
+    ASSERT_OK(out->Write(large.data(), static_cast<int64_t>(large.size())));
+    expected += large;
+    ASSERT_OK_AND_ASSIGN(int64_t position, out->Tell());
+    ASSERT_EQ(position, static_cast<int64_t>(expected.size()));
+  }
+  ASSERT_OK(out->Close());
+  EXPECT_TRUE(this->GetString("data/mixed") == expected) << "the object's bytes differ";
+}
+
 TYPED_TEST_P(ObjectStoreContract, OutputStreamObjectIsInvisibleBeforeClose) {
   ASSERT_OK_AND_ASSIGN(auto out, this->store_->OpenOutput("data/part-2.parquet"));
   ASSERT_OK(out->Write("partial", 7));
@@ -539,6 +560,7 @@ REGISTER_TYPED_TEST_SUITE_P(ObjectStoreContract, GetReturnsWhatPutStored, PutRep
                             PutIfAbsentOnExistingObjectReturnsFalseAndKeepsContent,
                             PutIfAbsentRaceHasExactlyOneWinner,
                             OutputStreamObjectIsVisibleAfterClose,
+                            OutputStreamKeepsTheOrderOfSmallAndLargeWrites,
                             OutputStreamObjectIsInvisibleBeforeClose, OpenInputReadsAtAnyOffset,
                             HeadReportsAnEntityTag, EntityTagChangesWithEveryReplacement,
                             EntityTagStaysWhileTheObjectIsUnchanged,

@@ -76,7 +76,10 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ToParquet(const arrow::Table& tabl
   auto with_files = table.ReplaceSchemaMetadata(metadata);
   ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
   auto props = parquet::WriterProperties::Builder()
-                   .compression(parquet::Compression::ZSTD)
+                   // Snappy: a record is written per commit and read by every fold. ZSTD's
+                   // contexts (one per column, created and freed per file) cost more than the
+                   // whole small record (bench/README.md, "Where a small append's time goes").
+                   .compression(parquet::Compression::SNAPPY)
                    ->enable_page_checksum()
                    ->build();
   auto arrow_props = parquet::ArrowWriterProperties::Builder().store_schema()->build();

@@ -9,7 +9,12 @@
 
 namespace timelake {
 
-int CpuParallelism() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int CpuParallelism() {
+  // hardware_concurrency() reads /sys/devices/system/cpu/online on every call (three system
+  // calls, several times per append): the core count is read once.
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cores;
+}
 
 arrow::Status RunParallel(size_t n, int parallelism,
                           const std::function<arrow::Status(size_t)>& task) {
