@@ -327,9 +327,14 @@ class Lake:
         if catalog is not None:
             catalog.forget(self._qualify(name))
 
-    def sql(self, query: str, namespace: str = "default") -> pa.Table:
-        """Runs a read-only SQL query (DuckDB dialect, UTC) over the lake's tables."""
-        return run_sql(self, query, namespace)
+    def sql(self, query: str, namespace: str = "default", as_of: Any = None) -> pa.Table:
+        """Runs a read-only SQL query (DuckDB dialect, UTC) over the lake's tables.
+
+        `as_of` reads every table as of an older version: a version number (queries over one
+        table) or a datetime (naive means UTC). `FROM t AT (VERSION => n)` and
+        `AT (TIMESTAMP => t)` do the same for one table reference.
+        """
+        return run_sql(self, query, namespace, as_of)
 
     def latest(self, table: Union[str, Table]) -> pa.Table:
         """The newest row of every series of a time-series table."""

@@ -17,6 +17,7 @@ friendlier error.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -178,6 +179,7 @@ class _Catalog:
         self.con = _confined_connection(self._directories, self._files)
         self.generation += 1
         self._views: Dict[str, _View] = {}
+        self._travel_empty: Dict[str, str] = {}  # time-travel view -> the empty table it reads
         self._fast_time_bucket = False
         self._empty = 0
         self._schemas = set()
@@ -271,6 +273,30 @@ class _Catalog:
         for field in declared:
             self.declared.setdefault(field.name, field)
         return handle, declared
+
+    def add_travel(self, ns: str, name: str, view: str, spec: Dict[str, int]) -> pa.Schema:
+        """Makes `ns.view` a view of table `ns.name` as of an older version (`spec`: version= or
+        timestamp_ms=, see Table::ScanAsOf); returns that version's declared schema. Planned anew
+        for every statement: a timestamp names a newer version once commits arrive."""
+        handle = self.lake._snapshot(f"{ns}.{name}")
+        plan = handle.scan(**spec)
+        if self._admit(plan):
+            raise _Reconnected()
+        paths = self._local_paths(plan)
+        declared = pa.schema(_Capsule(plan.declared_schema))
+        file_schema = pa.schema(_Capsule(plan.file_schema))
+        self._ensure_schema(ns)
+        key = f"{ns}.{view}"
+        old_empty = self._travel_empty.pop(key, None)
+        view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
+        self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(view)} AS {view_sql}")
+        if old_empty is not None:
+            self.con.unregister(old_empty)
+        if empty_name is not None:
+            self._travel_empty[key] = empty_name
+        for field in declared:
+            self.declared.setdefault(field.name, field)
+        return declared
 
     def _scan_filter(self, handle: Any, conjuncts: List[Conjunct]) -> Optional[ScanFilter]:
         declared = pa.schema(_Capsule(handle.schema_capsule()))
@@ -572,6 +598,97 @@ def _referenced_tables(lake: Any, tree: Dict[str, Any], namespace: str) -> List[
     return out
 
 
+def _as_of_spec(as_of: Any) -> Optional[Dict[str, int]]:
+    """sql(as_of=...) as a scan argument: an int is a version, a datetime an instant (naive: UTC)."""
+    if as_of is None:
+        return None
+    if isinstance(as_of, bool) or not isinstance(as_of, (int, dt.datetime)):
+        raise ValueError(
+            f"as_of must be a table version (int) or a datetime, got {type(as_of).__name__}"
+        )
+    if isinstance(as_of, int):
+        if as_of < 0:
+            raise ValueError(f"as_of must be a version of 0 or more, got {as_of}")
+        return {"version": as_of}
+    return {"timestamp_ms": _epoch_ms(as_of)}
+
+
+def _epoch_ms(instant: dt.datetime) -> int:
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=dt.timezone.utc)
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: str) -> Dict[str, int]:
+    """The scan argument an `AT (VERSION => ...)` / `AT (TIMESTAMP => ...)` clause asks for; its
+    expression is evaluated as a constant (`now() - INTERVAL 1 HOUR` works)."""
+    unit = str(at.get("unit", "")).upper()
+    if unit not in ("VERSION", "TIMESTAMP"):
+        raise ValueError(f"{table} AT ({unit} => ...): timelake reads AT (VERSION => n) and AT (TIMESTAMP => t)")
+    statement = json.loads(con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()[0][0])
+    statement["statements"][0]["node"]["select_list"][0] = at["expr"]
+    try:
+        text = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(statement)]).fetchall()[0][0]
+        value = con.execute(text).fetchall()[0][0]
+    except duckdb.Error as e:
+        raise ValueError(f"{table} AT ({unit} => ...): the value could not be computed: {_message(e)}") from None
+    if unit == "VERSION":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{table} AT (VERSION => {value!r}): a version is an integer of 0 or more")
+        return {"version": value}
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{table} AT (TIMESTAMP => {value!r}): not an ISO-8601 timestamp") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise ValueError(f"{table} AT (TIMESTAMP => {value!r}): not a timestamp")
+    return {"timestamp_ms": _epoch_ms(value)}
+
+
+def _travel_views(con: duckdb.DuckDBPyConnection, tree: Dict[str, Any], tables: List[Tuple[str, str]],
+                  namespace: str, as_of: Optional[Dict[str, int]]) -> List[Tuple[str, str, str, Dict[str, int]]]:
+    """Rewrites, in `tree`, every reference to a lake table that reads an older version (its own AT
+    clause, else `as_of`) into a reference to a view of that version; returns the views to make as
+    (namespace, table, view, scan argument). References keep their name as alias, so qualified
+    column names (t.col) still resolve."""
+    by_lower = {(ns.lower(), name.lower()): (ns, name) for ns, name in tables}
+    out: List[Tuple[str, str, str, Dict[str, int]]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for value in node:
+                visit(value)
+            return
+        if not isinstance(node, dict):
+            return
+        if node.get("type") == "BASE_TABLE" and not node.get("catalog_name") and node.get("table_name"):
+            found = by_lower.get(((node.get("schema_name") or namespace).lower(), node["table_name"].lower()))
+            at = node.get("at_clause")
+            if found is not None and (at or as_of is not None):
+                ns, name = found
+                spec = _at_clause_spec(con, at, f"{ns}.{name}") if at else as_of
+                kind, value = next(iter(spec.items()))
+                view = f"{name}@{'v' if kind == 'version' else 't'}{value}"
+                if not node.get("alias"):
+                    node["alias"] = node["table_name"]
+                node.update(schema_name=ns, table_name=view, at_clause=None,
+                            qualified_name={"path": [ns, view]})
+                out.append((ns, name, view, spec))
+            return
+        for value in node.values():
+            visit(value)
+
+    visit(tree)
+    return out
+
+
 def _pruning_conjuncts(tree: Dict[str, Any], tables: List[Tuple[str, str]], namespace: str) -> Optional[List[Conjunct]]:
     """The WHERE conjuncts that may prune the files of the statement's one table (see _sql_filter)."""
     found = filter_conjuncts(tree)
@@ -582,6 +699,13 @@ def _pruning_conjuncts(tree: Dict[str, Any], tables: List[Tuple[str, str]], name
     if (schema or namespace).lower() != ns.lower() or name.lower() != table.lower():
         return None
     return conjuncts
+
+
+def _names_table(tree: Dict[str, Any], table: Tuple[str, str], namespace: str) -> bool:
+    """True if the (rewritten) tree still names `table` itself, not only older versions of it."""
+    names: set = set()
+    _collect_tables(tree, namespace, names)
+    return (table[0].lower(), table[1].lower()) in names
 
 
 def _collect_tables(node: Any, namespace: str, out: set) -> None:
@@ -655,21 +779,34 @@ def _message(error: Exception) -> str:
     return str(error).split("\n\nLINE ", 1)[0]
 
 
-def run_sql(lake: Any, query: str, namespace: str = "default") -> pa.Table:
+def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None) -> pa.Table:
     _check_query(query)
     _check_namespace(namespace)
+    as_of_spec = _as_of_spec(as_of)
     catalog = lake._catalog()
     prefix, select = _read_statement(catalog.con, query)
     tree = _parse_tree(catalog.con, select)
     tables = _referenced_tables(lake, tree, namespace)
-    conjuncts = _pruning_conjuncts(tree, tables, namespace)
+    if as_of_spec is not None and "version" in as_of_spec and len(tables) > 1:
+        raise ValueError(
+            "as_of=<version> is ambiguous for a query over several tables (each has its own versions): "
+            "write AT (VERSION => n) after each table, or pass a datetime"
+        )
+    travels = _travel_views(catalog.con, tree, tables, namespace, as_of_spec)
+    current = tables
+    if travels:
+        select = catalog.con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchall()[0][0]
+        traveled = {(ns, name) for ns, name, _, _ in travels}
+        current = [t for t in tables if t not in traveled or _names_table(tree, t, namespace)]
+    conjuncts = _pruning_conjuncts(tree, current, namespace) if not travels else None
     try:
         # A table whose files need admitting restarts the preparation on a new connection; the
         # second pass admits nothing new.
-        for attempt in range(len(tables) + 1):
+        for attempt in range(len(tables) + len(travels) + 1):
             try:
                 catalog.begin(namespace)
-                schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in tables]
+                schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in current]
+                schemas += [catalog.add_travel(ns, name, view, spec) for ns, name, view, spec in travels]
                 break
             except _Reconnected:
                 continue

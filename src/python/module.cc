@@ -98,7 +98,7 @@ class PythonInterrupt {
   PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {
     case arrow::StatusCode::KeyError:
-      if (IsTableNotFound(status)) type = PyExc_KeyError;
+      if (IsTableNotFound(status) || IsVersionNotFound(status)) type = PyExc_KeyError;
       break;
     case arrow::StatusCode::AlreadyExists: type = PyExc_FileExistsError; break;
     case arrow::StatusCode::Invalid:
@@ -316,12 +316,14 @@ NB_MODULE(_core, m) {
       .def(
           "scan",
           [](Table& t, std::optional<int64_t> min_time, std::optional<int64_t> max_time,
-             std::map<std::string, ScanKeyValue> key_equals) {
+             std::map<std::string, ScanKeyValue> key_equals, std::optional<int64_t> version,
+             std::optional<int64_t> timestamp_ms) {
             ScanFilter filter{min_time, max_time, std::move(key_equals)};
-            return Released([&] { return t.Scan(filter); });
+            return Released([&] { return t.ScanAsOf(version, timestamp_ms, filter); });
           },
           "min_time"_a = nb::none(), "max_time"_a = nb::none(),
-          "key_equals"_a = std::map<std::string, ScanKeyValue>{});
+          "key_equals"_a = std::map<std::string, ScanKeyValue>{}, "version"_a = nb::none(),
+          "timestamp_ms"_a = nb::none());
 
   // The scan plan, read-only: what sql() renders into DuckDB views (see scan/scan_planner.h).
   nb::class_<ScanFile>(m, "ScanFile")

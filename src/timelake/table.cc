@@ -9,6 +9,7 @@
 #include <arrow/type_traits.h>
 
 #include "timelake/log/file_tags.h"
+#include "timelake/log/data_path.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -197,6 +198,63 @@ arrow::Result<ScanPlan> Table::Scan(const ScanFilter& filter) {
   return PlanScan({ctx_.store.get(), ctx_.table_path, &ctx_.snapshot, &ctx_.contract, ctx_.declared,
                    ctx_.storage},
                   filter);
+}
+
+arrow::Result<ScanPlan> Table::ScanAsOf(std::optional<int64_t> version,
+                                        std::optional<int64_t> timestamp_ms, const ScanFilter& filter) {
+  if (!version && !timestamp_ms) return Scan(filter);
+  if (version && *version < 0) {
+    return arrow::Status::Invalid("a table version is 0 or more, got ", *version);
+  }
+  // The store, path and name never change for a handle: no lock is needed to read the log.
+  DeltaLog log(ctx_.store, ctx_.table_path);
+  int64_t v = 0;
+  if (version) {
+    v = *version;
+  } else {
+    auto found = log.VersionAt(*timestamp_ms);
+    if (!found.ok()) return TableMessage(found.status());
+    v = *found;
+  }
+  auto snapshot = log.LoadAt(v);
+  if (!snapshot.ok()) return TableMessage(snapshot.status());
+  // Vacuum deletes the files a version read once they have been removed long enough: those are
+  // among the files the handle's snapshot no longer holds. Listed under the lock, checked after.
+  std::vector<std::string> gone_since;
+  {
+    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("scan"));
+    for (const auto& [path, add] : snapshot->files) {
+      if (!ctx_.snapshot.files.count(path)) gone_since.push_back(path);
+    }
+  }
+  for (const auto& path : gone_since) {
+    auto store_path = DataFileStorePath(ctx_.table_path, path);
+    if (!store_path.ok()) continue;  // a file outside the store: the query engine reports it
+    auto head = ctx_.store->Head(*store_path);
+    if (!head.ok() && IsNotFound(head.status())) {
+      return VersionNotFound("version " + std::to_string(v) + " of table '" + ctx_.name +
+                             "' cannot be read: vacuum removed its data file " + path +
+                             " (files are kept for delta.deletedFileRetentionDuration after a newer "
+                             "version stops using them)");
+    }
+    ARROW_RETURN_NOT_OK(head.status());
+  }
+  TableContext at(ctx_.store, ctx_.table_path, ctx_.name);
+  at.snapshot = std::move(*snapshot);
+  ARROW_RETURN_NOT_OK(LoadDerived(at));
+  return PlanScan({at.store.get(), at.table_path, &at.snapshot, &at.contract, at.declared, at.storage},
+                  filter);
+}
+
+arrow::Status Table::TableMessage(const arrow::Status& st) const {
+  // The log names the table by its folder; users know it by name.
+  if (!st.IsKeyError()) return st;
+  std::string message = st.message();
+  const std::string folder = "'" + ctx_.table_path + "'";
+  if (auto at = message.find(folder); at != std::string::npos) {
+    message.replace(at, folder.size(), "table '" + ctx_.name + "'");
+  }
+  return VersionNotFound(message);
 }
 
 }  // namespace timelake

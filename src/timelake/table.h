@@ -58,12 +58,20 @@ class Table {
   /// The files of the handle's current snapshot that may hold rows `filter` admits, annotated
   /// for a query engine (see scan/scan_planner.h).
   arrow::Result<ScanPlan> Scan(const ScanFilter& filter = {});
+  /// The same for an older version of the table (time travel): `version`, or when it is not
+  /// given the newest version committed at or before `timestamp_ms` (DeltaLog::VersionAt). Read
+  /// with that version's schema and contract. KeyError naming the versions that can be read when
+  /// the one asked for was removed by log expiry or is not written yet.
+  arrow::Result<ScanPlan> ScanAsOf(std::optional<int64_t> version, std::optional<int64_t> timestamp_ms,
+                                   const ScanFilter& filter = {});
 
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
+  /// `st` with the table's folder replaced by its name in a KeyError's message.
+  arrow::Status TableMessage(const arrow::Status& st) const;
 
   /// Commits `staged` together with the appends of other threads staged meanwhile (group
   /// commit): the first waiting thread leads, takes the handle's lock and commits every staged

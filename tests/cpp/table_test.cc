@@ -22,6 +22,7 @@
 #include "timelake/lake.h"
 #include "timelake/store/forwarding_store.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/util/time.h"
 
 namespace timelake::testing {
 namespace {
@@ -470,6 +471,54 @@ TEST_F(ScanTest, TableWithoutDedupNeverMarksFiles) {
   ASSERT_OK(AppendAt(table_.get(), {{1, 2}}).status());
   ASSERT_OK_AND_ASSIGN(auto plan, table_->Scan());
   EXPECT_EQ(DedupByChunk(plan)["2025-01-01"], (std::vector<bool>{false, false}));
+}
+
+// Time travel: the plan of an older version lists that version's files, with its dedup marks.
+TEST_F(ScanTest, AnOlderVersionIsPlannedFromItsOwnSnapshot) {
+  CreateWithDedup("last");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}, {1, 3}}).status());  // version 1
+  ASSERT_OK(AppendAt(table_.get(), {{1, 2}}).status());          // version 2: overlaps
+  ASSERT_OK(AppendAt(table_.get(), {{2, 0}}).status());          // version 3
+  ASSERT_OK_AND_ASSIGN(auto v1, table_->ScanAsOf(1, std::nullopt));
+  EXPECT_EQ(v1.version, 1);
+  EXPECT_EQ(DedupByChunk(v1)["2025-01-01"], (std::vector<bool>{false}));
+  ASSERT_OK_AND_ASSIGN(auto v2, table_->ScanAsOf(2, std::nullopt));
+  EXPECT_EQ(DedupByChunk(v2)["2025-01-01"], (std::vector<bool>{true, true}));
+  EXPECT_EQ(v2.files.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(auto v0, table_->ScanAsOf(0, std::nullopt));
+  EXPECT_TRUE(v0.files.empty());
+  // The latest version through time travel is the latest plan.
+  ASSERT_OK_AND_ASSIGN(auto v3, table_->ScanAsOf(3, std::nullopt));
+  EXPECT_EQ(v3.files.size(), 3u);
+}
+
+TEST_F(ScanTest, AVersionNotWrittenYetIsAKeyErrorNamingTheReadableOnes) {
+  CreateWithDedup("last");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}}).status());
+  auto missing = table_->ScanAsOf(7, std::nullopt);
+  ASSERT_TRUE(missing.status().IsKeyError()) << missing.status().ToString();
+  EXPECT_NE(missing.status().message().find("versions 0 to 1 can be read"), std::string::npos)
+      << missing.status().message();
+  EXPECT_NE(missing.status().message().find("table 'default.t'"), std::string::npos)
+      << missing.status().message();
+  EXPECT_TRUE(table_->ScanAsOf(-1, std::nullopt).status().IsInvalid());
+}
+
+TEST_F(ScanTest, ATimestampSelectsTheNewestVersionCommittedByThen) {
+  CreateWithDedup("last");
+  ASSERT_OK(AppendAt(table_.get(), {{1, 1}}).status());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int64_t between = NowMillis();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_OK(AppendAt(table_.get(), {{1, 2}}).status());
+  ASSERT_OK_AND_ASSIGN(auto then, table_->ScanAsOf(std::nullopt, between));
+  EXPECT_EQ(then.version, 1);
+  ASSERT_OK_AND_ASSIGN(auto now, table_->ScanAsOf(std::nullopt, NowMillis() + 1000));
+  EXPECT_EQ(now.version, 2);
+  auto before = table_->ScanAsOf(std::nullopt, 0);
+  ASSERT_TRUE(before.status().IsKeyError());
+  EXPECT_NE(before.status().message().find("the oldest that can be read (version 0)"), std::string::npos)
+      << before.status().message();
 }
 
 TEST_F(ScanTest, PlanDescribesEachFile) {

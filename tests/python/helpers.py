@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa  # import pyarrow before the extension (shared Arrow libraries)
@@ -159,7 +160,7 @@ import json, os, sys
 import pyarrow as pa
 import deltalake
 path, out = sys.argv[1], sys.argv[2]
-d = deltalake.DeltaTable(path)
+d = deltalake.DeltaTable(path, version=int(sys.argv[3])) if len(sys.argv) > 3 else deltalake.DeltaTable(path)
 t = d.to_pyarrow_table()
 p = d.protocol()
 meta = {
@@ -205,11 +206,11 @@ def _run_child(script: str, *args: str) -> None:
 _counter = [0]
 
 
-def delta_read(path: Path, scratch: Path) -> tuple[pa.Table, dict]:
-    """deltalake.DeltaTable(path).to_pyarrow_table() plus version/protocol/configuration."""
+def delta_read(path: Path, scratch: Path, version: Optional[int] = None) -> tuple[pa.Table, dict]:
+    """deltalake.DeltaTable(path[, version=...]).to_pyarrow_table() plus version/protocol/configuration."""
     _counter[0] += 1
     out = scratch / f"delta-read-{_counter[0]}"
-    _run_child(_DELTA_READ, str(path), str(out))
+    _run_child(_DELTA_READ, str(path), str(out), *([str(version)] if version is not None else []))
     with pa.memory_map(str(out) + ".arrow") as f:
         table = pa.ipc.open_file(f).read_all()
     meta = json.loads(Path(str(out) + ".json").read_text())

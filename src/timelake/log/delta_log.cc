@@ -1,6 +1,9 @@
 #include "timelake/log/delta_log.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <utility>
 #include <set>
 #include <vector>
 
@@ -124,6 +127,86 @@ arrow::Result<Snapshot> DeltaLog::Load() {
   ARROW_ASSIGN_OR_RAISE(auto snapshot, Rebuild(versions, /*from_zero=*/true, &failures));
   snapshot.oldest_version = versions.commits.count(0) ? 0 : *versions.checkpoints.begin();
   return snapshot;
+}
+
+namespace {
+
+// The versions that can be read from `versions`: from the oldest start (commit 0 or the oldest
+// checkpoint) to the newest commit or checkpoint; {-1, -1} for none.
+std::pair<int64_t, int64_t> ReadableRange(const LogStore::Versions& versions) {
+  const int64_t newest = std::max(versions.commits.empty() ? -1 : *versions.commits.rbegin(),
+                                  versions.checkpoints.empty() ? -1 : *versions.checkpoints.rbegin());
+  if (versions.commits.count(0)) return {0, newest};
+  if (versions.checkpoints.empty()) return {-1, -1};
+  return {*versions.checkpoints.begin(), newest};
+}
+
+std::string RangeText(std::pair<int64_t, int64_t> range) {
+  if (range.first < 0) return "no version can be read";
+  if (range.first == range.second) return "only version " + std::to_string(range.first) + " can be read";
+  return "versions " + std::to_string(range.first) + " to " + std::to_string(range.second) +
+         " can be read";
+}
+
+}  // namespace
+
+arrow::Result<Snapshot> DeltaLog::LoadAt(int64_t version) {
+  ARROW_ASSIGN_OR_RAISE(auto versions, log_store_.ListVersions(0));
+  const auto range = ReadableRange(versions);
+  if (range.first < 0) return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
+  if (version < range.first || version > range.second) {
+    return arrow::Status::KeyError(
+        "version ", version, " of '", table_path_, "' cannot be read: ", RangeText(range),
+        version < range.first ? " (log expiry removed the older ones: see delta.logRetentionDuration)"
+                              : "");
+  }
+  // The log as it stood at `version`: what came later is not there.
+  LogStore::Versions upto;
+  upto.commits.insert(versions.commits.begin(), versions.commits.upper_bound(version));
+  upto.checkpoints.insert(versions.checkpoints.begin(), versions.checkpoints.upper_bound(version));
+  std::vector<std::string> failures;
+  ARROW_ASSIGN_OR_RAISE(auto snapshot, Rebuild(upto, /*from_zero=*/true, &failures));
+  if (snapshot.version != version) {
+    // The log ended before `version` there: the versions after were strays of a dropped table.
+    return arrow::Status::KeyError("version ", version, " of '", table_path_,
+                                   "' cannot be read: it is not part of this table's log");
+  }
+  snapshot.oldest_version = range.first;
+  return snapshot;
+}
+
+arrow::Result<int64_t> DeltaLog::VersionAt(int64_t timestamp_ms) {
+  ARROW_ASSIGN_OR_RAISE(auto versions, log_store_.ListVersions(0));
+  const auto range = ReadableRange(versions);
+  if (range.first < 0) return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
+  // Times of the commits from the oldest readable version on, never decreasing.
+  int64_t found = -1;
+  std::optional<int64_t> previous;
+  int64_t oldest_time = 0;
+  // Object stores list modification times to the second: near `timestamp_ms` the commit's own
+  // time (commitInfo.timestamp, the writer's clock in milliseconds) decides.
+  constexpr int64_t kCoarseMs = 2000;
+  for (const auto& [v, listed] : versions.commit_modified_ms) {
+    if (v < range.first) continue;
+    int64_t modified = listed;
+    if (std::abs(listed - timestamp_ms) <= kCoarseMs) {
+      auto commit = ReadCommit(v);
+      if (commit.ok() && commit->commit_info && commit->commit_info->timestamp > 0) {
+        modified = commit->commit_info->timestamp;
+      }
+    }
+    const int64_t at = previous ? std::max(modified, *previous + 1) : modified;
+    if (!previous) oldest_time = at;
+    previous = at;
+    if (at > timestamp_ms) break;
+    found = v;
+  }
+  if (found < 0) {
+    return arrow::Status::KeyError("no version of '", table_path_, "' is as old as ", FormatIsoMillis(timestamp_ms * 1000),
+                                   ": the oldest that can be read (version ", range.first,
+                                   ") was committed at ", FormatIsoMillis(oldest_time * 1000));
+  }
+  return found;
 }
 
 arrow::Result<int64_t> DeltaLog::OldestVersion() {

@@ -39,6 +39,19 @@ class DeltaLog {
   /// damaged objects if no checkpoint nor commit 0 leads to the latest version.
   arrow::Result<Snapshot> Load();
 
+  /// The snapshot at `version` (time travel), rebuilt from the newest checkpoint at or before it.
+  /// KeyError naming the versions that can be read when `version` is not one of them: removed by
+  /// log expiry, or not written yet.
+  arrow::Result<Snapshot> LoadAt(int64_t version);
+
+  /// The newest version committed at or before `timestamp_ms` (milliseconds since the epoch).
+  /// A commit's time is its file's modification time, made increasing along the log as the Delta
+  /// protocol says (a commit is never older than the one before it); within 2 s of
+  /// `timestamp_ms` the commitInfo's own timestamp is used instead, since object stores list
+  /// modification times to the second. KeyError when the oldest readable version is newer than
+  /// `timestamp_ms`, naming its time.
+  arrow::Result<int64_t> VersionAt(int64_t timestamp_ms);
+
   /// Advances `snapshot` to the latest committed version, reading only the new commits. First
   /// checks that commit `snapshot->version` is still the one the snapshot was built from. If it
   /// is gone or different, the latest snapshot is loaded: with the same metaData.id (log expiry

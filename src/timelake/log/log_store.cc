@@ -82,7 +82,10 @@ arrow::Result<LogStore::Versions> LogStore::ListVersions(int64_t from) {
   Versions out;
   for (const auto& meta : listing) {
     const std::string name = FileName(meta.path);
-    if (auto v = CommitVersionOf(name); v && *v >= from) out.commits.insert(*v);
+    if (auto v = CommitVersionOf(name); v && *v >= from) {
+      out.commits.insert(*v);
+      out.commit_modified_ms[*v] = meta.modified_ms;
+    }
     if (auto v = CheckpointVersionOf(name); v && *v >= from) out.checkpoints.insert(*v);
   }
   return out;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -52,6 +53,7 @@ class LogStore {
   struct Versions {
     std::set<int64_t> commits;      // versions with a JSON commit
     std::set<int64_t> checkpoints;  // versions with a classic checkpoint
+    std::map<int64_t, int64_t> commit_modified_ms;  // when each commit was written
   };
   /// The commits and checkpoints of version `from` and later, from one listing that starts
   /// after the names of version `from - 1` (the whole log when `from` is 0).

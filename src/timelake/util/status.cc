@@ -19,6 +19,13 @@ class TableNotFoundDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "table not found"; }
 };
 
+class VersionNotFoundDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::VersionNotFound";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "version not found"; }
+};
+
 class CommitConflictDetail : public arrow::StatusDetail {
  public:
   static constexpr const char* kTypeId = "timelake::CommitConflict";
@@ -86,6 +93,14 @@ arrow::Status TableDropped(const std::string& name) {
 
 bool IsTableNotFound(const arrow::Status& status) {
   return status.IsKeyError() && HasDetail(status, TableNotFoundDetail::kTypeId);
+}
+
+arrow::Status VersionNotFound(const std::string& message) {
+  return arrow::Status(arrow::StatusCode::KeyError, message, std::make_shared<VersionNotFoundDetail>());
+}
+
+bool IsVersionNotFound(const arrow::Status& status) {
+  return status.IsKeyError() && HasDetail(status, VersionNotFoundDetail::kTypeId);
 }
 
 arrow::Status NotFound(const std::string& path) {

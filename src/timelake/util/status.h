@@ -3,7 +3,7 @@
 // The core reports failures as arrow::Status. The binding layer maps status codes to the Python
 // exceptions of the API contract: KeyError -> KeyError, AlreadyExists -> FileExistsError,
 // Invalid/TypeError -> ValueError, everything else -> RuntimeError. Only KeyErrors made by
-// TableNotFound() become KeyError. Stores report a missing object
+// TableNotFound() or VersionNotFound() become KeyError. Stores report a missing object
 // with NotFound(), which carries a detail so callers can tell it from other I/O errors; it is never
 // meant to surface to users as-is.
 #pragma once
@@ -30,6 +30,13 @@ arrow::Status TableDropped(const std::string& name);
 
 /// True if `status` was made by TableNotFound() or TableDropped().
 bool IsTableNotFound(const arrow::Status& status);
+
+/// A KeyError status for a table version that cannot be read (time travel): `message` says which
+/// can. Becomes a Python KeyError like TableNotFound().
+arrow::Status VersionNotFound(const std::string& message);
+
+/// True if `status` was made by VersionNotFound().
+bool IsVersionNotFound(const arrow::Status& status);
 
 /// A commit that could not be rebased over what concurrent writers committed (they changed the
 /// schema, removed the files it rewrites, or won too many races). Distinct from I/O errors:
