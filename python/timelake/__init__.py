@@ -256,6 +256,27 @@ class Table:
         """Contract, size, snapshots, manifests and last-value-index figures."""
         return self._core.info()
 
+    def add_columns(self, columns: Any) -> dict:
+        """Adds nullable columns after the existing ones; returns {"version", "columns"}.
+
+        `columns`: a pyarrow.Schema, a list of pyarrow.Field, or a mapping of name to type. Rows
+        already in the table read the new columns as null.
+        """
+        if isinstance(columns, Mapping):
+            try:
+                columns = pa.schema([pa.field(str(name), t) for name, t in columns.items()])
+            except (TypeError, ValueError, KeyError, pa.ArrowException) as e:
+                raise ValueError(f"add_columns: a column needs a pyarrow type ({e})") from None
+        elif isinstance(columns, (list, tuple)) and all(isinstance(f, pa.Field) for f in columns):
+            columns = pa.schema(list(columns))
+        if not isinstance(columns, pa.Schema):
+            raise ValueError(
+                "add_columns takes a pyarrow.Schema, a list of pyarrow.Field or a mapping of name to type, "
+                f"got {type(columns).__name__}"
+            )
+        version = self._core.add_columns(_schema_capsule(columns))
+        return {"version": version, "columns": columns.names}
+
     def refresh(self) -> None:
         """Advances this handle to the latest committed version."""
         self._core.refresh()

@@ -333,7 +333,10 @@ class _Catalog:
             self.con.register(empty_name, empty)
             return f"SELECT {columns} FROM temp.main.{_quote(empty_name)}", empty_name
         foreign = contract["time_column"] is None and not any(f.seq for f in files)
-        union = ", union_by_name=true" if foreign else ""
+        # Files written before add_columns lack the new columns: read by name, and the empty table
+        # of the table's own schema below brings every column (null where no file has it).
+        evolved = plan.evolved
+        union = ", union_by_name=true" if foreign or evolved else ""
         parts = []
         plain = [f for f in files if not f.dedup]
         # Files of other engines' partitioned tables: partition values come from the log.
@@ -349,10 +352,17 @@ class _Catalog:
             parts.append(f"SELECT *{extra} FROM read_parquet({_file_list(paths)}, hive_partitioning=false{union})")
         dedup = [f for f in files if f.dedup]
         if dedup:
-            parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared]))
+            parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared],
+                                    evolved))
+        empty_name = None
+        if evolved:
+            self._empty += 1
+            empty_name = f"__timelake_empty_{self._empty}"
+            self.con.register(empty_name, pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table())
+            parts.append(f"SELECT * FROM temp.main.{_quote(empty_name)}")
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", None
-        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", None
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", empty_name
 
 
 class _Located:
@@ -368,7 +378,7 @@ class _Located:
         self.partition_values = f.partition_values
 
 
-def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str]) -> str:
+def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str], evolved: bool = False) -> str:
     """One row per (series key, time) of `files`: newest commit first for "last", oldest for "first".
 
     The view's own columns get names no table column has (DuckDB compares names ignoring case),
@@ -384,6 +394,11 @@ def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: Li
     options = f"filename={_literal(file_col)}" + (", file_row_number=true" if row_number else "")
     seqs = ", ".join(f"({_literal(f.path)}, {f.seq}, {f.order})" for f in files)
     ordering = f"{_quote(seq)} {order}, {_quote(ord_)} {order}" + (f", file_row_number {order}" if row_number else "")
+    if evolved:
+        # Some columns may be in none of these files: keep whatever they hold, by name.
+        helpers = [file_col, seq, ord_] + (["file_row_number"] if row_number else [])
+        columns = "* EXCLUDE (" + ", ".join(_quote(h) for h in helpers) + ")"
+        options += ", union_by_name=true"
     return (
         f"SELECT {columns} FROM (SELECT r.*, m.{_quote(seq)}, m.{_quote(ord_)} FROM "
         f"read_parquet({_file_list([f.path for f in files])}, {options}, hive_partitioning=false) r "

@@ -309,6 +309,11 @@ NB_MODULE(_core, m) {
            [](Table& t) {
              return ExportTableCapsule(Released([&] { return t.Latest(); }));
            })
+      .def("add_columns",
+           [](Table& t, nb::handle schema_capsule) {
+             auto schema = ImportSchemaCapsule(schema_capsule);
+             return Released([&] { return t.AddColumns(schema->fields()); });
+           })
       .def("refresh",
            [](Table& t) {
              Released([&] { return t.Refresh(); });
@@ -343,6 +348,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<ScanPlan>(m, "ScanPlan")
       .def_ro("version", &ScanPlan::version)
+      .def_ro("evolved", &ScanPlan::evolved)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
       .def_ro("files_pruned", &ScanPlan::files_pruned)
       .def_prop_ro("declared_schema",

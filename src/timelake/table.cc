@@ -3,13 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <map>
+#include <set>
 
 #include <arrow/type.h>
 #include <arrow/type_traits.h>
 
 #include "timelake/log/file_tags.h"
 #include "timelake/log/data_path.h"
+#include "timelake/log/schema.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -244,6 +247,70 @@ arrow::Result<ScanPlan> Table::ScanAsOf(std::optional<int64_t> version,
   ARROW_RETURN_NOT_OK(LoadDerived(at));
   return PlanScan({at.store.get(), at.table_path, &at.snapshot, &at.contract, at.declared, at.storage},
                   filter);
+}
+
+arrow::Result<int64_t> Table::AddColumns(const arrow::FieldVector& fields) {
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("add_columns"));
+  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(CheckWritable(ctx_));
+  if (fields.empty()) return arrow::Status::Invalid("add_columns needs at least one column");
+  std::set<std::string> taken;
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  for (const auto& f : ctx_.declared->fields()) taken.insert(lower(f->name()));
+  for (const auto& f : fields) {
+    if (!f || f->name().empty()) return arrow::Status::Invalid("add_columns: a column needs a name");
+    if (!f->nullable()) {
+      return arrow::Status::Invalid("add_columns: column '", f->name(),
+                                    "' must be nullable: the rows already in the table have no value "
+                                    "for it and read it as null");
+    }
+    if (!taken.insert(lower(f->name())).second) {
+      return arrow::Status::Invalid("add_columns: table '", ctx_.name, "' already has a column named '",
+                                    f->name(), "' (names are unique ignoring case)");
+    }
+  }
+  arrow::FieldVector all = ctx_.declared->fields();
+  all.insert(all.end(), fields.begin(), fields.end());
+  auto declared = arrow::schema(all, ctx_.declared->metadata());
+  auto storage = StorageSchemaOf(*declared);
+  if (!storage.ok()) return arrow::Status::Invalid("add_columns: ", storage.status().message());
+  const Protocol& protocol = ctx_.snapshot.protocol;
+  const bool has_ntz = protocol.reader_features &&
+                       std::count(protocol.reader_features->begin(), protocol.reader_features->end(),
+                                  std::string("timestampNtz")) > 0;
+  if (NeedsTimestampNtz(**storage) && !has_ntz) {
+    return arrow::Status::Invalid(
+        "add_columns: a timestamp column without a time zone needs the Delta feature timestampNtz, "
+        "which table '", ctx_.name, "' was created without (timelake does not upgrade a table's "
+        "protocol); give the column a time zone (e.g. pa.timestamp('us', tz='UTC'))");
+  }
+  Metadata metadata = ctx_.snapshot.metadata;
+  ARROW_ASSIGN_OR_RAISE(metadata.schema_string, DeltaSchemaString(**storage));
+  ARROW_ASSIGN_OR_RAISE(metadata.configuration["timelake.arrowSchema"], EncodeArrowSchema(*declared));
+  const int64_t schema_version =
+      ParseInt64(ctx_.snapshot.Config("timelake.schemaVersion", "1")).value_or(1) + 1;
+  metadata.configuration["timelake.schemaVersion"] = std::to_string(schema_version);
+
+  std::string names;
+  for (const auto& f : fields) names += (names.empty() ? "" : ", ") + f->name();
+  Commit commit;
+  commit.commit_info = NewCommitInfo("ADD COLUMNS");
+  commit.commit_info->operation_parameters = {{"columns", names}};
+  commit.metadata = std::move(metadata);
+  PendingCommit pending;
+  pending.commit = std::move(commit);
+  pending.intent.kind = CommitKind::kSchemaChange;
+  CommitOutcome outcome;
+  ARROW_RETURN_NOT_OK(DroppedOr(ctx_, CommitPending(ctx_, &pending, &outcome)));
+  if (!outcome.version) {
+    return CommitConflict("commit conflict: add_columns on table '" + ctx_.name +
+                          "' lost to a concurrent commit; retry");
+  }
+  ARROW_RETURN_NOT_OK(LoadDerived(ctx_));
+  return *outcome.version;
 }
 
 arrow::Status Table::TableMessage(const arrow::Status& st) const {

@@ -65,6 +65,14 @@ class Table {
   arrow::Result<ScanPlan> ScanAsOf(std::optional<int64_t> version, std::optional<int64_t> timestamp_ms,
                                    const ScanFilter& filter = {});
 
+  /// Adds nullable columns after the existing ones, in one commit (a new metaData with the same
+  /// table id); returns its version. Files written before read the new columns as null; appends
+  /// may bring them from then on and still refuse columns the table does not have. Invalid for
+  /// an empty list, a column that is not nullable, a name the table has (ignoring case) or a
+  /// type timelake cannot store. An append that raced it rebases (its rows have nulls there);
+  /// another add_columns that raced it fails with a commit conflict.
+  arrow::Result<int64_t> AddColumns(const arrow::FieldVector& fields);
+
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 

@@ -60,6 +60,7 @@ arrow::Status LoadDerived(TableContext& t) {
   ARROW_ASSIGN_OR_RAISE(t.storage, StorageSchemaOf(*t.declared));
   ARROW_ASSIGN_OR_RAISE(t.contract, ContractFromConfiguration(m.configuration));
   t.metadata_id = m.id;
+  t.schema_source = SchemaSource(m);
   t.checkpointed = std::make_shared<std::atomic<int64_t>>(-1);  // tasks of an older table keep theirs
   t.latest = LatestState{};
   t.index = std::make_shared<LastValueIndex>(t.store, t.table_path, m.id, t.contract, t.storage);
@@ -115,8 +116,16 @@ arrow::Status Update(TableContext& t) {
       },
       &reloaded));
   if (reloaded) t.latest = LatestState{};
-  if (t.snapshot.metadata.id != t.metadata_id || !t.declared) return LoadDerived(t);
+  if (t.snapshot.metadata.id != t.metadata_id || !t.declared ||
+      SchemaSource(t.snapshot.metadata) != t.schema_source) {
+    return LoadDerived(t);
+  }
   return arrow::Status::OK();
+}
+
+std::string SchemaSource(const Metadata& m) {
+  auto arrow_schema = m.configuration.find(kArrowSchemaKey);
+  return m.schema_string + "\n" + (arrow_schema == m.configuration.end() ? "" : arrow_schema->second);
 }
 
 arrow::Status CheckWritable(const TableContext& t) {

@@ -296,6 +296,53 @@ TEST(ConflictRulesTest, SchemaProtocolAndIdentityChangesConflictWithEverything) 
   }
 }
 
+// add_columns commits a metaData with nullable columns after the old ones: appends, compactions
+// and retention rebase over it (their files read the new columns as null); another schema change
+// conflicts; anything more than added nullable columns is still a metadata change.
+TEST(ConflictRulesTest, AddedNullableColumnsRebaseEverythingButAnotherSchemaChange) {
+  const std::string two =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"v","type":"double","nullable":true,"metadata":{}}]})";
+  const std::string three =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"v","type":"double","nullable":true,"metadata":{}},)"
+      R"({"name":"h","type":"float","nullable":true,"metadata":{}}]})";
+  Snapshot before = Before();
+  before.metadata.schema_string = two;
+  before.metadata.configuration = {{"timelake.arrowSchema", "old"}, {"delta.checkpointInterval", "10"}};
+  Commit added;
+  added.metadata = before.metadata;
+  added.metadata->schema_string = three;
+  added.metadata->configuration["timelake.arrowSchema"] = "new";
+  added.metadata->configuration["timelake.schemaVersion"] = "2";
+  for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
+    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    EXPECT_EQ(Judge(pending, added, before).resolution, Resolution::kRebase) << CommitKindName(kind);
+  }
+  CommitIntent schema_change{CommitKind::kSchemaChange, {}, {}};
+  EXPECT_EQ(Judge(schema_change, added, before).resolution, Resolution::kConflict);
+  // Also a property changed: not only added columns.
+  Commit more = added;
+  more.metadata->configuration["delta.checkpointInterval"] = "5";
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kAppend, {}, {}}, more, before).effect,
+            WinnerEffect::kChangedMetadata);
+  // A column removed (the old schema is not a prefix): a metadata change, a conflict.
+  Commit dropped = added;
+  dropped.metadata->schema_string =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"h","type":"float","nullable":true,"metadata":{}}]})";
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kAppend, {}, {}}, dropped, before).resolution,
+            Resolution::kConflict);
+  // A column added that is not nullable: a conflict.
+  Commit required = added;
+  required.metadata->schema_string =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"v","type":"double","nullable":true,"metadata":{}},)"
+      R"({"name":"h","type":"float","nullable":false,"metadata":{}}]})";
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kAppend, {}, {}}, required, before).resolution,
+            Resolution::kConflict);
+}
+
 TEST(ConflictRulesTest, AnUnchangedMetadataOrProtocolActionDoesNotConflict) {
   CommitIntent append{CommitKind::kAppend, {}, {}};
   Commit winner;

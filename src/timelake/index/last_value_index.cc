@@ -129,8 +129,30 @@ arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string
   }
   out.rows = out.rows->ReplaceSchemaMetadata(nullptr);
   if (!out.rows->schema()->Equals(expected, /*check_metadata=*/false)) {
-    return arrow::Status::IOError("last-value index object ", path,
-                                  " does not have the table's schema");
+    // Written before add_columns: the same columns but for the ones added since, whose values
+    // in those rows are null. Anything else is not this table's index.
+    const auto& had = *out.rows->schema();
+    bool older = had.num_fields() < expected.num_fields();
+    int found = 0;
+    std::vector<std::shared_ptr<arrow::ChunkedArray>> columns;
+    for (int i = 0; older && i < expected.num_fields(); ++i) {
+      const auto& field = expected.field(i);
+      const int at = had.GetFieldIndex(field->name());
+      if (at >= 0 && had.field(at)->type()->Equals(*field->type())) {
+        columns.push_back(out.rows->column(at));
+        ++found;
+      } else if (at < 0 && field->nullable()) {
+        ARROW_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(field->type(), out.rows->num_rows()));
+        columns.push_back(std::make_shared<arrow::ChunkedArray>(nulls));
+      } else {
+        older = false;
+      }
+    }
+    if (!older || found != had.num_fields()) {
+      return arrow::Status::IOError("last-value index object ", path,
+                                    " does not have the table's schema");
+    }
+    out.rows = arrow::Table::Make(arrow::schema(expected.fields()), columns, out.rows->num_rows());
   }
   return out;
 }

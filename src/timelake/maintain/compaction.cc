@@ -18,6 +18,37 @@
 #include "timelake/util/parallel.h"
 
 namespace timelake {
+
+namespace {
+
+// `batch` with the columns of `storage`, by name: a file written before add_columns lacks the
+// columns added since, which read as null (slices gather batches of several files in one reader).
+arrow::Result<std::shared_ptr<arrow::RecordBatch>> WithColumnsOf(
+    const std::shared_ptr<arrow::RecordBatch>& batch, const std::shared_ptr<arrow::Schema>& storage) {
+  if (batch->num_columns() == storage->num_fields()) {
+    bool same = true;
+    for (int i = 0; i < storage->num_fields() && same; ++i) {
+      same = batch->schema()->field(i)->name() == storage->field(i)->name() &&
+             batch->column(i)->type()->Equals(*storage->field(i)->type());
+    }
+    if (same) return batch;
+  }
+  arrow::ArrayVector columns;
+  for (const auto& field : storage->fields()) {
+    std::shared_ptr<arrow::Array> column = batch->GetColumnByName(field->name());
+    if (!column) {
+      ARROW_ASSIGN_OR_RAISE(column, arrow::MakeArrayOfNull(field->type(), batch->num_rows()));
+    } else if (!column->type()->Equals(*field->type())) {
+      ARROW_ASSIGN_OR_RAISE(auto cast, arrow::compute::Cast(column, field->type()));
+      column = cast.make_array();
+    }
+    columns.push_back(std::move(column));
+  }
+  return arrow::RecordBatch::Make(storage, batch->num_rows(), std::move(columns));
+}
+
+}  // namespace
+
 namespace {
 
 struct Candidate {
@@ -208,6 +239,7 @@ struct SliceReader {
         if (!whole && time_index >= 0) {
           ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
         }
+        ARROW_ASSIGN_OR_RAISE(batch, WithColumnsOf(batch, storage));
         if (batch->num_rows() == 0) continue;
         batches->push_back(std::move(batch));
         if (sink && !sink()) break;

@@ -249,6 +249,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
 
   ScanPlan plan;
   plan.version = snapshot.version;
+  plan.evolved = snapshot.metadata.configuration.count("timelake.schemaVersion") > 0;
   plan.declared = source.declared;
   plan.contract = contract;
   plan.filter = filter;

@@ -75,6 +75,8 @@ struct ScanPlan {
   std::vector<std::string> partition_columns;
   Contract contract;
   ScanFilter filter;  // the filter the plan was made with
+  /// Columns were added to the table (add_columns): older files lack them, and read them as null.
+  bool evolved = false;
 };
 
 /// The table a plan is made for. Everything is borrowed for the duration of PlanScan.

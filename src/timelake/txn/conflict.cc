@@ -2,6 +2,10 @@
 
 #include <vector>
 
+#include <arrow/type.h>
+
+#include "timelake/log/schema.h"
+
 namespace timelake {
 
 namespace {
@@ -14,6 +18,34 @@ bool SameFeatures(const std::optional<std::vector<std::string>>& a,
   return set(a) == set(b);
 }
 
+// True if `now` differs from `before` only by nullable columns added after the old ones (what
+// Table::AddColumns commits): its schema and timelake's schema keys, nothing else.
+bool OnlyAddsColumns(const Metadata& before, const Metadata& now) {
+  if (now.schema_string == before.schema_string || now.partition_columns != before.partition_columns) {
+    return false;
+  }
+  auto other_keys = [](const Metadata& m) {
+    auto config = m.configuration;
+    config.erase("timelake.arrowSchema");
+    config.erase("timelake.schemaVersion");
+    return config;
+  };
+  if (other_keys(now) != other_keys(before)) return false;
+  auto old_schema = SchemaFromDelta(before.schema_string);
+  auto new_schema = SchemaFromDelta(now.schema_string);
+  if (!old_schema.ok() || !new_schema.ok()) return false;
+  const auto& a = **old_schema;
+  const auto& b = **new_schema;
+  if (b.num_fields() <= a.num_fields()) return false;
+  for (int i = 0; i < a.num_fields(); ++i) {
+    if (!a.field(i)->Equals(*b.field(i))) return false;
+  }
+  for (int i = a.num_fields(); i < b.num_fields(); ++i) {
+    if (!b.field(i)->nullable()) return false;
+  }
+  return true;
+}
+
 std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& winner,
                                     const Snapshot& before) {
   std::vector<WinnerEffect> effects;
@@ -22,6 +54,8 @@ std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& w
     const Metadata& old = before.metadata;
     if (m.id != old.id) {
       effects.push_back(WinnerEffect::kReplacedTable);
+    } else if (OnlyAddsColumns(old, m)) {
+      effects.push_back(WinnerEffect::kAddedColumns);
     } else if (m.schema_string != old.schema_string ||
                m.partition_columns != old.partition_columns ||
                m.configuration != old.configuration) {
@@ -77,6 +111,7 @@ const char* CommitKindName(CommitKind kind) {
     case CommitKind::kAppend: return "append";
     case CommitKind::kRetention: return "retention";
     case CommitKind::kCompaction: return "compaction";
+    case CommitKind::kSchemaChange: return "schema change";
   }
   return "commit";
 }

@@ -19,7 +19,7 @@
 namespace timelake {
 
 /// What kind of commit is pending, for choosing the rules that apply to it.
-enum class CommitKind { kCreate, kAppend, kRetention, kCompaction };
+enum class CommitKind { kCreate, kAppend, kRetention, kCompaction, kSchemaChange };
 
 /// What a pending commit depends on: the files it removes and the batch ids it records.
 struct CommitIntent {
@@ -33,6 +33,7 @@ struct CommitIntent {
 enum class WinnerEffect {
   kReplacedTable,     // a metaData action with another table id
   kChangedMetadata,   // a metaData action changing schema, partitioning or configuration
+  kAddedColumns,      // a metaData action that only added nullable columns (add_columns)
   kChangedProtocol,   // a protocol action changing what readers or writers must support
   kRecordedSameTxn,   // a txn with one of the pending commit's appIds
   kRemovedSameFile,   // a remove of a file the pending commit also removes
@@ -60,6 +61,10 @@ inline constexpr ConflictRule kConflictRules[] = {
      "the table was dropped and created again"},
     {std::nullopt, WinnerEffect::kChangedMetadata, Resolution::kConflict,
      "its schema, partitioning or properties changed"},
+    {CommitKind::kSchemaChange, WinnerEffect::kAddedColumns, Resolution::kConflict,
+     "another add_columns changed the schema"},
+    {std::nullopt, WinnerEffect::kAddedColumns, Resolution::kRebase,
+     "columns added concurrently are null in this commit's files, as in every older file"},
     {std::nullopt, WinnerEffect::kChangedProtocol, Resolution::kConflict,
      "its Delta protocol changed"},
     {CommitKind::kAppend, WinnerEffect::kRecordedSameTxn, Resolution::kAbandon,
