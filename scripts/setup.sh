@@ -112,6 +112,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Java for the Spark interop tests (pyspark 4.1 runs on Java 17).
+command -v java > /dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 if ((${#missing[@]})); then
   echo "==> installing system packages: ${missing[*]}"
   apt_install "${missing[@]}"
@@ -133,6 +135,13 @@ echo "==> building and installing timelake"
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps .
 .venv/bin/python -c "import timelake; print('timelake', timelake.__version__, 'installed in .venv')"
 install_emulators
+echo "==> fetching Spark's Delta jars from Maven Central (once; the Spark tests start a session with them)"
+mkdir -p .tools
+if ! SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python scripts/spark_session.py 2> .tools/spark-setup.log; then
+  cat .tools/spark-setup.log >&2
+  echo "setup: starting Spark with Delta failed (log above)" >&2
+  exit 1
+fi
 
 if ((run_demo)); then
   echo "==> running the demo"

@@ -79,4 +79,4 @@ echo "==> Python package (incremental rebuild)"
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps .
 
 echo "==> Python tests"
-.venv/bin/python -m pytest tests/python -q "$@"
+.venv/bin/python -m pytest tests/python -q -rs "$@"  # -rs: every skip prints its reason

@@ -65,6 +65,7 @@ STORE_KINDS = _store_kinds()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_only: the module's `lake` tests run on a local lake only")
+    config.addinivalue_line("markers", "spark: runs against a live Spark (pyspark + delta-spark); needs Java")
 
 
 # Helpers (helpers.py) and fixtures that reach into a lake's files on the local disk: a test whose
