@@ -338,6 +338,9 @@ class _Catalog:
         evolved = plan.evolved
         union = ", union_by_name=true" if foreign or evolved else ""
         parts = []
+        physical = dict(plan.physical_names)
+        if any(logical != name for logical, name in physical.items()):
+            return self._mapped_view_sql(plan, declared, files, storage_types, physical)
         plain = [f for f in files if not f.dedup]
         # Files of other engines' partitioned tables: partition values come from the log.
         groups: Dict[Tuple, List[str]] = {}
@@ -362,6 +365,37 @@ class _Catalog:
             parts.append(f"SELECT * FROM temp.main.{_quote(empty_name)}")
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", None
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", empty_name
+
+
+    def _mapped_view_sql(self, plan: Any, declared: pa.Schema, files: List[Any], storage_types: Dict[str, pa.DataType],
+                         physical: Dict[str, str]) -> Tuple[str, Optional[str]]:
+        """The view of a table with Delta column mapping: the files name their columns by physical
+        name (`col-<uuid>`); the view renames them, and columns a file lacks (added later) or no
+        longer in the schema (dropped) are null or left out. Such tables are other engines' (no
+        read-time dedup)."""
+        partition_columns = plan.partition_columns
+        self._empty += 1
+        empty_name = f"__timelake_empty_{self._empty}"
+        stored = [f for f in declared if f.name not in partition_columns]
+        self.con.register(empty_name, pa.schema(
+            [pa.field(physical.get(f.name, f.name), storage_types.get(f.name, f.type)) for f in stored]).empty_table())
+        renames = ", ".join(f"{_quote(physical.get(f.name, f.name))} AS {_quote(f.name)}" for f in stored)
+        groups: Dict[Tuple, List[str]] = {}
+        for f in files:
+            key = tuple((c, f.partition_values.get(c)) for c in partition_columns)
+            groups.setdefault(key, []).append(f.path)
+        parts = []
+        for key, paths in groups.items():
+            extra = "".join(
+                f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
+                for column, value in key
+            )
+            parts.append(
+                f"SELECT {renames}{extra} FROM (SELECT * FROM read_parquet({_file_list(paths)}, hive_partitioning=false, "
+                f"union_by_name=true) UNION ALL BY NAME SELECT * FROM temp.main.{_quote(empty_name)})"
+            )
+        columns = ", ".join(_quote(f.name) for f in declared)
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", empty_name
 
 

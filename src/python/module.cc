@@ -349,6 +349,7 @@ NB_MODULE(_core, m) {
   nb::class_<ScanPlan>(m, "ScanPlan")
       .def_ro("version", &ScanPlan::version)
       .def_ro("evolved", &ScanPlan::evolved)
+      .def_ro("physical_names", &ScanPlan::physical_names)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
       .def_ro("files_pruned", &ScanPlan::files_pruned)
       .def_prop_ro("declared_schema",

@@ -21,11 +21,18 @@ std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
 
 arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::string& name) {
   static const std::set<std::string> readable = {"timestampNtz", "vacuumProtocolCheck",
-                                                 "appendOnly", "invariants"};
+                                                 "appendOnly", "invariants", "columnMapping"};
   auto it = m.configuration.find("delta.columnMapping.mode");
+  if (it != m.configuration.end() && it->second != "none" && it->second != "name" && it->second != "id") {
+    return arrow::Status::NotImplemented("table '", name, "' uses Delta column mapping mode '",
+                                         it->second, "', which timelake cannot read");
+  }
   if (it != m.configuration.end() && it->second != "none") {
-    return arrow::Status::NotImplemented("table '", name, "' uses Delta column mapping (mode ",
-                                         it->second, "), which timelake cannot read yet");
+    // Read by physical name (Spark writes them in both modes); nested names are not mapped.
+    auto physical = PhysicalNames(m.schema_string);
+    if (!physical.ok()) {
+      return arrow::Status::NotImplemented("table '", name, "': ", physical.status().message());
+    }
   }
   if (p.min_reader_version > 3) {
     return arrow::Status::NotImplemented("table '", name, "' needs Delta reader version ",

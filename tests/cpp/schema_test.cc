@@ -263,4 +263,20 @@ TEST(ArrowSchemaCodecTest, DecodingGarbageFails) {
 }
 
 }  // namespace
+// Delta column mapping: top-level physical names by logical name; nested mapped names refused.
+TEST(PhysicalNamesTest, TopLevelColumnsMapToTheirPhysicalNames) {
+  const std::string schema =
+      R"({"type":"struct","fields":[)"
+      R"({"name":"id","type":"integer","nullable":true,"metadata":{"delta.columnMapping.id":1,"delta.columnMapping.physicalName":"col-1"}},)"
+      R"({"name":"label","type":"string","nullable":true,"metadata":{}}]})";
+  ASSERT_OK_AND_ASSIGN(auto names, PhysicalNames(schema));
+  EXPECT_EQ(names, (std::map<std::string, std::string>{{"id", "col-1"}, {"label", "label"}}));
+  const std::string nested =
+      R"({"type":"struct","fields":[{"name":"s","type":{"type":"struct","fields":[)"
+      R"({"name":"x","type":"long","nullable":true,"metadata":{"delta.columnMapping.physicalName":"col-2"}}]},)"
+      R"("nullable":true,"metadata":{"delta.columnMapping.physicalName":"col-3"}}]})";
+  EXPECT_TRUE(PhysicalNames(nested).status().IsNotImplemented());
+  EXPECT_TRUE(PhysicalNames("not json").status().IsInvalid());
+}
+
 }  // namespace timelake::testing

@@ -248,6 +248,54 @@ bool TypeNeedsNtz(const arrow::DataType& t) {
 
 }  // namespace
 
+namespace {
+
+// True if a struct field below `type` (a Delta type JSON value) carries a physical name.
+bool NestedPhysicalName(const rapidjson::Value& type) {
+  if (!type.IsObject()) return false;
+  if (type.HasMember("fields") && type["fields"].IsArray()) {
+    for (const auto& f : type["fields"].GetArray()) {
+      if (f.HasMember("metadata") && f["metadata"].IsObject() &&
+          f["metadata"].HasMember("delta.columnMapping.physicalName")) {
+        return true;
+      }
+      if (f.HasMember("type") && NestedPhysicalName(f["type"])) return true;
+    }
+  }
+  for (const char* child : {"elementType", "keyType", "valueType"}) {
+    if (type.HasMember(child) && NestedPhysicalName(type[child])) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+arrow::Result<std::map<std::string, std::string>> PhysicalNames(const std::string& schema_string) {
+  rapidjson::Document doc;
+  doc.Parse(schema_string.c_str(), schema_string.size());
+  if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("fields") || !doc["fields"].IsArray()) {
+    return arrow::Status::Invalid("schemaString is not a Delta struct type");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& f : doc["fields"].GetArray()) {
+    if (!f.HasMember("name") || !f["name"].IsString()) continue;
+    std::string name = f["name"].GetString();
+    std::string physical = name;
+    if (f.HasMember("metadata") && f["metadata"].IsObject() &&
+        f["metadata"].HasMember("delta.columnMapping.physicalName") &&
+        f["metadata"]["delta.columnMapping.physicalName"].IsString()) {
+      physical = f["metadata"]["delta.columnMapping.physicalName"].GetString();
+    }
+    if (f.HasMember("type") && f["type"].IsObject() && NestedPhysicalName(f["type"])) {
+      return arrow::Status::NotImplemented("column '", name,
+                                           "' has nested fields with column-mapped names, which "
+                                           "timelake cannot read yet (top-level columns only)");
+    }
+    out[name] = physical;
+  }
+  return out;
+}
+
 arrow::Result<std::shared_ptr<arrow::Schema>> StorageSchemaOf(const arrow::Schema& declared) {
   arrow::FieldVector fields;
   for (const auto& f : declared.fields()) {

@@ -10,6 +10,7 @@
 //  * The Delta schema string describes the storage schema in the log's JSON.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,12 @@ arrow::Result<std::shared_ptr<arrow::Schema>> SchemaFromDelta(const std::string&
 
 /// True if any column (at any depth) is a timestamp without time zone (Delta timestamp_ntz).
 bool NeedsTimestampNtz(const arrow::Schema& storage);
+
+/// Delta column mapping: the physical (file) name of each top-level column of `schema_string`,
+/// by logical name, from `delta.columnMapping.physicalName` (columns without one keep their
+/// name). NotImplemented when a nested field has a physical name of its own (timelake maps
+/// top-level columns only).
+arrow::Result<std::map<std::string, std::string>> PhysicalNames(const std::string& schema_string);
 
 /// The declared schema as base64 of its Arrow IPC form, and back.
 arrow::Result<std::string> EncodeArrowSchema(const arrow::Schema& schema);

@@ -10,6 +10,7 @@
 
 #include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/log/schema.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -250,6 +251,12 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   ScanPlan plan;
   plan.version = snapshot.version;
   plan.evolved = snapshot.metadata.configuration.count("timelake.schemaVersion") > 0;
+  const std::string mapping = snapshot.Config("delta.columnMapping.mode", "none");
+  std::map<std::string, std::string> logical_of;  // physical -> logical (partition value keys)
+  if (mapping != "none") {
+    ARROW_ASSIGN_OR_RAISE(plan.physical_names, PhysicalNames(snapshot.metadata.schema_string));
+    for (const auto& [logical, physical] : plan.physical_names) logical_of[physical] = logical;
+  }
   plan.declared = source.declared;
   plan.contract = contract;
   plan.filter = filter;
@@ -283,6 +290,15 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
     f.order = TagInt(add, kOrderTag, 0);
     f.rows = stats.NumRecords();
     f.partition_values = add.partition_values;
+    if (!logical_of.empty()) {
+      // Partition values are keyed by physical name under column mapping.
+      PartitionValues logical;
+      for (const auto& [key, value] : add.partition_values) {
+        auto it = logical_of.find(key);
+        logical[it == logical_of.end() ? key : it->second] = value;
+      }
+      f.partition_values = std::move(logical);
+    }
     if (auto chunk = add.tags.find(kChunkTag); chunk != add.tags.end()) f.chunk = chunk->second;
     kept.push_back(filter.empty() ||
                    MayHoldMatches(add, stats, filter, keys, contract.time_column));

@@ -77,6 +77,9 @@ struct ScanPlan {
   ScanFilter filter;  // the filter the plan was made with
   /// Columns were added to the table (add_columns): older files lack them, and read them as null.
   bool evolved = false;
+  /// Delta column mapping (name or id mode): the files' column name of each column, by the name
+  /// users see; empty without column mapping.
+  std::map<std::string, std::string> physical_names;
 };
 
 /// The table a plan is made for. Everything is borrowed for the duration of PlanScan.
