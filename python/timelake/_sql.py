@@ -265,7 +265,7 @@ class _Catalog:
             file_schema = pa.schema(_Capsule(plan.file_schema))
             self._ensure_schema(ns)
             if cached is not None and cached.empty_name is not None:
-                self.con.unregister(cached.empty_name)
+                self._unregister(cached.empty_name)
             view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
             self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
             self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files),
@@ -291,12 +291,17 @@ class _Catalog:
         view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
         self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(view)} AS {view_sql}")
         if old_empty is not None:
-            self.con.unregister(old_empty)
+            self._unregister(old_empty)
         if empty_name is not None:
             self._travel_empty[key] = empty_name
         for field in declared:
             self.declared.setdefault(field.name, field)
         return declared
+
+    def _unregister(self, names: Any) -> None:
+        """Drops the Arrow tables a replaced view read (a name or a list of names)."""
+        for name in [names] if isinstance(names, str) else names:
+            self.con.unregister(name)
 
     def _scan_filter(self, handle: Any, conjuncts: List[Conjunct]) -> Optional[ScanFilter]:
         declared = pa.schema(_Capsule(handle.schema_capsule()))
@@ -347,12 +352,13 @@ class _Catalog:
         for f in plain:
             key = tuple((c, f.partition_values.get(c)) for c in partition_columns)
             groups.setdefault(key, []).append(f.path)
+        deleted = self._deleted_rows_table(plain, [f.name for f in declared])
         for key, paths in groups.items():
             extra = "".join(
                 f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
                 for column, value in key
             )
-            parts.append(f"SELECT *{extra} FROM read_parquet({_file_list(paths)}, hive_partitioning=false{union})")
+            parts.append(f"SELECT *{extra} FROM {_read_files(paths, 'hive_partitioning=false' + union, deleted)}")
         dedup = [f for f in files if f.dedup]
         if dedup:
             parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared],
@@ -363,9 +369,10 @@ class _Catalog:
             empty_name = f"__timelake_empty_{self._empty}"
             self.con.register(empty_name, pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table())
             parts.append(f"SELECT * FROM temp.main.{_quote(empty_name)}")
+        registered = [n for n in (empty_name, deleted and deleted[0]) if n]
         if len(parts) == 1 and not dedup:
-            return f"SELECT {columns} FROM ({parts[0]})", None
-        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", empty_name
+            return f"SELECT {columns} FROM ({parts[0]})", registered or None
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", registered or None
 
 
     def _mapped_view_sql(self, plan: Any, declared: pa.Schema, files: List[Any], storage_types: Dict[str, pa.DataType],
@@ -385,24 +392,53 @@ class _Catalog:
         for f in files:
             key = tuple((c, f.partition_values.get(c)) for c in partition_columns)
             groups.setdefault(key, []).append(f.path)
+        deleted = self._deleted_rows_table(files, list(physical.values()) + [f.name for f in declared])
         parts = []
         for key, paths in groups.items():
             extra = "".join(
                 f", {_partition_value(value, _declared_type(declared, column))} AS {_quote(column)}"
                 for column, value in key
             )
+            source = _read_files(paths, "hive_partitioning=false, union_by_name=true", deleted)
             parts.append(
-                f"SELECT {renames}{extra} FROM (SELECT * FROM read_parquet({_file_list(paths)}, hive_partitioning=false, "
-                f"union_by_name=true) UNION ALL BY NAME SELECT * FROM temp.main.{_quote(empty_name)})"
+                f"SELECT {renames}{extra} FROM (SELECT * FROM {source} "
+                f"UNION ALL BY NAME SELECT * FROM temp.main.{_quote(empty_name)})"
             )
         columns = ", ".join(_quote(f.name) for f in declared)
-        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", empty_name
+        registered = [empty_name] + ([deleted[0]] if deleted else [])
+        return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", registered
+
+    def _deleted_rows_table(self, files: List[Any], columns: List[str]) -> Optional[Tuple[str, str]]:
+        """Registers the rows deletion vectors delete, as (path, row) pairs; returns the table's name
+        and a column name for the file name that no table column has (None: no file has any)."""
+        marked = [f for f in files if len(f.deleted_rows)]
+        if not marked:
+            return None
+        self._empty += 1
+        name = f"__timelake_deleted_{self._empty}"
+        paths = pa.chunked_array([pa.array([f.path] * len(f.deleted_rows), pa.string()) for f in marked])
+        rows = pa.chunked_array([pa.array(f.deleted_rows, pa.uint64()).cast(pa.int64()) for f in marked])
+        self.con.register(name, pa.table({"path": paths, "row": rows}))
+        return name, _fresh("__tl_file", {c.lower() for c in columns})
+
+
+def _read_files(paths: List[str], options: str, deleted: Optional[Tuple[str, str]]) -> str:
+    """A FROM item reading `paths`, without the rows deletion vectors delete (`deleted`: the
+    registered (path, row) table and a free column name for the file name)."""
+    if deleted is None:
+        return f"read_parquet({_file_list(paths)}, {options})"
+    table, file_col = deleted
+    return (
+        f"(SELECT r.* EXCLUDE ({_quote(file_col)}, file_row_number) FROM read_parquet({_file_list(paths)}, "
+        f"{options}, filename={_literal(file_col)}, file_row_number=true) r "
+        f"ANTI JOIN temp.main.{_quote(table)} d ON r.{_quote(file_col)} = d.path AND r.file_row_number = d.row)"
+    )
 
 
 class _Located:
     """A ScanFile read from another path (its local copy)."""
 
-    __slots__ = ("path", "seq", "order", "dedup", "partition_values")
+    __slots__ = ("path", "seq", "order", "dedup", "partition_values", "deleted_rows")
 
     def __init__(self, f: Any, path: str) -> None:
         self.path = path
@@ -410,6 +446,7 @@ class _Located:
         self.order = f.order
         self.dedup = f.dedup
         self.partition_values = f.partition_values
+        self.deleted_rows = f.deleted_rows
 
 
 def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str], evolved: bool = False) -> str:

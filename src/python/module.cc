@@ -340,6 +340,7 @@ NB_MODULE(_core, m) {
       .def_ro("order", &ScanFile::order)
       .def_ro("rows", &ScanFile::rows)
       .def_ro("dedup", &ScanFile::dedup)
+      .def_ro("deleted_rows", &ScanFile::deleted_rows)
       .def_ro("partition_values", &ScanFile::partition_values)
       .def("__repr__", [](const ScanFile& f) {
         return "ScanFile(path=" + nb::cast<std::string>(nb::repr(nb::cast(f.path))) +

@@ -21,7 +21,8 @@ std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
 
 arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::string& name) {
   static const std::set<std::string> readable = {"timestampNtz", "vacuumProtocolCheck",
-                                                 "appendOnly", "invariants", "columnMapping"};
+                                                 "appendOnly", "invariants", "columnMapping",
+                                                 "deletionVectors"};
   auto it = m.configuration.find("delta.columnMapping.mode");
   if (it != m.configuration.end() && it->second != "none" && it->second != "name" && it->second != "id") {
     return arrow::Status::NotImplemented("table '", name, "' uses Delta column mapping mode '",

@@ -341,6 +341,16 @@ arrow::Result<Commit> ParseCommit(std::string_view text, const std::string& orig
         a.data_change = GetBool(v, "dataChange", true);
         a.stats = GetOptString(v, "stats");
         a.tags = GetStringMap(v, "tags");
+        if (v.HasMember("deletionVector") && v["deletionVector"].IsObject()) {
+          const Value& d = v["deletionVector"];
+          DeletionVector dv;
+          dv.storage_type = GetString(d, "storageType");
+          dv.path_or_inline = GetString(d, "pathOrInlineDv");
+          dv.offset = GetOptInt(d, "offset");
+          dv.size_in_bytes = GetOptInt(d, "sizeInBytes").value_or(0);
+          dv.cardinality = GetOptInt(d, "cardinality").value_or(0);
+          a.deletion_vector = std::move(dv);
+        }
         commit.adds.push_back(std::move(a));
       } else if (kind == "remove") {
         RemoveFile r;

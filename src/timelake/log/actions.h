@@ -38,6 +38,16 @@ struct Metadata {
 /// Partition values: a missing value (JSON null) is std::nullopt.
 using PartitionValues = std::map<std::string, std::optional<std::string>>;
 
+/// A Delta deletion vector descriptor (the rows of a data file that are deleted; see
+/// log/deletion_vector.h for reading it).
+struct DeletionVector {
+  std::string storage_type;     // "u" (relative, by UUID), "i" (inline), "p" (absolute path)
+  std::string path_or_inline;   // encoded as the storage type says
+  std::optional<int64_t> offset;  // where it starts in its file (not for inline)
+  int64_t size_in_bytes = 0;
+  int64_t cardinality = 0;      // rows deleted
+};
+
 struct AddFile {
   std::string path;  // relative to the table root, URI-encoded
   PartitionValues partition_values;
@@ -46,6 +56,7 @@ struct AddFile {
   bool data_change = true;
   std::optional<std::string> stats;  // the stats JSON text
   std::map<std::string, std::string> tags;
+  std::optional<DeletionVector> deletion_vector;  // rows another engine deleted (read only)
 };
 
 /// The file's row count from its stats (`numRecords`), or -1 when it has none.

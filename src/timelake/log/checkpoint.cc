@@ -312,10 +312,22 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
   if (const auto* a = StructColumn(*table, "add", &holder)) {
     auto path = Child(*a, "path"), pv = Child(*a, "partitionValues"), size = Child(*a, "size"),
          mtime = Child(*a, "modificationTime"), change = Child(*a, "dataChange"),
-         stats = Child(*a, "stats"), tags = Child(*a, "tags");
+         stats = Child(*a, "stats"), tags = Child(*a, "tags"), dv = Child(*a, "deletionVector");
+    const auto* dvs = dv && dv->type_id() == arrow::Type::STRUCT
+                          ? static_cast<const arrow::StructArray*>(dv.get())
+                          : nullptr;
     for (int64_t i = 0; i < a->length(); ++i) {
       if (a->IsNull(i)) continue;
       AddFile out;
+      if (dvs && !dvs->IsNull(i)) {
+        DeletionVector d;
+        d.storage_type = StrAt(Child(*dvs, "storageType"), i).value_or("");
+        d.path_or_inline = StrAt(Child(*dvs, "pathOrInlineDv"), i).value_or("");
+        d.offset = IntAt(Child(*dvs, "offset"), i);
+        d.size_in_bytes = IntAt(Child(*dvs, "sizeInBytes"), i).value_or(0);
+        d.cardinality = IntAt(Child(*dvs, "cardinality"), i).value_or(0);
+        out.deletion_vector = std::move(d);
+      }
       out.path = StrAt(path, i).value_or("");
       out.partition_values = MapAt<PartitionValues>(pv, i);
       out.size = IntAt(size, i).value_or(0);

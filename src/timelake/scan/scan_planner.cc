@@ -9,6 +9,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/log/data_path.h"
+#include "timelake/log/deletion_vector.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/util/time.h"
@@ -289,6 +290,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
     f.seq = TagInt(add, kSeqTag, 0);
     f.order = TagInt(add, kOrderTag, 0);
     f.rows = stats.NumRecords();
+    if (add.deletion_vector && f.rows >= 0) f.rows -= add.deletion_vector->cardinality;
     f.partition_values = add.partition_values;
     if (!logical_of.empty()) {
       // Partition values are keyed by physical name under column mapping.
@@ -312,6 +314,20 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   size_t out = 0;
   for (size_t i = 0; i < plan.files.size(); ++i) {
     if (!kept[i]) continue;
+    if (adds[i]->deletion_vector) {
+      if (contract.is_time_series()) {
+        // timelake's own readers (read-time dedup, latest(), compaction) do not apply them.
+        return arrow::Status::NotImplemented(
+            "the table at '", source.table_path, "' has rows deleted with Delta deletion vectors, "
+            "which timelake reads only in tables without a time-series contract");
+      }
+      auto rows = ReadDeletionVector(source.store, source.table_path, *adds[i]->deletion_vector);
+      if (!rows.ok()) {
+        return rows.status().WithMessage("deletion vector of data file ", adds[i]->path, ": ",
+                                         rows.status().message());
+      }
+      plan.files[i].deleted_rows = std::move(*rows);
+    }
     if (out != i) plan.files[out] = std::move(plan.files[i]);
     ++out;
   }

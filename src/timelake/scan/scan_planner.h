@@ -64,6 +64,8 @@ struct ScanFile {
   int64_t rows = -1;   // -1: unknown (no stats)
   bool dedup = false;  // true: another file may hold the same (series, time); dedup at read time
   PartitionValues partition_values;
+  /// Rows (0-based positions in the file) another engine deleted with a deletion vector, sorted.
+  std::vector<uint64_t> deleted_rows;
 };
 
 struct ScanPlan {
@@ -84,7 +86,7 @@ struct ScanPlan {
 
 /// The table a plan is made for. Everything is borrowed for the duration of PlanScan.
 struct ScanSource {
-  const ObjectStore* store = nullptr;
+  ObjectStore* store = nullptr;  // reads deletion vectors
   std::string table_path;  // the table folder, relative to the store root
   const Snapshot* snapshot = nullptr;
   const Contract* contract = nullptr;
