@@ -361,15 +361,16 @@ class _Catalog:
             parts.append(f"SELECT *{extra} FROM {_read_files(paths, 'hive_partitioning=false' + union, deleted)}")
         dedup = [f for f in files if f.dedup]
         if dedup:
+            deleted_dedup = self._deleted_rows_table(dedup, [])
             parts.append(_dedup_sql(dedup, contract, columns, [f.name for f in file_schema] + [f.name for f in declared],
-                                    evolved))
+                                    evolved, deleted_dedup and deleted_dedup[0]))
         empty_name = None
         if evolved:
             self._empty += 1
             empty_name = f"__timelake_empty_{self._empty}"
             self.con.register(empty_name, pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table())
             parts.append(f"SELECT * FROM temp.main.{_quote(empty_name)}")
-        registered = [n for n in (empty_name, deleted and deleted[0]) if n]
+        registered = [n for n in (empty_name, deleted and deleted[0], dedup and deleted_dedup and deleted_dedup[0]) if n]
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", registered or None
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", registered or None
@@ -449,7 +450,8 @@ class _Located:
         self.deleted_rows = f.deleted_rows
 
 
-def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str], evolved: bool = False) -> str:
+def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: List[str], evolved: bool = False,
+               deleted: Optional[str] = None) -> str:
     """One row per (series key, time) of `files`: newest commit first for "last", oldest for "first".
 
     The view's own columns get names no table column has (DuckDB compares names ignoring case),
@@ -470,10 +472,15 @@ def _dedup_sql(files: List[Any], contract: dict, columns: str, table_columns: Li
         helpers = [file_col, seq, ord_] + (["file_row_number"] if row_number else [])
         columns = "* EXCLUDE (" + ", ".join(_quote(h) for h in helpers) + ")"
         options += ", union_by_name=true"
+    if deleted is not None and not row_number:
+        raise RuntimeError("a table with a column named file_row_number cannot be read with deletion vectors")
+    # Rows deletion vectors delete (another engine's DELETE/UPDATE/MERGE) are left out first.
+    anti = (f"ANTI JOIN temp.main.{_quote(deleted)} d ON r.{_quote(file_col)} = d.path "
+            f"AND r.file_row_number = d.row " if deleted is not None else "")
     return (
         f"SELECT {columns} FROM (SELECT r.*, m.{_quote(seq)}, m.{_quote(ord_)} FROM "
         f"read_parquet({_file_list([f.path for f in files])}, {options}, hive_partitioning=false) r "
-        f"JOIN (VALUES {seqs}) AS m({_quote(path)}, {_quote(seq)}, {_quote(ord_)}) "
+        f"{anti}JOIN (VALUES {seqs}) AS m({_quote(path)}, {_quote(seq)}, {_quote(ord_)}) "
         f"ON r.{_quote(file_col)} = m.{_quote(path)}) "
         f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {ordering}) = 1"
     )

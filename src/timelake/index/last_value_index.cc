@@ -20,6 +20,8 @@
 #include <arrow/scalar.h>
 #include <arrow/util/key_value_metadata.h>
 #include <parquet/arrow/reader.h>
+
+#include "timelake/log/deletion_vector.h"
 #include <parquet/arrow/writer.h>
 #include <rapidjson/document.h>
 
@@ -300,7 +302,11 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   std::unordered_map<std::string, Live> tagged;
   std::vector<const AddFile*> foreign;
   std::set<int64_t> live_chunks;
+  // Rows another engine deleted with deletion vectors may still be in the index's objects (and
+  // a vector keeps its file's path): with any vector live, every file is read instead.
+  bool deletion_vectors = false;
   for (const auto& [path, add] : snapshot.files) {
+    deletion_vectors = deletion_vectors || add.deletion_vector.has_value();
     const int64_t seq = TagInt(add, kSeqTag, -1);
     const int64_t min_time = TagInt(add, kMinTimeTag, INT64_MIN);
     if (seq >= 0 && min_time != INT64_MIN) {
@@ -381,6 +387,7 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
       }
       pieces.push_back(object->rows);
     }
+    if (deletion_vectors) state.rebuilt = true;
     if (state.rebuilt) {
       pieces.clear();
       covered.clear();
@@ -391,6 +398,21 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   auto newest_of_file = [&](const AddFile& add, int64_t seq) -> arrow::Status {
     ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path_, add.path));
     ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store_.get(), path));
+    if (add.deletion_vector) {
+      ARROW_ASSIGN_OR_RAISE(auto deleted, ReadDeletionVector(store_.get(), table_path_, *add.deletion_vector));
+      arrow::BooleanBuilder keep;
+      ARROW_RETURN_NOT_OK(keep.Reserve(rows->num_rows()));
+      size_t next = 0;
+      for (int64_t i = 0; i < rows->num_rows(); ++i) {
+        const bool gone = next < deleted.size() && deleted[next] == static_cast<uint64_t>(i);
+        if (gone) ++next;
+        keep.UnsafeAppend(!gone);
+      }
+      std::shared_ptr<arrow::Array> mask;
+      ARROW_RETURN_NOT_OK(keep.Finish(&mask));
+      ARROW_ASSIGN_OR_RAISE(auto kept, cp::Filter(rows, mask));
+      rows = kept.table();
+    }
     ARROW_ASSIGN_OR_RAISE(rows, ConformToStorage(rows, *storage_));
     std::vector<cp::SortKey> keys;
     for (const auto& k : contract_.series_key) keys.emplace_back(k);

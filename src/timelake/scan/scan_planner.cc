@@ -315,12 +315,6 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   for (size_t i = 0; i < plan.files.size(); ++i) {
     if (!kept[i]) continue;
     if (adds[i]->deletion_vector) {
-      if (contract.is_time_series()) {
-        // timelake's own readers (read-time dedup, latest(), compaction) do not apply them.
-        return arrow::Status::NotImplemented(
-            "the table at '", source.table_path, "' has rows deleted with Delta deletion vectors, "
-            "which timelake reads only in tables without a time-series contract");
-      }
       auto rows = ReadDeletionVector(source.store, source.table_path, *adds[i]->deletion_vector);
       if (!rows.ok()) {
         return rows.status().WithMessage("deletion vector of data file ", adds[i]->path, ": ",
