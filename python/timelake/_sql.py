@@ -133,11 +133,11 @@ class _View:
 
     __slots__ = ("version", "declared", "empty_name", "handle", "scan_filter", "files", "plan", "paths")
 
-    def __init__(self, version: int, declared: pa.Schema, empty_name: Optional[str], handle: Any,
+    def __init__(self, version: int, declared: pa.Schema, empty_name: Any, handle: Any,
                  scan_filter: Optional[ScanFilter], files: int, plan: Any, paths: Optional[List[str]]) -> None:
         self.version = version
         self.declared = declared
-        self.empty_name = empty_name  # the registered empty Arrow table the view reads, if any
+        self.empty_name = empty_name  # the Arrow tables the view reads (a name or a list), if any
         self.handle = handle
         self.scan_filter = scan_filter  # the filter the plan was made with (None: every file)
         self.files = files  # data files the view reads
@@ -257,18 +257,8 @@ class _Catalog:
             declared = cached.declared
         else:
             plan = handle.scan(**scan_filter.arguments()) if scan_filter is not None else handle.scan()
-            if self._admit(plan):
-                raise _Reconnected()
-            paths = self._local_paths(plan)
-            # Schema capsules can be imported once; turn them into pyarrow schemas right away.
-            declared = pa.schema(_Capsule(plan.declared_schema))
-            file_schema = pa.schema(_Capsule(plan.file_schema))
-            self._ensure_schema(ns)
-            if cached is not None and cached.empty_name is not None:
-                self._unregister(cached.empty_name)
-            view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
-            self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(name)} AS {view_sql}")
-            self._views[qualified] = _View(plan.version, declared, empty_name, handle, scan_filter, len(plan.files),
+            declared, registered, paths = self._make_view(ns, name, plan, cached.empty_name if cached else None)
+            self._views[qualified] = _View(plan.version, declared, registered, handle, scan_filter, len(plan.files),
                                            plan, paths)
         for field in declared:
             self.declared.setdefault(field.name, field)
@@ -280,23 +270,30 @@ class _Catalog:
         for every statement: a timestamp names a newer version once commits arrive."""
         handle = self.lake._snapshot(f"{ns}.{name}")
         plan = handle.scan(**spec)
-        if self._admit(plan):
-            raise _Reconnected()
-        paths = self._local_paths(plan)
-        declared = pa.schema(_Capsule(plan.declared_schema))
-        file_schema = pa.schema(_Capsule(plan.file_schema))
-        self._ensure_schema(ns)
         key = f"{ns}.{view}"
-        old_empty = self._travel_empty.pop(key, None)
-        view_sql, empty_name = self._view_sql(plan, declared, file_schema, paths)
-        self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(view)} AS {view_sql}")
-        if old_empty is not None:
-            self._unregister(old_empty)
-        if empty_name is not None:
-            self._travel_empty[key] = empty_name
+        declared, registered, _ = self._make_view(ns, view, plan, self._travel_empty.pop(key, None))
+        if registered is not None:
+            self._travel_empty[key] = registered
         for field in declared:
             self.declared.setdefault(field.name, field)
         return declared
+
+    def _make_view(self, ns: str, view: str, plan: Any, replaced: Any) -> Tuple[pa.Schema, Any, Optional[List[str]]]:
+        """Creates or replaces the view `ns.view` over a core ScanPlan; returns its declared schema,
+        the Arrow tables it registered (for _unregister) and the local copies it reads. `replaced`:
+        what the view it replaces had registered, dropped once the new view stands."""
+        if self._admit(plan):
+            raise _Reconnected()
+        paths = self._local_paths(plan)
+        # Schema capsules can be imported once; turn them into pyarrow schemas right away.
+        declared = pa.schema(_Capsule(plan.declared_schema))
+        file_schema = pa.schema(_Capsule(plan.file_schema))
+        self._ensure_schema(ns)
+        view_sql, registered = self._view_sql(plan, declared, file_schema, paths)
+        self.con.execute(f"CREATE OR REPLACE VIEW {_quote(ns)}.{_quote(view)} AS {view_sql}")
+        if replaced is not None:
+            self._unregister(replaced)
+        return declared, registered, paths
 
     def _unregister(self, names: Any) -> None:
         """Drops the Arrow tables a replaced view read (a name or a list of names)."""

@@ -67,6 +67,23 @@ arrow::Status LoadDerived(TableContext& t) {
   }
   ARROW_ASSIGN_OR_RAISE(t.storage, StorageSchemaOf(*t.declared));
   ARROW_ASSIGN_OR_RAISE(t.contract, ContractFromConfiguration(m.configuration));
+  if (t.contract.is_time_series() && m.configuration.count("delta.columnMapping.mode") &&
+      m.configuration.at("delta.columnMapping.mode") != "none") {
+    // timelake's own readers of a time-series table (dedup, latest(), compaction) read columns by
+    // name: they follow column mapping only while every column keeps its name.
+    ARROW_ASSIGN_OR_RAISE(auto physical, PhysicalNames(m.schema_string));
+    bool same = static_cast<int>(physical.size()) == t.declared->num_fields();
+    for (const auto& f : t.declared->fields()) {
+      auto it = physical.find(f->name());
+      same = same && it != physical.end() && it->second == f->name();
+    }
+    if (!same) {
+      return arrow::Status::NotImplemented(
+          "table '", t.name, "': another engine renamed or dropped columns under Delta column "
+          "mapping; timelake reads a time-series table with column mapping only while every "
+          "column keeps its name");
+    }
+  }
   t.metadata_id = m.id;
   t.schema_source = SchemaSource(m);
   t.checkpointed = std::make_shared<std::atomic<int64_t>>(-1);  // tasks of an older table keep theirs

@@ -8,8 +8,9 @@ Java the module is skipped with the reason printed; it is never skipped silently
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -27,27 +28,10 @@ if shutil.which("java") is None:  # pragma: no cover - CI has Java
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from delta import configure_spark_with_delta_pip
-    from pyspark.sql import SparkSession
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from spark_session import delta_session
 
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("timelake-tests")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        # Tables Spark creates here have no deletion vectors unless a test asks for them.
-        .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
-    )
-    session = configure_spark_with_delta_pip(builder).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = delta_session("timelake-tests")
     yield session
     session.stop()
 
@@ -275,3 +259,22 @@ def test_deletion_vectors_on_a_timelake_dedup_table(spark, lake, lake_path):
     assert {r["device_id"]: r["temp"] for r in lake.latest("readings").to_pylist()} == {"a": 1.0, "b": 2.0, "c": 4.0}
     with pytest.raises(RuntimeError, match="deletionVectors"):
         t.append(iot_table([(T0 + 5 * HOUR, "d", 5.0)]))
+
+
+def test_spark_reads_an_evolved_table_and_renames_are_refused_clearly(spark, lake, lake_path):
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
+    t.append(iot_table([(T0, "a", 1.0)]))
+    t.add_columns({"humidity": pa.float64()})
+    t.append(pa.table({"time": [T0 + HOUR], "device_id": ["b"], "temp": [2.0], "humidity": [0.5]}))
+    path = _path(lake_path, "readings")
+    columns = COLUMNS + ["humidity"]
+    assert _spark_rows(spark, path, columns) == _ours(lake, "readings", columns)
+    assert _spark_rows(spark, path, columns) == [(int(T0.timestamp() * 1e6), "a", 1.0, None),
+                                                 (int((T0 + HOUR).timestamp() * 1e6), "b", 2.0, 0.5)]
+    # Column mapping turned on keeps every name: still read. A rename under it is refused clearly.
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+              "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
+    assert _ours(lake, "readings", columns) == _spark_rows(spark, path, columns)
+    spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN humidity TO rh")
+    with pytest.raises(RuntimeError, match="renamed or dropped columns under Delta column mapping"):
+        lake.sql("SELECT * FROM readings")
