@@ -103,6 +103,17 @@ def _column_names(value: Any, what: str) -> Optional[list]:
     return [_text(n, what) for n in names]
 
 
+def _check_names(schema: pa.Schema) -> None:
+    """Column names cross into the core as C strings: one with a NUL would be cut short there."""
+    def walk(fields, where):
+        for f in fields:
+            if "\x00" in f.name:
+                raise ValueError(f"schema: the column name {f.name!r}{where} contains a NUL character")
+            if pa.types.is_struct(f.type):
+                walk(list(f.type), f" (in {f.name!r})")
+    walk(list(schema), "")
+
+
 def _schema_capsule(schema: Any) -> Any:
     """An ArrowSchema capsule of what `schema` describes; any failure is a ValueError."""
     try:
@@ -117,6 +128,7 @@ def _schema_capsule(schema: Any) -> Any:
         else:
             arrow_schema = None
         if arrow_schema is not None:
+            _check_names(arrow_schema)
             return arrow_schema.__arrow_c_schema__()
     except Exception as e:  # the object's own failure, pyarrow's, or a name pyarrow cannot encode
         raise ValueError(
@@ -274,6 +286,15 @@ class Table:
                 "add_columns takes a pyarrow.Schema, a list of pyarrow.Field or a mapping of name to type, "
                 f"got {type(columns).__name__}"
             )
+        # Unique ignoring case as Spark compares (Unicode lower case; the core folds ASCII only).
+        taken = {name.lower(): name for name in self.schema.names}
+        for name in columns.names:
+            if name.lower() in taken:
+                raise ValueError(
+                    f"add_columns: table {self.name!r} already has a column named {name!r} "
+                    f"(names are unique ignoring case: {taken[name.lower()]!r} is taken)"
+                )
+            taken[name.lower()] = name
         version = self._core.add_columns(_schema_capsule(columns))
         return {"version": version, "columns": columns.names}
 

@@ -697,8 +697,8 @@ def _as_of_spec(as_of: Any) -> Optional[Dict[str, int]]:
             f"as_of must be a table version (int) or a datetime, got {type(as_of).__name__}"
         )
     if isinstance(as_of, int):
-        if as_of < 0:
-            raise ValueError(f"as_of must be a version of 0 or more, got {as_of}")
+        if not 0 <= as_of <= _MAX_VERSION:
+            raise ValueError(f"as_of must be a version from 0 to {_MAX_VERSION}, got {as_of}")
         return {"version": as_of}
     return {"timestamp_ms": _epoch_ms(as_of)}
 
@@ -711,6 +711,18 @@ def _epoch_ms(instant: dt.datetime) -> int:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MAX_VERSION = 2**63 - 1
+
+
+def _reads_a_table(node: Any) -> bool:
+    """True if a parse-tree expression holds a subquery or names a table."""
+    if isinstance(node, list):
+        return any(_reads_a_table(v) for v in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("class") == "SUBQUERY" or node.get("type") in ("BASE_TABLE", "SUBQUERY"):
+        return True
+    return any(_reads_a_table(v) for v in node.values())
 
 
 def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: str) -> Dict[str, int]:
@@ -719,6 +731,8 @@ def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: s
     unit = str(at.get("unit", "")).upper()
     if unit not in ("VERSION", "TIMESTAMP"):
         raise ValueError(f"{table} AT ({unit} => ...): timelake reads AT (VERSION => n) and AT (TIMESTAMP => t)")
+    if _reads_a_table(at.get("expr")):
+        raise ValueError(f"{table} AT ({unit} => ...): the value must be a constant expression, not a query")
     statement = json.loads(con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()[0][0])
     statement["statements"][0]["node"]["select_list"][0] = at["expr"]
     try:
@@ -727,8 +741,8 @@ def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: s
     except duckdb.Error as e:
         raise ValueError(f"{table} AT ({unit} => ...): the value could not be computed: {_message(e)}") from None
     if unit == "VERSION":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{table} AT (VERSION => {value!r}): a version is an integer of 0 or more")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_VERSION:
+            raise ValueError(f"{table} AT (VERSION => {value!r}): a version is an integer from 0 to {_MAX_VERSION}")
         return {"version": value}
     if isinstance(value, str):
         try:
@@ -751,14 +765,28 @@ def _travel_views(con: duckdb.DuckDBPyConnection, tree: Dict[str, Any], tables: 
     by_lower = {(ns.lower(), name.lower()): (ns, name) for ns, name in tables}
     out: List[Tuple[str, str, str, Dict[str, int]]] = []
 
-    def visit(node: Any) -> None:
+    def visit(node: Any, ctes: frozenset = frozenset()) -> None:
+        # `ctes`: the CTE names in scope (lower case); an unqualified reference to one is the CTE.
         if isinstance(node, list):
             for value in node:
-                visit(value)
+                visit(value, ctes)
             return
         if not isinstance(node, dict):
             return
+        entries = (node.get("cte_map") or {}).get("map") or []
+        if entries:
+            # A CTE's body sees the names of the CTEs before it (and the lake table it may share
+            # a name with); the rest of the statement sees them all.
+            seen = set(ctes)
+            for entry in entries:
+                visit(entry.get("value"), frozenset(seen))
+                seen.add(str(entry.get("key", "")).lower())
+            rest = {k: v for k, v in node.items() if k != "cte_map"}
+            visit(rest, frozenset(seen))
+            return
         if node.get("type") == "BASE_TABLE" and not node.get("catalog_name") and node.get("table_name"):
+            if not node.get("schema_name") and node["table_name"].lower() in ctes:
+                return
             found = by_lower.get(((node.get("schema_name") or namespace).lower(), node["table_name"].lower()))
             at = node.get("at_clause")
             if found is not None and (at or as_of is not None):
@@ -773,7 +801,7 @@ def _travel_views(con: duckdb.DuckDBPyConnection, tree: Dict[str, Any], tables: 
                 out.append((ns, name, view, spec))
             return
         for value in node.values():
-            visit(value)
+            visit(value, ctes)
 
     visit(tree)
     return out
@@ -877,12 +905,12 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
     prefix, select = _read_statement(catalog.con, query)
     tree = _parse_tree(catalog.con, select)
     tables = _referenced_tables(lake, tree, namespace)
-    if as_of_spec is not None and "version" in as_of_spec and len(tables) > 1:
+    travels = _travel_views(catalog.con, tree, tables, namespace, as_of_spec)
+    if as_of_spec is not None and "version" in as_of_spec and len({(ns, name) for ns, name, _, _ in travels}) > 1:
         raise ValueError(
             "as_of=<version> is ambiguous for a query over several tables (each has its own versions): "
             "write AT (VERSION => n) after each table, or pass a datetime"
         )
-    travels = _travel_views(catalog.con, tree, tables, namespace, as_of_spec)
     current = tables
     if travels:
         select = catalog.con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchall()[0][0]

@@ -182,6 +182,9 @@ arrow::Result<Contract> MakeContract(const arrow::Schema& declared, const Contra
     std::string low = f->name();
     std::transform(low.begin(), low.end(), low.begin(), ::tolower);
     if (f->name().empty()) return arrow::Status::Invalid("schema has a column with an empty name");
+    if (f->name().find('\0') != std::string::npos) {
+      return arrow::Status::Invalid("schema has a column name with a NUL character");
+    }
     if (!lowered.insert(low).second) {
       return arrow::Status::Invalid("schema has two columns named '", f->name(),
                                     "' (names must be unique ignoring case)");

@@ -262,6 +262,9 @@ arrow::Result<int64_t> Table::AddColumns(const arrow::FieldVector& fields) {
   for (const auto& f : ctx_.declared->fields()) taken.insert(lower(f->name()));
   for (const auto& f : fields) {
     if (!f || f->name().empty()) return arrow::Status::Invalid("add_columns: a column needs a name");
+    if (f->name().find('\0') != std::string::npos) {
+      return arrow::Status::Invalid("add_columns: column names must not contain NUL characters");
+    }
     if (!f->nullable()) {
       return arrow::Status::Invalid("add_columns: column '", f->name(),
                                     "' must be nullable: the rows already in the table have no value "

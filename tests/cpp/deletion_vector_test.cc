@@ -81,6 +81,39 @@ TEST(RoaringTest, DamageIsAnErrorNotWrongRows) {
   EXPECT_FALSE(ParseRoaringBitmapArray(wrong_magic).ok());
 }
 
+TEST(RoaringTest, HeadersPromisingMoreThanTheLimitOrRunsPastTheirContainerAreErrors) {
+  std::string runs;
+  Put<uint32_t>(&runs, 12347);
+  runs.push_back(1);
+  Put<uint16_t>(&runs, 0);
+  Put<uint16_t>(&runs, 2);  // cardinality 3
+  Put<uint16_t>(&runs, 1);
+  Put<uint16_t>(&runs, 65534);
+  Put<uint16_t>(&runs, 2);  // 65534..65536: past the container
+  EXPECT_FALSE(ParseRoaringBitmapArray(ArrayOf({{0, runs}})).ok());
+  std::string many;
+  Put<uint32_t>(&many, 12347);
+  many.push_back(1);
+  Put<uint16_t>(&many, 0);
+  Put<uint16_t>(&many, 65535);  // 65,536 values claimed
+  Put<uint16_t>(&many, 1);
+  Put<uint16_t>(&many, 0);
+  Put<uint16_t>(&many, 65535);
+  ASSERT_OK_AND_ASSIGN(auto all, ParseRoaringBitmapArray(ArrayOf({{0, many}})));
+  EXPECT_EQ(all.size(), 65536u);
+  EXPECT_FALSE(ParseRoaringBitmapArray(ArrayOf({{0, many}}), /*limit=*/10).ok());
+}
+
+TEST(DeletionVectorTest, ADescriptorOutOfRangeIsAnErrorWithoutReading) {
+  auto store = std::make_shared<MemoryStore>();
+  for (int64_t size : {-8, -5, -1}) {
+    DeletionVector dv{"u", "ab00000000000000000000", 1, size, 2};
+    EXPECT_FALSE(ReadDeletionVector(store.get(), "default/t", dv).ok()) << size;
+  }
+  DeletionVector negative{"u", "ab00000000000000000000", -3, 10, 2};
+  EXPECT_FALSE(ReadDeletionVector(store.get(), "default/t", negative).ok());
+}
+
 TEST(DeletionVectorTest, AFileDeletionVectorIsFramedAndChecked) {
   auto store = std::make_shared<MemoryStore>();
   std::string bitmap;

@@ -96,6 +96,8 @@ def test_appends_still_refuse_columns_the_table_does_not_have(lake):
         ({"TEMP": pa.float64()}, "already has a column named 'TEMP'"),
         ({"device_id": pa.string()}, "already has a column named"),
         ([pa.field("x", pa.int32()), pa.field("X", pa.int64())], "already has a column named 'X'"),
+        ({"é": pa.int8(), "É": pa.int8()}, "already has a column named 'É'"),
+        ({"x\x00y": pa.int32()}, "NUL"),
         ({}, "at least one column"),
         ({"naive": pa.timestamp("us")}, "timestampNtz"),
         ("humidity", "add_columns takes"),

@@ -95,6 +95,9 @@ def _listing(folder):
 def scene(lake, lake_path, readings, tmp_path, monkeypatch):
     """A table with rows, a scratch folder with a secret outside the lake, and cwd in scratch."""
     readings.append(iot_table(iot_series(T0, 2)))
+    # The append's index record is written after it returns (upkeep thread): wait for it, so that
+    # the tests' listings of the lake see only what the hostile statements might write.
+    readings.info()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     (scratch / "secret.txt").write_text(f"name,value\nkey,{SECRET}\n")

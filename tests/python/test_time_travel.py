@@ -176,5 +176,30 @@ def test_delta_rs_reads_every_version_alike(lake, lake_path, tmp_path):
 
 def test_an_at_clause_reads_nothing_outside_the_lake(lake):
     _history(lake, "readings", BATCHES[:1])
-    with pytest.raises(ValueError, match="could not be computed"):
+    with pytest.raises(ValueError, match="constant expression, not a query"):
         lake.sql("SELECT * FROM readings AT (VERSION => (SELECT count(*) FROM read_csv('/etc/passwd')))")
+    # A query in the value would read views of an earlier statement: refused, not answered stale.
+    with pytest.raises(ValueError, match="constant expression, not a query"):
+        lake.sql("SELECT count(*) FROM readings AT (VERSION => (SELECT count(*) FROM readings))")
+
+
+@pytest.mark.parametrize("version", ["99999999999999999999", "9223372036854775808"])
+def test_a_version_beyond_int64_is_a_value_error(lake, version):
+    _history(lake, "readings", BATCHES[:1])
+    with pytest.raises(ValueError, match="a version is an integer from 0 to"):
+        lake.sql(f"SELECT * FROM readings AT (VERSION => {version})")
+    with pytest.raises(ValueError, match="as_of must be a version from 0 to"):
+        lake.sql("SELECT * FROM readings", as_of=int(version))
+
+
+def test_a_cte_named_like_a_table_stays_the_cte_under_as_of(lake):
+    _history(lake, "readings", BATCHES, properties=NO_BACKGROUND)
+    assert sql_rows(lake, "WITH readings AS (SELECT 42 AS temp) SELECT * FROM readings", as_of=1) == [{"temp": 42}]
+    # Inside its own body the name is the lake table, which keeps its AT clause.
+    rows = sql_rows(lake, "WITH readings AS (SELECT * FROM readings AT (VERSION => 1)) "
+                          "SELECT count(*) AS n FROM readings", as_of=3)
+    assert rows == [{"n": 2}]
+    # A CTE shadowing another table does not make as_of=<version> ambiguous.
+    _history(lake, "other", BATCHES[:1])
+    rows = sql_rows(lake, "WITH other AS (SELECT 1 AS k) SELECT count(*) AS n FROM readings, other", as_of=1)
+    assert rows == [{"n": 2}]

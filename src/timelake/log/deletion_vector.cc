@@ -46,8 +46,9 @@ class Cursor {
   size_t at_ = 0;
 };
 
-// One portable 32-bit Roaring bitmap, its values offset by `high` << 32.
-arrow::Status ParseRoaring32(Cursor* in, uint64_t high, std::vector<uint64_t>* out) {
+// One portable 32-bit Roaring bitmap, its values offset by `high` << 32. `limit`: the most values
+// `out` may hold (the cardinality the log records), checked before anything is expanded.
+arrow::Status ParseRoaring32(Cursor* in, uint64_t high, size_t limit, std::vector<uint64_t>* out) {
   ARROW_ASSIGN_OR_RAISE(uint32_t cookie, in->Read<uint32_t>());
   uint32_t size = 0;
   std::vector<uint8_t> run_flags;
@@ -71,17 +72,26 @@ arrow::Status ParseRoaring32(Cursor* in, uint64_t high, std::vector<uint64_t>* o
     card = static_cast<uint32_t>(card_minus_one) + 1;
   }
   if (!runs || size >= 4) ARROW_RETURN_NOT_OK(in->Skip(4ull * size));  // container offsets
+  uint64_t total = out->size();
+  for (const auto& header : headers) total += header.second;
+  if (total > limit) {
+    return arrow::Status::IOError("deletion vector holds more rows than the ", limit, " the log records");
+  }
   for (uint32_t i = 0; i < size; ++i) {
     const uint64_t base = high << 32 | static_cast<uint64_t>(headers[i].first) << 16;
     const uint32_t card = headers[i].second;
     if (runs && (run_flags[i / 8] >> (i % 8) & 1)) {
       ARROW_ASSIGN_OR_RAISE(uint16_t n, in->Read<uint16_t>());
+      uint64_t in_runs = 0;
       for (uint16_t r = 0; r < n; ++r) {
         ARROW_ASSIGN_OR_RAISE(uint16_t start, in->Read<uint16_t>());
         ARROW_ASSIGN_OR_RAISE(uint16_t length_minus_one, in->Read<uint16_t>());
-        for (uint32_t v = start; v <= static_cast<uint32_t>(start) + length_minus_one; ++v) {
-          out->push_back(base | v);
+        const uint32_t end = static_cast<uint32_t>(start) + length_minus_one;
+        in_runs += static_cast<uint64_t>(length_minus_one) + 1;
+        if (end > 0xFFFF || in_runs > card) {
+          return arrow::Status::IOError("deletion vector: a run container does not match its header");
         }
+        for (uint32_t v = start; v <= end; ++v) out->push_back(base | v);
       }
     } else if (card > 4096) {
       for (uint32_t w = 0; w < 1024; ++w) {
@@ -135,7 +145,7 @@ arrow::Result<std::string> Z85Decode(std::string_view text) {
   return out;
 }
 
-arrow::Result<std::vector<uint64_t>> ParseRoaringBitmapArray(std::string_view bytes) {
+arrow::Result<std::vector<uint64_t>> ParseRoaringBitmapArray(std::string_view bytes, size_t limit) {
   Cursor in(bytes);
   ARROW_ASSIGN_OR_RAISE(uint32_t magic, in.Read<uint32_t>());
   if (magic != kRoaringArrayMagic) {
@@ -146,7 +156,7 @@ arrow::Result<std::vector<uint64_t>> ParseRoaringBitmapArray(std::string_view by
   std::vector<uint64_t> rows;
   for (uint64_t i = 0; i < count; ++i) {
     ARROW_ASSIGN_OR_RAISE(uint32_t high, in.Read<uint32_t>());
-    ARROW_RETURN_NOT_OK(ParseRoaring32(&in, high, &rows));
+    ARROW_RETURN_NOT_OK(ParseRoaring32(&in, high, limit, &rows));
   }
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
@@ -168,16 +178,22 @@ arrow::Result<std::string> DeletionVectorPath(const std::string& table_path, con
 
 arrow::Result<std::vector<uint64_t>> ReadDeletionVector(ObjectStore* store, const std::string& table_path,
                                                         const DeletionVector& dv) {
+  if (dv.size_in_bytes < 0 || dv.size_in_bytes > (1LL << 31) || dv.cardinality < 0 ||
+      (dv.offset && *dv.offset < 0)) {
+    return arrow::Status::IOError("deletion vector descriptor out of range (size ", dv.size_in_bytes,
+                                  ", cardinality ", dv.cardinality, ")");
+  }
+  const auto limit = static_cast<size_t>(dv.cardinality);
   std::vector<uint64_t> rows;
   if (dv.storage_type == "i") {
     ARROW_ASSIGN_OR_RAISE(std::string bytes, Z85Decode(dv.path_or_inline));
     ARROW_ASSIGN_OR_RAISE(rows, ParseRoaringBitmapArray(std::string_view(bytes).substr(
-                                    0, std::min<size_t>(bytes.size(), static_cast<size_t>(dv.size_in_bytes)))));
+                                    0, std::min<size_t>(bytes.size(), static_cast<size_t>(dv.size_in_bytes))), limit));
   } else {
     ARROW_ASSIGN_OR_RAISE(std::string path, DeletionVectorPath(table_path, dv));
     const int64_t offset = dv.offset.value_or(1);
     ARROW_ASSIGN_OR_RAISE(auto data, store->GetRange(path, offset, dv.size_in_bytes + 8));
-    if (data->size() != dv.size_in_bytes + 8) {
+    if (data->size() != dv.size_in_bytes + 8 || data->size() < 8) {
       return arrow::Status::IOError("deletion vector in ", path, " is truncated");
     }
     const auto* p = data->data();
@@ -193,7 +209,7 @@ arrow::Result<std::vector<uint64_t>> ReadDeletionVector(ObjectStore* store, cons
     if (arrow::internal::crc32(0, p + 4, length) != expected) {
       return arrow::Status::IOError("deletion vector in ", path, " at ", offset, " fails its CRC check");
     }
-    ARROW_ASSIGN_OR_RAISE(rows, ParseRoaringBitmapArray(std::string_view(reinterpret_cast<const char*>(p + 4), length)));
+    ARROW_ASSIGN_OR_RAISE(rows, ParseRoaringBitmapArray(std::string_view(reinterpret_cast<const char*>(p + 4), length), limit));
   }
   if (static_cast<int64_t>(rows.size()) != dv.cardinality) {
     return arrow::Status::IOError("deletion vector deletes ", rows.size(), " rows, the log says ", dv.cardinality);

@@ -24,8 +24,10 @@ class ObjectStore;
 /// Z85 (ZeroMQ base-85) decoding; the text's length must be a multiple of 5.
 arrow::Result<std::string> Z85Decode(std::string_view text);
 
-/// The sorted row indexes of a serialized RoaringBitmapArray (magic number included).
-arrow::Result<std::vector<uint64_t>> ParseRoaringBitmapArray(std::string_view bytes);
+/// The sorted row indexes of a serialized RoaringBitmapArray (magic number included); an IOError,
+/// before expanding anything, if its headers promise more than `limit` rows.
+arrow::Result<std::vector<uint64_t>> ParseRoaringBitmapArray(std::string_view bytes,
+                                                             size_t limit = SIZE_MAX);
 
 /// The store path of the DV file `dv` names, for the table at `table_path` ("u" and "p" kinds).
 arrow::Result<std::string> DeletionVectorPath(const std::string& table_path, const DeletionVector& dv);
