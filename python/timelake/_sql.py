@@ -409,13 +409,14 @@ class _Catalog:
     def _deleted_rows_table(self, files: List[Any], columns: List[str]) -> Optional[Tuple[str, str]]:
         """Registers the rows deletion vectors delete, as (path, row) pairs; returns the table's name
         and a column name for the file name that no table column has (None: no file has any)."""
-        marked = [f for f in files if len(f.deleted_rows)]
+        # deleted_rows is converted from the core's vector on each access: read it once per file.
+        marked = [(f.path, rows) for f in files if (rows := f.deleted_rows)]
         if not marked:
             return None
         self._empty += 1
         name = f"__timelake_deleted_{self._empty}"
-        paths = pa.chunked_array([pa.array([f.path] * len(f.deleted_rows), pa.string()) for f in marked])
-        rows = pa.chunked_array([pa.array(f.deleted_rows, pa.uint64()).cast(pa.int64()) for f in marked])
+        paths = pa.chunked_array([pa.array([path] * len(rows), pa.string()) for path, rows in marked])
+        rows = pa.chunked_array([pa.array(rows, pa.uint64()).cast(pa.int64()) for _, rows in marked])
         self.con.register(name, pa.table({"path": paths, "row": rows}))
         return name, _fresh("__tl_file", {c.lower() for c in columns})
 

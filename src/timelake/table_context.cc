@@ -85,7 +85,8 @@ arrow::Status LoadDerived(TableContext& t) {
     }
   }
   t.metadata_id = m.id;
-  t.schema_source = SchemaSource(m);
+  t.derived_schema_string = m.schema_string;
+  t.derived_arrow_schema = ArrowSchemaText(m);
   t.checkpointed = std::make_shared<std::atomic<int64_t>>(-1);  // tasks of an older table keep theirs
   t.latest = LatestState{};
   t.index = std::make_shared<LastValueIndex>(t.store, t.table_path, m.id, t.contract, t.storage);
@@ -142,15 +143,17 @@ arrow::Status Update(TableContext& t) {
       &reloaded));
   if (reloaded) t.latest = LatestState{};
   if (t.snapshot.metadata.id != t.metadata_id || !t.declared ||
-      SchemaSource(t.snapshot.metadata) != t.schema_source) {
+      t.snapshot.metadata.schema_string != t.derived_schema_string ||
+      ArrowSchemaText(t.snapshot.metadata) != t.derived_arrow_schema) {
     return LoadDerived(t);
   }
   return arrow::Status::OK();
 }
 
-std::string SchemaSource(const Metadata& m) {
+const std::string& ArrowSchemaText(const Metadata& m) {
+  static const std::string none;
   auto arrow_schema = m.configuration.find(kArrowSchemaKey);
-  return m.schema_string + "\n" + (arrow_schema == m.configuration.end() ? "" : arrow_schema->second);
+  return arrow_schema == m.configuration.end() ? none : arrow_schema->second;
 }
 
 arrow::Status CheckWritable(const TableContext& t) {

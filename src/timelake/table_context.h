@@ -128,7 +128,9 @@ struct TableContext {
   Committer committer;  // commits to `log`
   Snapshot snapshot;    // the version the handle last saw
   std::string metadata_id;  // the metaData.id the fields below were derived from
-  std::string schema_source;  // and its schema (SchemaSource): add_columns changes it, not the id
+  // and the schema texts (add_columns changes them, not the id): Delta's and timelake's Arrow one
+  std::string derived_schema_string;
+  std::string derived_arrow_schema;
   std::shared_ptr<arrow::Schema> declared;  // the schema users see
   std::shared_ptr<arrow::Schema> storage;   // the schema the files hold
   Contract contract;
@@ -148,8 +150,8 @@ struct TableContext {
 /// Schema, contract and index from `t.snapshot.metadata`; NotImplemented if timelake cannot read
 /// the table (column mapping, reader features it lacks).
 arrow::Status LoadDerived(TableContext& t);
-/// What the derived schema depends on in `m` (its schemaString and timelake's Arrow schema).
-std::string SchemaSource(const Metadata& m);
+/// timelake's Arrow schema text in `m` (empty when absent).
+const std::string& ArrowSchemaText(const Metadata& m);
 /// Advances `t` to the latest version, deriving again if the table changed identity or schema.
 arrow::Status Update(TableContext& t);
 /// NotImplemented if the table uses writer features timelake cannot honour.
