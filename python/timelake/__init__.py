@@ -114,6 +114,27 @@ def _check_names(schema: pa.Schema) -> None:
     walk(list(schema), "")
 
 
+def _fields_argument(columns: Any, call: str) -> pa.Schema:
+    """add_columns / widen_columns: a pyarrow.Schema, a list of pyarrow.Field or a mapping of
+    name to type, as a pyarrow.Schema."""
+    if isinstance(columns, Mapping):
+        try:
+            columns = pa.schema([pa.field(str(name), t) for name, t in columns.items()])
+        except (TypeError, ValueError, KeyError, pa.ArrowException) as e:
+            raise ValueError(f"{call}: a column needs a pyarrow type ({e})") from None
+    elif isinstance(columns, (list, tuple)) and all(isinstance(f, pa.Field) for f in columns):
+        try:
+            columns = pa.schema(list(columns))
+        except (TypeError, ValueError, KeyError, pa.ArrowException) as e:
+            raise ValueError(f"{call}: {e}") from None
+    if not isinstance(columns, pa.Schema):
+        raise ValueError(
+            f"{call} takes a pyarrow.Schema, a list of pyarrow.Field or a mapping of name to type, "
+            f"got {type(columns).__name__}"
+        )
+    return columns
+
+
 def _schema_capsule(schema: Any) -> Any:
     """An ArrowSchema capsule of what `schema` describes; any failure is a ValueError."""
     try:
@@ -274,18 +295,7 @@ class Table:
         `columns`: a pyarrow.Schema, a list of pyarrow.Field, or a mapping of name to type. Rows
         already in the table read the new columns as null.
         """
-        if isinstance(columns, Mapping):
-            try:
-                columns = pa.schema([pa.field(str(name), t) for name, t in columns.items()])
-            except (TypeError, ValueError, KeyError, pa.ArrowException) as e:
-                raise ValueError(f"add_columns: a column needs a pyarrow type ({e})") from None
-        elif isinstance(columns, (list, tuple)) and all(isinstance(f, pa.Field) for f in columns):
-            columns = pa.schema(list(columns))
-        if not isinstance(columns, pa.Schema):
-            raise ValueError(
-                "add_columns takes a pyarrow.Schema, a list of pyarrow.Field or a mapping of name to type, "
-                f"got {type(columns).__name__}"
-            )
+        columns = _fields_argument(columns, "add_columns")
         # Unique ignoring case as Spark compares (Unicode lower case; the core folds ASCII only).
         taken = {name.lower(): name for name in self.schema.names}
         for name in columns.names:
@@ -296,6 +306,18 @@ class Table:
                 )
             taken[name.lower()] = name
         version = self._core.add_columns(_schema_capsule(columns))
+        return {"version": version, "columns": columns.names}
+
+    def widen_columns(self, columns: Any) -> dict:
+        """Changes columns to wider types (Delta type widening); returns {"version", "columns"}.
+
+        `columns`: a mapping of column name to its new pyarrow type, a pyarrow.Schema or a list of
+        pyarrow.Field (only the types count: a column keeps its nullability). Names match ignoring
+        case. No file is rewritten: rows written before read in the new type.
+        """
+        columns = _fields_argument(columns, "widen_columns")
+        # The core checks the names against the table's newest schema (this handle may be older).
+        version = self._core.widen_columns(_schema_capsule(columns))
         return {"version": version, "columns": columns.names}
 
     def refresh(self) -> None:

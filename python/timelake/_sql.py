@@ -368,6 +368,7 @@ class _Catalog:
             self.con.register(empty_name, pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table())
             parts.append(f"SELECT * FROM temp.main.{_quote(empty_name)}")
         registered = [n for n in (empty_name, deleted and deleted[0], dedup and deleted_dedup and deleted_dedup[0]) if n]
+        columns = _select_list(declared, storage_types, plan.widened)
         if len(parts) == 1 and not dedup:
             return f"SELECT {columns} FROM ({parts[0]})", registered or None
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", registered or None
@@ -402,7 +403,7 @@ class _Catalog:
                 f"SELECT {renames}{extra} FROM (SELECT * FROM {source} "
                 f"UNION ALL BY NAME SELECT * FROM temp.main.{_quote(empty_name)})"
             )
-        columns = ", ".join(_quote(f.name) for f in declared)
+        columns = _select_list(declared, storage_types, plan.widened)
         registered = [empty_name] + ([deleted[0]] if deleted else [])
         return f"SELECT {columns} FROM (" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", registered
 
@@ -419,6 +420,23 @@ class _Catalog:
         rows = pa.chunked_array([pa.array(rows, pa.uint64()).cast(pa.int64()) for _, rows in marked])
         self.con.register(name, pa.table({"path": paths, "row": rows}))
         return name, _fresh("__tl_file", {c.lower() for c in columns})
+
+
+def _select_list(declared: pa.Schema, storage_types: Dict[str, pa.DataType], widened: List[str]) -> str:
+    """The view's columns. A widened column (Delta type widening) is cast to the table's stored
+    type: older files hold a narrower one, which reading by name promotes only as far as DuckDB's
+    own rules go (an INTEGER and a DECIMAL meet in a DECIMAL of DuckDB's choosing)."""
+    widened_set = set(widened)
+
+    def column(f: pa.Field) -> str:
+        stored = storage_types.get(f.name, f.type)
+        # Nested columns (another engine widened an element, a value or a struct field) are left
+        # to reading by name, which promotes them; _duckdb_type names top-level types only.
+        if f.name not in widened_set or pa.types.is_nested(stored):
+            return _quote(f.name)
+        return f"CAST({_quote(f.name)} AS {_duckdb_type(stored)}) AS {_quote(f.name)}"
+
+    return ", ".join(column(f) for f in declared)
 
 
 def _read_files(paths: List[str], options: str, deleted: Optional[Tuple[str, str]]) -> str:

@@ -314,6 +314,11 @@ NB_MODULE(_core, m) {
              auto schema = ImportSchemaCapsule(schema_capsule);
              return Released([&] { return t.AddColumns(schema->fields()); });
            })
+      .def("widen_columns",
+           [](Table& t, nb::handle schema_capsule) {
+             auto schema = ImportSchemaCapsule(schema_capsule);
+             return Released([&] { return t.WidenColumns(schema->fields()); });
+           })
       .def("refresh",
            [](Table& t) {
              Released([&] { return t.Refresh(); });
@@ -350,6 +355,7 @@ NB_MODULE(_core, m) {
   nb::class_<ScanPlan>(m, "ScanPlan")
       .def_ro("version", &ScanPlan::version)
       .def_ro("evolved", &ScanPlan::evolved)
+      .def_ro("widened", &ScanPlan::widened)
       .def_ro("physical_names", &ScanPlan::physical_names)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
       .def_ro("files_pruned", &ScanPlan::files_pruned)

@@ -52,7 +52,6 @@ constexpr FeatureSwitch kFeatureSwitches[] = {
     {"delta.enableChangeDataFeed", "false", "changeDataFeed"},
     {"delta.enableDeletionVectors", "false", "deletionVectors"},
     {"delta.enableRowTracking", "false", "rowTracking"},
-    {"delta.enableTypeWidening", "false", "typeWidening"},
     {"delta.enableInCommitTimestamps", "false", "inCommitTimestamp"},
     {"delta.enableIcebergCompatV1", "false", "icebergCompatV1"},
     {"delta.enableIcebergCompatV2", "false", "icebergCompatV2"},
@@ -127,7 +126,7 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
                                     value, "'");
     }
     if ((key == "timelake.autoMaintain" || key == "timelake.backgroundCompaction" ||
-         key == kRetentionCheck || key == "delta.appendOnly") &&
+         key == kRetentionCheck || key == "delta.appendOnly" || key == "delta.enableTypeWidening") &&
         !IsTrueOrFalse(value)) {
       return arrow::Status::Invalid("table property '", key, "' must be \"true\" or \"false\", got '",
                                     value, "'");
@@ -150,7 +149,7 @@ arrow::Status ValidateProperties(const std::map<std::string, std::string>& prope
         return arrow::Status::Invalid("table property '", key,
                                       "' asks for a Delta protocol version or table feature; "
                                       "timelake chooses the protocol from the schema and "
-                                      "implements no optional features but timestampNtz");
+                                      "implements no optional features but timestampNtz and typeWidening");
       }
     }
   }

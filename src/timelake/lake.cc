@@ -9,6 +9,7 @@
 
 #include "timelake/log/delta_log.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/log/features.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/store_factory.h"
 #include "timelake/txn/committer.h"
@@ -154,6 +155,10 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
     protocol.min_writer_version = 7;
     protocol.reader_features = std::vector<std::string>{"timestampNtz"};
     protocol.writer_features = std::vector<std::string>{"appendOnly", "invariants", "timestampNtz"};
+  }
+  auto widening = options.properties.find("delta.enableTypeWidening");
+  if (widening != options.properties.end() && widening->second == "true") {
+    protocol = WithFeature(protocol, kTypeWideningFeature);  // widen_columns needs no upgrade
   }
   commit.protocol = protocol;
 

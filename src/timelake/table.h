@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,11 +74,33 @@ class Table {
   /// another add_columns that raced it fails with a commit conflict.
   arrow::Result<int64_t> AddColumns(const arrow::FieldVector& fields);
 
+  /// Changes the types of columns to wider ones, in one commit; returns its version. Each field
+  /// names a column and its new declared type, which must hold every value of the old one, and
+  /// the stored type may only change as Delta's typeWidening allows (DeltaAllowsWidening): no
+  /// file is rewritten, readers cast older files up. The table gains the typeWidening feature
+  /// (Delta protocol reader 3, writer 7) and `delta.enableTypeWidening`. Invalid for an empty
+  /// list, an unknown column, the time column or a series key column, or a narrowing or
+  /// unrelated type. Appends, compactions and retention that raced it rebase; a schema change
+  /// that raced it fails with a commit conflict.
+  arrow::Result<int64_t> WidenColumns(const arrow::FieldVector& fields);
+
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 
  private:
   Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
+  // Commits a new schema (same table id): `declared` and its `storage` schema, the Delta field
+  // JSON to keep for the columns it names (FieldsOf, WidenedField), a protocol action when the
+  // change needs one, and table properties to set (`config`). `call` names the public method in
+  // a conflict message.
+  arrow::Result<int64_t> CommitSchemaChange(const std::shared_ptr<arrow::Schema>& declared,
+                                            const arrow::Schema& storage,
+                                            const std::map<std::string, std::string>& kept,
+                                            const std::optional<Protocol>& protocol,
+                                            const std::map<std::string, std::string>& config,
+                                            const std::string& operation,
+                                            std::map<std::string, std::string> parameters,
+                                            const std::string& call);
   /// `st` with the table's folder replaced by its name in a KeyError's message.
   arrow::Status TableMessage(const arrow::Status& st) const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "timelake/log/features.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/util/ids.h"
@@ -20,9 +21,7 @@ constexpr int64_t kIndexFoldRows = 32 * 1024;
 std::string EngineInfo() { return std::string("timelake/") + TIMELAKE_VERSION; }
 
 arrow::Status CheckReadable(const Protocol& p, const Metadata& m, const std::string& name) {
-  static const std::set<std::string> readable = {"timestampNtz", "vacuumProtocolCheck",
-                                                 "appendOnly", "invariants", "columnMapping",
-                                                 "deletionVectors"};
+  const std::set<std::string>& readable = ReadableFeatures();
   auto it = m.configuration.find("delta.columnMapping.mode");
   if (it != m.configuration.end() && it->second != "none" && it->second != "name" && it->second != "id") {
     return arrow::Status::NotImplemented("table '", name, "' uses Delta column mapping mode '",
@@ -158,7 +157,7 @@ const std::string& ArrowSchemaText(const Metadata& m) {
 
 arrow::Status CheckWritable(const TableContext& t) {
   const Protocol& p = t.snapshot.protocol;
-  static const std::set<std::string> writable = {"appendOnly", "invariants", "timestampNtz"};
+  const std::set<std::string>& writable = WritableFeatures();
   if (p.min_writer_version > 7 || (p.min_writer_version >= 3 && p.min_writer_version <= 6)) {
     return arrow::Status::NotImplemented(
         "table '", t.name, "' needs Delta writer version ", p.min_writer_version,

@@ -343,6 +343,51 @@ TEST(ConflictRulesTest, AddedNullableColumnsRebaseEverythingButAnotherSchemaChan
             Resolution::kConflict);
 }
 
+// widen_columns commits a metaData whose columns only widened as Delta allows, and (the first
+// time) a protocol gaining typeWidening: appends, compactions and retention rebase (their files
+// hold the older type, as older files do); another schema change conflicts; a protocol gaining a
+// feature timelake does not write is still a conflict.
+TEST(ConflictRulesTest, WidenedColumnsAndTheTypeWideningFeatureRebaseAllButSchemaChanges) {
+  const std::string narrow =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"v","type":"integer","nullable":true,"metadata":{}}]})";
+  const std::string wide =
+      R"({"type":"struct","fields":[{"name":"t","type":"timestamp","nullable":false,"metadata":{}},)"
+      R"({"name":"v","type":"long","nullable":true,"metadata":{"delta.typeChanges":)"
+      R"([{"fromType":"integer","toType":"long"}]}}]})";
+  Snapshot before = Before();
+  before.metadata.schema_string = narrow;
+  before.metadata.configuration = {{"timelake.arrowSchema", "old"}};
+  Commit widened;
+  widened.metadata = before.metadata;
+  widened.metadata->schema_string = wide;
+  widened.metadata->configuration["timelake.arrowSchema"] = "new";
+  widened.metadata->configuration["timelake.schemaVersion"] = "2";
+  widened.metadata->configuration["delta.enableTypeWidening"] = "true";
+  widened.protocol = Protocol{3, 7, std::vector<std::string>{"typeWidening"},
+                              std::vector<std::string>{"appendOnly", "invariants", "typeWidening"}};
+  for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
+    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    EXPECT_EQ(Judge(pending, widened, before).resolution, Resolution::kRebase) << CommitKindName(kind);
+  }
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kSchemaChange, {}, {}}, widened, before).resolution,
+            Resolution::kConflict);
+  // long -> integer is a narrowing: a metadata change, a conflict.
+  Snapshot wide_before = before;
+  wide_before.metadata.schema_string = wide;
+  Commit narrowed;
+  narrowed.metadata = wide_before.metadata;
+  narrowed.metadata->schema_string = narrow;
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kAppend, {}, {}}, narrowed, wide_before).resolution,
+            Resolution::kConflict);
+  // The same protocol with deletion vectors as well: timelake does not write them.
+  Commit more = widened;
+  more.protocol->reader_features->push_back("deletionVectors");
+  more.protocol->writer_features->push_back("deletionVectors");
+  EXPECT_EQ(Judge(CommitIntent{CommitKind::kAppend, {}, {}}, more, before).resolution,
+            Resolution::kConflict);
+}
+
 TEST(ConflictRulesTest, AnUnchangedMetadataOrProtocolActionDoesNotConflict) {
   CommitIntent append{CommitKind::kAppend, {}, {}};
   Commit winner;

@@ -279,4 +279,80 @@ TEST(PhysicalNamesTest, TopLevelColumnsMapToTheirPhysicalNames) {
   EXPECT_TRUE(PhysicalNames("not json").status().IsInvalid());
 }
 
+// Type widening: which changes Delta allows on stored types, which declared changes keep every
+// value, and the delta.typeChanges history a widening writes (Spark's form: a JSON array of
+// {"fromType", "toType"} in the field's metadata, oldest first).
+TEST(TypeWideningTest, DeltaAllowsOnlyTheProtocolsWidenings) {
+  using namespace arrow;
+  EXPECT_TRUE(DeltaAllowsWidening(*int8(), *int16()));
+  EXPECT_TRUE(DeltaAllowsWidening(*int16(), *int64()));
+  EXPECT_TRUE(DeltaAllowsWidening(*int32(), *int64()));
+  EXPECT_TRUE(DeltaAllowsWidening(*float32(), *float64()));
+  EXPECT_TRUE(DeltaAllowsWidening(*int32(), *float64()));
+  EXPECT_TRUE(DeltaAllowsWidening(*date32(), *timestamp(TimeUnit::MICRO)));
+  EXPECT_TRUE(DeltaAllowsWidening(*decimal128(10, 2), *decimal128(12, 3)));
+  EXPECT_TRUE(DeltaAllowsWidening(*int32(), *decimal128(10, 0)));
+  EXPECT_TRUE(DeltaAllowsWidening(*int64(), *decimal128(22, 2)));
+  EXPECT_FALSE(DeltaAllowsWidening(*int64(), *int32()));
+  EXPECT_FALSE(DeltaAllowsWidening(*int64(), *float64()));  // not exact, so Delta refuses it
+  EXPECT_FALSE(DeltaAllowsWidening(*int32(), *float32()));
+  EXPECT_FALSE(DeltaAllowsWidening(*int32(), *utf8()));
+  EXPECT_FALSE(DeltaAllowsWidening(*date32(), *timestamp(TimeUnit::MICRO, "UTC")));
+  EXPECT_TRUE(DeltaAllowsWidening(*decimal128(10, 2), *decimal128(11, 3)));
+  EXPECT_FALSE(DeltaAllowsWidening(*decimal128(10, 2), *decimal128(11, 4)));  // fewer integer digits
+  EXPECT_FALSE(DeltaAllowsWidening(*decimal128(10, 2), *decimal128(10, 2)));
+  EXPECT_FALSE(DeltaAllowsWidening(*int32(), *decimal128(9, 0)));
+  EXPECT_FALSE(DeltaAllowsWidening(*int64(), *decimal128(20, 1)));
+}
+
+TEST(TypeWideningTest, LosslessWideningKeepsEveryValue) {
+  using namespace arrow;
+  EXPECT_TRUE(LosslessWidening(*int32(), *int64()));
+  EXPECT_TRUE(LosslessWidening(*uint8(), *int16()));
+  EXPECT_TRUE(LosslessWidening(*uint16(), *uint32()));
+  EXPECT_FALSE(LosslessWidening(*int8(), *uint16()));  // negative values
+  EXPECT_FALSE(LosslessWidening(*uint32(), *int32()));
+  EXPECT_FALSE(LosslessWidening(*int64(), *float64()));
+  EXPECT_TRUE(LosslessWidening(*float16(), *float32()));
+  EXPECT_FALSE(LosslessWidening(*float64(), *float32()));
+  EXPECT_FALSE(LosslessWidening(*int32(), *int32()));
+  EXPECT_TRUE(LosslessWidening(*int16(), *decimal128(7, 2)));
+  EXPECT_FALSE(LosslessWidening(*int16(), *decimal128(6, 2)));
+  EXPECT_TRUE(LosslessWidening(*date32(), *timestamp(TimeUnit::MICRO)));
+  EXPECT_FALSE(LosslessWidening(*date32(), *timestamp(TimeUnit::NANO)));  // years 1677-2262 only
+}
+
+TEST(TypeWideningTest, TypeChangesAppendToTheHistoryAndOtherMetadataStays) {
+  ASSERT_OK_AND_ASSIGN(auto once, WithTypeChange("", *arrow::int16(), *arrow::int32()));
+  EXPECT_EQ(once, R"({"delta.typeChanges":[{"fromType":"short","toType":"integer"}]})");
+  ASSERT_OK_AND_ASSIGN(auto twice, WithTypeChange(R"({"comment":"x",)" + once.substr(1),
+                                                  *arrow::int32(), *arrow::int64()));
+  EXPECT_EQ(twice, R"({"comment":"x","delta.typeChanges":[{"fromType":"short","toType":"integer"},)"
+                   R"({"fromType":"integer","toType":"long"}]})");
+  // A widened field keeps its other metadata; a schemaString keeps the fields it is given.
+  const auto storage = arrow::schema({field("t", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC")),
+                                      field("v", arrow::int64())});
+  ASSERT_OK_AND_ASSIGN(
+      auto widened,
+      WidenedField(R"({"name":"v","type":"integer","nullable":true,"metadata":{"comment":"x"}})",
+                   *arrow::int32(), *storage->field(1)));
+  EXPECT_EQ(widened, R"({"name":"v","type":"long","nullable":true,"metadata":{"comment":"x",)"
+                     R"("delta.typeChanges":[{"fromType":"integer","toType":"long"}]}})");
+  ASSERT_OK_AND_ASSIGN(auto text, DeltaSchemaString(*storage, {{"v", widened}}));
+  ASSERT_OK_AND_ASSIGN(auto fields, FieldsOf(text));
+  EXPECT_EQ(fields.at("v"), widened);
+  EXPECT_EQ(WidenedColumns(text), std::vector<std::string>{"v"});
+  ASSERT_OK_AND_ASSIGN(auto parsed, SchemaFromDelta(text));
+  EXPECT_TRUE(parsed->Equals(*storage));
+  // Kept fields are written as they were, nested metadata included.
+  const std::string nested =
+      R"({"name":"s","type":{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,)"
+      R"("metadata":{"delta.typeChanges":[{"toType":"long","fromType":"integer"}]}}]},"nullable":true,"metadata":{}})";
+  const auto with_struct = arrow::schema({field("s", arrow::struct_({field("x", arrow::int64())}))});
+  ASSERT_OK_AND_ASSIGN(auto kept, DeltaSchemaString(*with_struct, {{"s", nested}}));
+  EXPECT_EQ(kept, R"({"type":"struct","fields":[)" + nested + "]}");
+  EXPECT_TRUE(WidenedColumns(R"({"type":"struct","fields":[{"name":"v","type":"long","nullable":true,)"
+                             R"("metadata":{"delta.typeChanges":[]}}]})").empty());
+}
+
 }  // namespace timelake::testing

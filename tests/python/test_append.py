@@ -410,6 +410,7 @@ def test_batch_id_is_recognised_after_a_checkpoint(readings, lake_path):
     readings.append(iot_table(ROWS), batch_id="first-batch")
     for i in range(11):
         readings.append(iot_table([(T0 + dt.timedelta(hours=1, seconds=i), "z", float(i))]), batch_id=f"b-{i}")
+    readings.info()  # waits for the checkpoint, which the handle's upkeep thread writes after append 10 returned
     assert (table_dir(readings) / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
     again = timelake.Lake(str(lake_path)).table("readings")
     assert again.append(iot_table(ROWS), batch_id="first-batch")["duplicate"] is True

@@ -278,3 +278,109 @@ def test_spark_reads_an_evolved_table_and_renames_are_refused_clearly(spark, lak
     spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN humidity TO rh")
     with pytest.raises(RuntimeError, match="renamed or dropped columns under Delta column mapping"):
         lake.sql("SELECT * FROM readings")
+
+
+def _typed_rows(table: pa.Table, columns) -> list[tuple]:
+    """Rows as sorted tuples of Python values, timestamps as naive UTC (Spark's and ours agree)."""
+    rows = []
+    for r in table.select(columns).to_pylist():
+        rows.append(tuple(v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+                          if isinstance(v, dt.datetime) and v.tzinfo else v for v in r.values()))
+    return sorted(rows, key=lambda r: tuple((v is None, v) for v in r))
+
+
+def test_spark_reads_a_table_timelake_widened_and_appends_to_it(spark, lake, lake_path):
+    import decimal
+
+    schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("device_id", pa.string()), ("n", pa.int32()),
+                        ("temp", pa.float32()), ("price", pa.decimal128(10, 2)), ("day", pa.date32())])
+    t = lake.create_table("readings", schema, series_key=["device_id"], dedup="last", properties=NO_BACKGROUND)
+    t.append(pa.Table.from_pylist([{"time": T0, "device_id": "a", "n": 1, "temp": 1.5,
+                                    "price": decimal.Decimal("12.34"), "day": dt.date(2024, 3, 5)}], schema=schema))
+    t.widen_columns({"n": pa.int64(), "temp": pa.float64(), "price": pa.decimal128(14, 3), "day": pa.timestamp("us")})
+    t.append(pa.Table.from_pylist([{"time": T0 + HOUR, "device_id": "b", "n": 2**40, "temp": 0.1,
+                                    "price": decimal.Decimal("99999999999.125"), "day": dt.datetime(2024, 3, 6, 12)}],
+                                  schema=t.schema))
+    path = _path(lake_path, "readings")
+    columns = ["time", "device_id", "n", "temp", "price", "day"]
+    theirs = spark.read.format("delta").load(str(path))
+    assert [f.dataType.simpleString() for f in theirs.schema.fields][2:] == [
+        "bigint", "double", "decimal(14,3)", "timestamp_ntz"]
+    assert _typed_rows(theirs.toArrow(), columns) == _typed_rows(lake.sql("SELECT * FROM readings"), columns)
+    assert _typed_rows(theirs.toArrow(), ["n", "price"]) == [(1, decimal.Decimal("12.340")),
+                                                             (2**40, decimal.Decimal("99999999999.125"))]
+    # Spark appends wide values; timelake's sql and latest() read them.
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (TIMESTAMP '2024-03-05 02:00:00', 'c', {2**41}, 0.25, "
+              f"1.5, TIMESTAMP_NTZ '2024-03-07 00:00:00')")
+    ours = lake.sql("SELECT * FROM readings")
+    assert ours.schema == t.schema
+    assert _typed_rows(ours, columns) == _typed_rows(spark.read.format("delta").load(str(path)).toArrow(), columns)
+    assert {r["device_id"]: r["n"] for r in lake.latest("readings").to_pylist()} == {"a": 1, "b": 2**40, "c": 2**41}
+
+
+def test_timelake_reads_and_appends_to_a_table_spark_widened(spark, lake, lake_path):
+    import decimal
+
+    path = lake_path / "default" / "widened"
+    table = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {table} (id INT, v FLOAT, p DECIMAL(10,2), d DATE, s SMALLINT) USING delta "
+              "TBLPROPERTIES ('delta.enableTypeWidening' = 'true', 'delta.feature.timestampNtz' = 'supported')")
+    spark.sql(f"INSERT INTO {table} VALUES (1, 1.5, 12.34, DATE '2024-01-01', 7)")
+    for change in ("id TYPE BIGINT", "v TYPE DOUBLE", "p TYPE DECIMAL(12,2)", "d TYPE TIMESTAMP_NTZ",
+                   "s TYPE INT", "s TYPE DOUBLE"):
+        spark.sql(f"ALTER TABLE {table} CHANGE COLUMN {change}")
+    spark.sql(f"INSERT INTO {table} VALUES ({2**40}, 0.1, 1234567890.12, TIMESTAMP_NTZ '2024-01-02 03:04:05', 0.5)")
+    columns = ["id", "v", "p", "d", "s"]
+    ours = lake.sql("SELECT * FROM widened")
+    assert [f.type for f in ours.schema] == [pa.int64(), pa.float64(), pa.decimal128(12, 2), pa.timestamp("us"),
+                                             pa.float64()]
+    assert _typed_rows(ours, columns) == _typed_rows(spark.read.format("delta").load(str(path)).toArrow(), columns)
+    assert _typed_rows(ours, ["id", "s"]) == [(1, 7.0), (2**40, 0.5)]
+    # The table's writer features (typeWidening, timestampNtz, appendOnly, invariants) are ones
+    # timelake honours: it appends, and Spark reads the row back.
+    w = lake.table("widened")
+    w.append(pa.Table.from_pylist([{"id": 3, "v": 2.0, "p": decimal.Decimal("1.00"), "d": dt.datetime(2024, 1, 3),
+                                    "s": 1.0}], schema=w.schema))
+    assert _typed_rows(spark.read.format("delta").load(str(path)).toArrow(), columns) == \
+        _typed_rows(lake.sql("SELECT * FROM widened"), columns)
+    # Older versions read with the types of then, as Spark's time travel does.
+    old = lake.sql("SELECT * FROM widened AT (VERSION => 1)")
+    assert [f.type for f in old.schema] == [pa.int32(), pa.float32(), pa.decimal128(10, 2), pa.date32(), pa.int16()]
+    assert _typed_rows(old, columns) == _typed_rows(
+        spark.read.format("delta").option("versionAsOf", 1).load(str(path)).toArrow(), columns)
+
+
+def test_nested_fields_spark_widened_read_and_keep_their_history(spark, lake, lake_path):
+    import json
+
+    path = lake_path / "default" / "nested"
+    table = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {table} (id INT, arr ARRAY<INT>, m MAP<STRING, INT>, st STRUCT<x: INT>) USING delta "
+              "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    spark.sql(f"INSERT INTO {table} VALUES (1, array(1, 2), map('k', 3), named_struct('x', 4))")
+    for change in ("arr.element TYPE BIGINT", "m.value TYPE BIGINT", "st.x TYPE BIGINT"):
+        spark.sql(f"ALTER TABLE {table} CHANGE COLUMN {change}")
+    spark.sql(f"INSERT INTO {table} VALUES (2, array({2**40}), map('k', {2**41}), named_struct('x', {2**42}))")
+    ours = lake.sql("SELECT * FROM nested ORDER BY id")
+    assert ours.schema.field("arr").type.value_type == pa.int64()
+    assert ours.schema.field("m").type.item_type == pa.int64()
+    assert ours.schema.field("st").type.field("x").type == pa.int64()
+    assert ours.to_pylist() == [
+        {"id": 1, "arr": [1, 2], "m": [("k", 3)], "st": {"x": 4}},
+        {"id": 2, "arr": [2**40], "m": [("k", 2**41)], "st": {"x": 2**42}},
+    ]
+    # timelake's own schema changes keep the history Spark recorded on nested fields.
+    t = lake.table("nested")
+    t.add_columns({"note": pa.string()})
+    t.widen_columns({"id": pa.int64()})
+    last = [json.loads(line) for f in sorted((path / "_delta_log").glob("*.json"))
+            for line in f.read_text().splitlines()]
+    schema = json.loads([a for a in last if "metaData" in a][-1]["metaData"]["schemaString"])
+    fields = {f["name"]: f for f in schema["fields"]}
+    assert fields["st"]["type"]["fields"][0]["metadata"]["delta.typeChanges"] == [
+        {"toType": "long", "fromType": "integer"}]
+    assert [c.get("fieldPath") for c in fields["m"]["metadata"]["delta.typeChanges"]] == ["value"]
+    assert fields["id"]["metadata"]["delta.typeChanges"] == [{"fromType": "integer", "toType": "long"}]
+    theirs = spark.read.format("delta").load(str(path)).orderBy("id").toArrow()
+    assert theirs.column("id").to_pylist() == [1, 2]
+    assert theirs.column("st").to_pylist() == [{"x": 4}, {"x": 2**42}]

@@ -28,6 +28,7 @@
 #include "timelake/log/actions.h"
 #include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/log/schema.h"
 #include "timelake/rows/sorted_rows.h"
 #include "timelake/util/json.h"
 #include "timelake/util/status.h"
@@ -131,10 +132,11 @@ arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string
   }
   out.rows = out.rows->ReplaceSchemaMetadata(nullptr);
   if (!out.rows->schema()->Equals(expected, /*check_metadata=*/false)) {
-    // Written before add_columns: the same columns but for the ones added since, whose values
-    // in those rows are null. Anything else is not this table's index.
+    // Written before add_columns or widen_columns: the same columns but for the ones added
+    // since, whose values in those rows are null, and the ones widened since, which hold the
+    // narrower type. Anything else is not this table's index.
     const auto& had = *out.rows->schema();
-    bool older = had.num_fields() < expected.num_fields();
+    bool older = had.num_fields() <= expected.num_fields();
     int found = 0;
     std::vector<std::shared_ptr<arrow::ChunkedArray>> columns;
     for (int i = 0; older && i < expected.num_fields(); ++i) {
@@ -142,6 +144,10 @@ arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string
       const int at = had.GetFieldIndex(field->name());
       if (at >= 0 && had.field(at)->type()->Equals(*field->type())) {
         columns.push_back(out.rows->column(at));
+        ++found;
+      } else if (at >= 0 && DeltaAllowsWidening(*had.field(at)->type(), *field->type())) {
+        ARROW_ASSIGN_OR_RAISE(auto cast, cp::Cast(out.rows->column(at), field->type()));
+        columns.push_back(cast.chunked_array());
         ++found;
       } else if (at < 0 && field->nullable()) {
         ARROW_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(field->type(), out.rows->num_rows()));

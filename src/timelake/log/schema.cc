@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <cstring>
+
 #include <arrow/buffer.h>
 #include <arrow/io/memory.h>
 #include <arrow/ipc/reader.h>
@@ -16,6 +18,7 @@ namespace timelake {
 namespace {
 
 using Writer = JsonWriter;
+constexpr const char* kTypeChangesKey = "delta.typeChanges";
 
 arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& column,
                                                             const std::shared_ptr<arrow::DataType>& t) {
@@ -110,7 +113,8 @@ arrow::Result<std::shared_ptr<arrow::DataType>> StorageType(const std::string& c
 
 void WriteDeltaType(Writer& w, const arrow::DataType& t);
 
-void WriteDeltaField(Writer& w, const arrow::Field& f) {
+// `metadata`: the field's metadata as JSON object text (empty: none).
+void WriteDeltaField(Writer& w, const arrow::Field& f, const std::string& metadata = {}) {
   w.StartObject();
   w.Key("name");
   w.String(f.name());
@@ -119,8 +123,12 @@ void WriteDeltaField(Writer& w, const arrow::Field& f) {
   w.Key("nullable");
   w.Bool(f.nullable());
   w.Key("metadata");
-  w.StartObject();
-  w.EndObject();
+  if (metadata.empty()) {
+    w.StartObject();
+    w.EndObject();
+  } else {
+    w.RawValue(metadata.data(), metadata.size(), rapidjson::kObjectType);
+  }
   w.EndObject();
 }
 
@@ -305,7 +313,8 @@ arrow::Result<std::shared_ptr<arrow::Schema>> StorageSchemaOf(const arrow::Schem
   return arrow::schema(fields);
 }
 
-arrow::Result<std::string> DeltaSchemaString(const arrow::Schema& storage) {
+arrow::Result<std::string> DeltaSchemaString(const arrow::Schema& storage,
+                                             const std::map<std::string, std::string>& kept) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -313,10 +322,191 @@ arrow::Result<std::string> DeltaSchemaString(const arrow::Schema& storage) {
   w.String("struct");
   w.Key("fields");
   w.StartArray();
-  for (const auto& f : storage.fields()) WriteDeltaField(w, *f);
+  for (const auto& f : storage.fields()) {
+    auto it = kept.find(f->name());
+    if (it != kept.end()) {
+      w.RawValue(it->second.data(), it->second.size(), rapidjson::kObjectType);
+    } else {
+      WriteDeltaField(w, *f);
+    }
+  }
   w.EndArray();
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+arrow::Result<std::map<std::string, std::string>> FieldsOf(const std::string& schema_string) {
+  rapidjson::Document doc;
+  doc.Parse(schema_string.c_str(), schema_string.size());
+  if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("fields") || !doc["fields"].IsArray()) {
+    return arrow::Status::IOError("malformed Delta schemaString");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& f : doc["fields"].GetArray()) {
+    if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString()) continue;
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+    f.Accept(w);
+    out[std::string(f["name"].GetString(), f["name"].GetStringLength())] =
+        std::string(buffer.GetString(), buffer.GetSize());
+  }
+  return out;
+}
+
+arrow::Result<std::string> WidenedField(const std::string& field, const arrow::DataType& from,
+                                        const arrow::Field& storage) {
+  std::string metadata;
+  if (!field.empty()) {
+    rapidjson::Document doc;
+    doc.Parse(field.c_str(), field.size());
+    if (doc.HasParseError() || !doc.IsObject()) return arrow::Status::IOError("malformed Delta field");
+    if (doc.HasMember("metadata") && doc["metadata"].IsObject() && doc["metadata"].MemberCount() > 0) {
+      rapidjson::StringBuffer buffer;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+      doc["metadata"].Accept(w);
+      metadata.assign(buffer.GetString(), buffer.GetSize());
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(metadata, WithTypeChange(metadata, from, *storage.type()));
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  WriteDeltaField(w, storage, metadata);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+arrow::Result<std::string> WithTypeChange(const std::string& metadata, const arrow::DataType& from,
+                                          const arrow::DataType& to) {
+  rapidjson::Document doc;
+  if (metadata.empty()) {
+    doc.SetObject();
+  } else {
+    doc.Parse(metadata.c_str(), metadata.size());
+    if (doc.HasParseError() || !doc.IsObject()) return arrow::Status::IOError("malformed field metadata");
+  }
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  bool recorded = false;
+  auto write_change = [&] {
+    w.StartObject();
+    w.Key("fromType");
+    WriteDeltaType(w, from);
+    w.Key("toType");
+    WriteDeltaType(w, to);
+    w.EndObject();
+  };
+  for (const auto& m : doc.GetObject()) {
+    w.Key(m.name.GetString(), m.name.GetStringLength());
+    if (std::strcmp(m.name.GetString(), kTypeChangesKey) == 0 && m.value.IsArray()) {
+      // The history, oldest first, then this change.
+      w.StartArray();
+      for (const auto& change : m.value.GetArray()) change.Accept(w);
+      write_change();
+      w.EndArray();
+      recorded = true;
+    } else {
+      m.value.Accept(w);
+    }
+  }
+  if (!recorded) {
+    w.Key(kTypeChangesKey);
+    w.StartArray();
+    write_change();
+    w.EndArray();
+  }
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::vector<std::string> WidenedColumns(const std::string& schema_string) {
+  std::vector<std::string> out;
+  rapidjson::Document doc;
+  doc.Parse(schema_string.c_str(), schema_string.size());
+  if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("fields") || !doc["fields"].IsArray()) {
+    return out;
+  }
+  for (const auto& f : doc["fields"].GetArray()) {
+    if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f.HasMember("metadata") &&
+        f["metadata"].IsObject() && f["metadata"].HasMember(kTypeChangesKey) &&
+        f["metadata"][kTypeChangesKey].IsArray() && !f["metadata"][kTypeChangesKey].Empty()) {
+      out.emplace_back(f["name"].GetString(), f["name"].GetStringLength());
+    }
+  }
+  return out;
+}
+
+namespace {
+
+bool IsInteger(const arrow::DataType& t) { return arrow::is_integer(t.id()); }
+
+// Decimal digits a Delta integer type needs (Delta's rule for integer -> decimal widening).
+int DecimalDigitsOf(const arrow::DataType& t) { return t.id() == arrow::Type::INT64 ? 20 : 10; }
+
+// True if every value of integer type `narrow` is a value of integer type `wide`.
+bool IntegerRangeContains(const arrow::DataType& wide, const arrow::DataType& narrow) {
+  const auto& w = static_cast<const arrow::IntegerType&>(wide);
+  const auto& n = static_cast<const arrow::IntegerType&>(narrow);
+  if (w.is_signed() == n.is_signed()) return w.bit_width() >= n.bit_width();
+  // Unsigned into signed needs a bit more; signed never fits unsigned (negative values).
+  return w.is_signed() && w.bit_width() > n.bit_width();
+}
+
+}  // namespace
+
+bool DeltaAllowsWidening(const arrow::DataType& from, const arrow::DataType& to) {
+  using arrow::Type;
+  if (IsInteger(from) && IsInteger(to)) {
+    return static_cast<const arrow::IntegerType&>(to).bit_width() >
+           static_cast<const arrow::IntegerType&>(from).bit_width();
+  }
+  if (from.id() == Type::FLOAT && to.id() == Type::DOUBLE) return true;
+  if ((from.id() == Type::INT8 || from.id() == Type::INT16 || from.id() == Type::INT32) &&
+      to.id() == Type::DOUBLE) {
+    return true;
+  }
+  if (from.id() == Type::DATE32 && to.id() == Type::TIMESTAMP) {
+    return static_cast<const arrow::TimestampType&>(to).timezone().empty();
+  }
+  if (to.id() == Type::DECIMAL128) {
+    const auto& d = static_cast<const arrow::Decimal128Type&>(to);
+    if (IsInteger(from)) return d.precision() - d.scale() >= DecimalDigitsOf(from);
+    if (from.id() == Type::DECIMAL128) {
+      const auto& f = static_cast<const arrow::Decimal128Type&>(from);
+      const int k1 = d.precision() - f.precision(), k2 = d.scale() - f.scale();
+      return k2 >= 0 && k1 >= k2 && (k1 > 0 || k2 > 0);
+    }
+  }
+  return false;
+}
+
+bool LosslessWidening(const arrow::DataType& from, const arrow::DataType& to) {
+  using arrow::Type;
+  if (from.Equals(to)) return false;
+  if (IsInteger(from) && IsInteger(to)) return IntegerRangeContains(to, from);
+  if (IsInteger(from) && to.id() == Type::DOUBLE) {
+    return static_cast<const arrow::IntegerType&>(from).bit_width() <= 32;
+  }
+  if (from.id() == Type::HALF_FLOAT) return to.id() == Type::FLOAT || to.id() == Type::DOUBLE;
+  if (from.id() == Type::FLOAT) return to.id() == Type::DOUBLE;
+  if ((from.id() == Type::DATE32 || from.id() == Type::DATE64) && to.id() == Type::TIMESTAMP) {
+    // Nanoseconds reach only the years 1677 to 2262: a date outside would not fit.
+    const auto& ts = static_cast<const arrow::TimestampType&>(to);
+    return ts.timezone().empty() && ts.unit() != arrow::TimeUnit::NANO;
+  }
+  if (to.id() == Type::DECIMAL128 || to.id() == Type::DECIMAL256) {
+    const auto& d = static_cast<const arrow::DecimalType&>(to);
+    if (IsInteger(from)) {
+      const int bits = static_cast<const arrow::IntegerType&>(from).bit_width();
+      const int digits = bits <= 8 ? 3 : bits <= 16 ? 5 : bits <= 32 ? 10 : 20;
+      return d.precision() - d.scale() >= digits;
+    }
+    if (from.id() == Type::DECIMAL128 || from.id() == Type::DECIMAL256) {
+      const auto& f = static_cast<const arrow::DecimalType&>(from);
+      const int k1 = d.precision() - f.precision(), k2 = d.scale() - f.scale();
+      return k2 >= 0 && k1 >= k2;
+    }
+  }
+  return false;
 }
 
 arrow::Result<std::shared_ptr<arrow::Schema>> SchemaFromDelta(const std::string& schema_string) {

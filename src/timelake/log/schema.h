@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <arrow/result.h>
 #include <arrow/type_fwd.h>
@@ -23,8 +24,38 @@ namespace timelake {
 /// Delta Lake cannot store (time of day, durations, intervals, unions, uint64, …).
 arrow::Result<std::shared_ptr<arrow::Schema>> StorageSchemaOf(const arrow::Schema& declared);
 
-/// The Delta `schemaString` for a storage schema.
-arrow::Result<std::string> DeltaSchemaString(const arrow::Schema& storage);
+/// The Delta `schemaString` for a storage schema. `kept`: Delta field JSON (FieldsOf) to write
+/// as it is for the columns it names, so that a new schemaString keeps what the old one said
+/// of unchanged columns (metadata at any depth: type change history, comments, other engines'
+/// keys).
+arrow::Result<std::string> DeltaSchemaString(const arrow::Schema& storage,
+                                             const std::map<std::string, std::string>& kept = {});
+
+/// Each top-level field of `schema_string` as its JSON text, by column name.
+arrow::Result<std::map<std::string, std::string>> FieldsOf(const std::string& schema_string);
+
+/// Field metadata `metadata` (JSON object text, or empty) with a change of the column's type
+/// from `from` to `to` (storage types) appended to its `delta.typeChanges` history.
+arrow::Result<std::string> WithTypeChange(const std::string& metadata, const arrow::DataType& from,
+                                          const arrow::DataType& to);
+
+/// The Delta field JSON of a column widened from `from` to `storage`'s type: `field` (its old
+/// JSON, or empty) with the new type and the change appended to its `delta.typeChanges`.
+arrow::Result<std::string> WidenedField(const std::string& field, const arrow::DataType& from,
+                                        const arrow::Field& storage);
+
+/// The top-level columns of `schema_string` whose type was widened (a non-empty
+/// `delta.typeChanges`): files written before hold an older, narrower type.
+std::vector<std::string> WidenedColumns(const std::string& schema_string);
+
+/// Delta type widening (the typeWidening feature): true if a column stored as `from` may become
+/// `to` without rewriting files (byte < short < int < long; float and byte/short/int to double;
+/// date to timestamp_ntz; decimals to more precision and scale; integers to wide decimals).
+bool DeltaAllowsWidening(const arrow::DataType& from, const arrow::DataType& to);
+
+/// True if every value of Arrow type `from` is exactly a value of `to` (a declared type change
+/// the user asks for; the storage types must also satisfy DeltaAllowsWidening or stay the same).
+bool LosslessWidening(const arrow::DataType& from, const arrow::DataType& to);
 
 /// Parses a Delta `schemaString` (from any engine) into the Arrow schema its files hold.
 arrow::Result<std::shared_ptr<arrow::Schema>> SchemaFromDelta(const std::string& schema_string);

@@ -251,7 +251,9 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
 
   ScanPlan plan;
   plan.version = snapshot.version;
-  plan.evolved = snapshot.metadata.configuration.count("timelake.schemaVersion") > 0;
+  plan.widened = WidenedColumns(snapshot.metadata.schema_string);
+  plan.evolved = snapshot.metadata.configuration.count("timelake.schemaVersion") > 0 ||
+                 !plan.widened.empty();
   const std::string mapping = snapshot.Config("delta.columnMapping.mode", "none");
   std::map<std::string, std::string> logical_of;  // physical -> logical (partition value keys)
   if (mapping != "none") {

@@ -77,8 +77,12 @@ struct ScanPlan {
   std::vector<std::string> partition_columns;
   Contract contract;
   ScanFilter filter;  // the filter the plan was made with
-  /// Columns were added to the table (add_columns): older files lack them, and read them as null.
+  /// Columns were added to the table (add_columns): older files lack them, and read them as null;
+  /// or widened (see `widened`).
   bool evolved = false;
+  /// Columns whose type was widened (Delta typeWidening): older files hold a narrower type that
+  /// readers cast to the table's.
+  std::vector<std::string> widened;
   /// Delta column mapping (name or id mode): the files' column name of each column, by the name
   /// users see; empty without column mapping.
   std::map<std::string, std::string> physical_names;

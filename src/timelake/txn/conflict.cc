@@ -4,6 +4,7 @@
 
 #include <arrow/type.h>
 
+#include "timelake/log/features.h"
 #include "timelake/log/schema.h"
 
 namespace timelake {
@@ -18,9 +19,10 @@ bool SameFeatures(const std::optional<std::vector<std::string>>& a,
   return set(a) == set(b);
 }
 
-// True if `now` differs from `before` only by nullable columns added after the old ones (what
-// Table::AddColumns commits): its schema and timelake's schema keys, nothing else.
-bool OnlyAddsColumns(const Metadata& before, const Metadata& now) {
+// True if `now` differs from `before` only by nullable columns added after the old ones and old
+// columns widened as Delta's typeWidening allows (what Table::AddColumns and WidenColumns
+// commit): its schema, timelake's schema keys and the type widening switch, nothing else.
+bool OnlyEvolvesSchema(const Metadata& before, const Metadata& now) {
   if (now.schema_string == before.schema_string || now.partition_columns != before.partition_columns) {
     return false;
   }
@@ -28,6 +30,7 @@ bool OnlyAddsColumns(const Metadata& before, const Metadata& now) {
     auto config = m.configuration;
     config.erase("timelake.arrowSchema");
     config.erase("timelake.schemaVersion");
+    config.erase("delta.enableTypeWidening");
     return config;
   };
   if (other_keys(now) != other_keys(before)) return false;
@@ -36,12 +39,36 @@ bool OnlyAddsColumns(const Metadata& before, const Metadata& now) {
   if (!old_schema.ok() || !new_schema.ok()) return false;
   const auto& a = **old_schema;
   const auto& b = **new_schema;
-  if (b.num_fields() <= a.num_fields()) return false;
+  if (b.num_fields() < a.num_fields()) return false;
   for (int i = 0; i < a.num_fields(); ++i) {
-    if (!a.field(i)->Equals(*b.field(i))) return false;
+    const auto& was = *a.field(i);
+    const auto& is = *b.field(i);
+    if (was.name() != is.name() || was.nullable() != is.nullable()) return false;
+    if (!was.type()->Equals(*is.type()) && !DeltaAllowsWidening(*was.type(), *is.type())) return false;
   }
   for (int i = a.num_fields(); i < b.num_fields(); ++i) {
     if (!b.field(i)->nullable()) return false;
+  }
+  return true;
+}
+
+// True if protocol `now` only adds to `before` table features timelake reads and writes.
+bool OnlyGainsFeatures(const Protocol& before, const Protocol& now) {
+  if (!TimelakeWrites(now) || now.min_reader_version < before.min_reader_version ||
+      now.min_writer_version < before.min_writer_version) {
+    return false;
+  }
+  if (now.reader_features) {
+    for (const auto& f : *now.reader_features) {
+      if (!ReadableFeatures().count(f)) return false;
+    }
+  }
+  for (const auto* list : {&before.reader_features, &before.writer_features}) {
+    if (!*list) continue;
+    const auto& gained = list == &before.reader_features ? now.reader_features : now.writer_features;
+    for (const auto& f : **list) {
+      if (!HasFeature(gained, f)) return false;
+    }
   }
   return true;
 }
@@ -54,8 +81,8 @@ std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& w
     const Metadata& old = before.metadata;
     if (m.id != old.id) {
       effects.push_back(WinnerEffect::kReplacedTable);
-    } else if (OnlyAddsColumns(old, m)) {
-      effects.push_back(WinnerEffect::kAddedColumns);
+    } else if (OnlyEvolvesSchema(old, m)) {
+      effects.push_back(WinnerEffect::kEvolvedSchema);
     } else if (m.schema_string != old.schema_string ||
                m.partition_columns != old.partition_columns ||
                m.configuration != old.configuration) {
@@ -69,7 +96,8 @@ std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& w
         p.min_writer_version != old.min_writer_version ||
         !SameFeatures(p.reader_features, old.reader_features) ||
         !SameFeatures(p.writer_features, old.writer_features)) {
-      effects.push_back(WinnerEffect::kChangedProtocol);
+      effects.push_back(OnlyGainsFeatures(old, p) ? WinnerEffect::kGainedFeatures
+                                                  : WinnerEffect::kChangedProtocol);
     }
   }
   for (const auto& txn : winner.txns) {

@@ -33,8 +33,9 @@ struct CommitIntent {
 enum class WinnerEffect {
   kReplacedTable,     // a metaData action with another table id
   kChangedMetadata,   // a metaData action changing schema, partitioning or configuration
-  kAddedColumns,      // a metaData action that only added nullable columns (add_columns)
+  kEvolvedSchema,     // a metaData action that only added nullable columns or widened types
   kChangedProtocol,   // a protocol action changing what readers or writers must support
+  kGainedFeatures,    // a protocol action adding table features timelake reads and writes
   kRecordedSameTxn,   // a txn with one of the pending commit's appIds
   kRemovedSameFile,   // a remove of a file the pending commit also removes
   kAddedFiles,
@@ -61,12 +62,17 @@ inline constexpr ConflictRule kConflictRules[] = {
      "the table was dropped and created again"},
     {std::nullopt, WinnerEffect::kChangedMetadata, Resolution::kConflict,
      "its schema, partitioning or properties changed"},
-    {CommitKind::kSchemaChange, WinnerEffect::kAddedColumns, Resolution::kConflict,
-     "another add_columns changed the schema"},
-    {std::nullopt, WinnerEffect::kAddedColumns, Resolution::kRebase,
-     "columns added concurrently are null in this commit's files, as in every older file"},
+    {CommitKind::kSchemaChange, WinnerEffect::kEvolvedSchema, Resolution::kConflict,
+     "another add_columns or widen_columns changed the schema"},
+    {std::nullopt, WinnerEffect::kEvolvedSchema, Resolution::kRebase,
+     "columns added concurrently are null in this commit's files, and columns widened "
+     "concurrently hold the older type, as in every older file"},
     {std::nullopt, WinnerEffect::kChangedProtocol, Resolution::kConflict,
      "its Delta protocol changed"},
+    {CommitKind::kSchemaChange, WinnerEffect::kGainedFeatures, Resolution::kConflict,
+     "another schema change changed the Delta protocol"},
+    {std::nullopt, WinnerEffect::kGainedFeatures, Resolution::kRebase,
+     "the Delta protocol gained features whose rules this commit already follows"},
     {CommitKind::kAppend, WinnerEffect::kRecordedSameTxn, Resolution::kAbandon,
      "another append recorded the same batch_id"},
     {CommitKind::kCompaction, WinnerEffect::kRemovedSameFile, Resolution::kAbandon,
