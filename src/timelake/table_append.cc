@@ -135,6 +135,7 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
       pending.head_checked_ms = std::min(pending.head_checked_ms, group[i]->head_checked_ms);
     }
     if (round > 0) pending.head_checked_ms = 0;
+    pending.own_head = [&t] { return BackgroundCompactionVersion(t); };
     for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
     pending.prepare = [](Commit* c, int64_t version) {
       for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);

@@ -452,6 +452,35 @@ TEST_F(CommitterTest, RebasesOverAConcurrentAppend) {
   EXPECT_EQ(mine_.files.size(), 2u);
 }
 
+// A version the caller knows was committed (its process's background compaction) is read and
+// judged before the first put: no put is lost to it, and the rules still apply.
+TEST_F(CommitterTest, AKnownNewerHeadIsReadBeforeTheFirstPut) {
+  CommitOutcome out;
+  ASSERT_OK(Put(&mine_, AppendOf("a.parquet"), &out));
+  ASSERT_OK(Put(&mine_, AppendOf("b.parquet"), &out));
+  other_ = mine_;
+  ASSERT_OK(Put(&other_, CompactionOf({"a.parquet", "b.parquet"}, "ab.parquet"), &out));
+  ASSERT_EQ(out.version, 3);
+  PendingCommit append = AppendOf("c.parquet");
+  append.own_head = [] { return int64_t{3}; };
+  CommitOutcome late;
+  ASSERT_OK(Put(&mine_, std::move(append), &late));
+  EXPECT_EQ(late.version, 4);
+  EXPECT_EQ(late.attempts, 1);  // without the hint: 2 (a lost put, then the rebase)
+  EXPECT_EQ(mine_.files.count("ab.parquet"), 1u);
+  EXPECT_EQ(mine_.files.count("a.parquet"), 0u);
+  // A compaction of the same inputs, told of the winner, is abandoned without a put.
+  ASSERT_OK_AND_ASSIGN(Snapshot stale, log_.LoadAt(2));
+  PendingCommit compaction = CompactionOf({"a.parquet", "b.parquet"}, "ab2.parquet");
+  compaction.own_head = [] { return int64_t{3}; };
+  CommitOutcome abandoned;
+  ASSERT_OK(Put(&stale, std::move(compaction), &abandoned));
+  EXPECT_FALSE(abandoned.version);
+  ASSERT_TRUE(abandoned.abandoned);
+  ASSERT_OK_AND_ASSIGN(auto head, log_.Load());
+  EXPECT_EQ(head.version, 4);
+}
+
 TEST_F(CommitterTest, AbandonsACompactionWhoseInputsAConcurrentCompactionRemoved) {
   CommitOutcome out;
   ASSERT_OK(Put(&mine_, AppendOf("a.parquet"), &out));

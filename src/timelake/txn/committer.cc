@@ -34,6 +34,18 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     return arrow::Status::Invalid("a commit needs a commitInfo with a txnId");
   }
   const std::string txn_id = pending->commit.commit_info->txn_id;
+  auto own_head = [&] { return pending->own_head ? pending->own_head() : int64_t{-1}; };
+  if (pending->rebase && own_head() > snapshot->version) {
+    ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
+    if (verdict.resolution == Resolution::kConflict) {
+      return CommitConflict("commit conflict: the " + Describe(*pending, snapshot->version + 1) +
+                            " cannot be rebased: " + verdict.reason + " concurrently; retry");
+    }
+    if (verdict.resolution == Resolution::kAbandon) {
+      out->abandoned = std::move(verdict);
+      return arrow::Status::OK();
+    }
+  }
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
     const int64_t version = snapshot->version + 1;
@@ -105,8 +117,8 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
                             "retry later");
     }
     // Back off before reading the winners: a version computed before the pause would mostly
-    // lose again.
-    BackOff(attempt);
+    // lose again. Not when the winner was this process's own background work.
+    if (own_head() < version) BackOff(attempt);
     ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
     if (verdict.resolution == Resolution::kConflict) {
       return CommitConflict("commit conflict: the " + Describe(*pending, version) +

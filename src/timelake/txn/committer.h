@@ -43,6 +43,11 @@ struct PendingCommit {
   /// before the put (the check after the put, which takes a stray back, always runs): on an
   /// object store that saves a request per append.
   int64_t head_checked_ms = 0;
+  /// The newest version the caller's process committed through another handle (its background
+  /// compaction), -1 if none; unset: unknown. Commits up to it are read and judged before the
+  /// first put instead of after losing it, and a race lost to it is not contention: the rebase
+  /// follows without a back-off.
+  std::function<int64_t()> own_head;
 };
 
 /// How a commit ended when Commit() returned OK or an error.
