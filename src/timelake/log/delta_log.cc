@@ -279,6 +279,10 @@ arrow::Status DeltaLog::CheckHead(int64_t version, uint64_t fingerprint) {
   return arrow::Status::OK();
 }
 
+arrow::Result<std::unique_ptr<StoreLock>> DeltaLog::CommitTurn() {
+  return store_->LockExclusive(table_path_ + "/_timelake/commit.lock");
+}
+
 arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {
   // Readers take a commit without actions for damage: never write one.
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) {

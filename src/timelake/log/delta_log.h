@@ -72,6 +72,12 @@ class DeltaLog {
   /// A body without actions is refused (Status::Invalid): readers would take it for damage.
   arrow::Result<bool> TryCommit(int64_t version, const std::string& body);
 
+  /// The turn to commit among this machine's writers of the table (a lock on
+  /// `_timelake/commit.lock` on local disks; nullptr on object stores, where put-if-absent alone
+  /// decides). Held while reading the head and putting the next version, so that writers on one
+  /// disk queue instead of losing races to each other.
+  arrow::Result<std::unique_ptr<StoreLock>> CommitTurn();
+
   /// Checks that commit `version` exists and (when `fingerprint` is not 0) has that fingerprint;
   /// TableDropped otherwise.
   arrow::Status CheckHead(int64_t version, uint64_t fingerprint);

@@ -283,6 +283,38 @@ std::string LocalStore::FullPath(const std::string& path) const {
   return path.empty() ? root_ : root_ + "/" + path;
 }
 
+namespace {
+
+class FileLock : public StoreLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd) {}
+  ~FileLock() override { ::close(fd_); }  // releases the lock
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+arrow::Result<std::unique_ptr<StoreLock>> LocalStore::LockExclusive(const std::string& path) {
+  const std::string full = FullPath(path);
+  const std::string dir = ParentDir(full);
+  // One level only: a lock in a dropped table's folder must not bring the folder back. A lock
+  // that cannot be made (no folder, a read-only or foreign folder) is no lock: it is advisory.
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) return nullptr;
+  const int fd = ::open(full.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return nullptr;
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus("cannot lock", full, err);
+  }
+  return std::unique_ptr<StoreLock>(new FileLock(fd));
+}
+
 arrow::Result<std::shared_ptr<arrow::Buffer>> LocalStore::Get(const std::string& path) {
   ARROW_ASSIGN_OR_RAISE(auto meta, Head(path));
   return GetRange(path, 0, meta.size);

@@ -105,9 +105,25 @@ class ObjectOutput : public arrow::io::OutputStream {
   arrow::Status Abort() override = 0;
 };
 
+/// An advisory lock, held while the object lives (ObjectStore::LockExclusive).
+class StoreLock {
+ public:
+  virtual ~StoreLock() = default;
+};
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
+
+  /// Waits for and takes the exclusive advisory lock named `path`, shared by every process of
+  /// this machine; nullptr where the store has none (object stores) or it cannot be made (the
+  /// parent of `path`'s folder does not exist: the lock never makes a folder outside an existing
+  /// one; or the folder is read-only). Writers take turns
+  /// with it where turns are cheap; correctness never depends on it.
+  virtual arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path) {
+    (void)path;
+    return nullptr;
+  }
 
   /// The whole object.
   virtual arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) = 0;

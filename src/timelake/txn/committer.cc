@@ -35,19 +35,27 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
   }
   const std::string txn_id = pending->commit.commit_info->txn_id;
   auto own_head = [&] { return pending->own_head ? pending->own_head() : int64_t{-1}; };
-  if (pending->rebase && own_head() > snapshot->version) {
-    ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
-    if (verdict.resolution == Resolution::kConflict) {
-      return CommitConflict("commit conflict: the " + Describe(*pending, snapshot->version + 1) +
-                            " cannot be rebased: " + verdict.reason + " concurrently; retry");
-    }
-    if (verdict.resolution == Resolution::kAbandon) {
-      out->abandoned = std::move(verdict);
-      return arrow::Status::OK();
-    }
-  }
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
+    // Writers of one disk take turns: with the turn, read what was committed since the snapshot
+    // and put the next version, which then only another machine's writer can take first. Where
+    // there are no turns (object stores), only commits this process is known to have made are
+    // read ahead; any other winner is found by losing the put.
+    std::unique_ptr<StoreLock> turn;
+    if (pending->rebase) {
+      ARROW_ASSIGN_OR_RAISE(turn, log_->CommitTurn());
+    }
+    if (pending->rebase && (turn || own_head() > snapshot->version)) {
+      ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
+      if (verdict.resolution == Resolution::kConflict) {
+        return CommitConflict("commit conflict: the " + Describe(*pending, snapshot->version + 1) +
+                              " cannot be rebased: " + verdict.reason + " concurrently; retry");
+      }
+      if (verdict.resolution == Resolution::kAbandon) {
+        out->abandoned = std::move(verdict);
+        return arrow::Status::OK();
+      }
+    }
     const int64_t version = snapshot->version + 1;
     CommitInfo& info = *pending->commit.commit_info;
     if (snapshot->version >= 0) info.read_version = snapshot->version;
@@ -70,6 +78,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     }
     uint64_t fingerprint = 0;
     ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out));
+    turn.reset();
     if (put == PutResult::kWon) {
       // The commit counts only if it follows this handle's snapshot in the same table: if the
       // table was dropped (and maybe created again) meanwhile, the put created a stray version
