@@ -2,9 +2,14 @@
 // store does (temporary files, absolute paths other engines can open).
 #include "timelake/store/local_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -297,6 +302,52 @@ TEST_F(LocalStoreTest, PutIfMatchLosesNoUpdateAcrossProcesses) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   }
   EXPECT_EQ(ReadFile("counter"), std::to_string(kProcesses * kIncrements));
+}
+
+// LockExclusive: one holder at a time across processes; never made outside an existing folder;
+// released for good when the holder lets go, even if a child forked meanwhile still has the file
+// descriptor (flock locks belong to the shared open file description).
+TEST_F(LocalStoreTest, LockExclusiveExcludesOtherProcessesAndSurvivesAFork) {
+  WriteFile("t/marker", "x");
+  ASSERT_OK_AND_ASSIGN(auto missing, store_->LockExclusive("gone/_timelake/commit.lock", 1000));
+  EXPECT_EQ(missing, nullptr);
+  EXPECT_FALSE(fs::exists(dir_.path() + "/gone"));
+  ASSERT_OK_AND_ASSIGN(auto held, store_->LockExclusive("t/_timelake/commit.lock", 1000));
+  ASSERT_NE(held, nullptr);
+  // Another holder's wait is bounded: then it goes on without the lock.
+  const auto before = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(auto waited, store_->LockExclusive("t/_timelake/commit.lock", 50));
+  EXPECT_EQ(waited, nullptr);
+  EXPECT_GE(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(50));
+  // Another process cannot take it while it is held.
+  const pid_t prober = fork();
+  if (prober == 0) {
+    auto store = LocalStore::Make(dir_.path()).ValueOrDie();
+    const std::string lock = dir_.path() + "/t/_timelake/commit.lock";
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    _exit(fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(prober, &status, 0), prober);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // A child forked while the lock is held keeps a copy of its descriptor, and sleeps.
+  const pid_t sleeper = fork();
+  if (sleeper == 0) {
+    ::sleep(30);
+    _exit(0);
+  }
+  held.reset();
+  // The lock is free at once, not when the child exits.
+  const pid_t taker = fork();
+  if (taker == 0) {
+    const std::string lock = dir_.path() + "/t/_timelake/commit.lock";
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    _exit(fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : 1);
+  }
+  ASSERT_EQ(waitpid(taker, &status, 0), taker);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::kill(sleeper, SIGKILL);
+  ASSERT_EQ(waitpid(sleeper, &status, 0), sleeper);
 }
 
 }  // namespace

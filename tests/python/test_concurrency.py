@@ -100,6 +100,23 @@ def test_writers_on_one_disk_take_turns_instead_of_racing(lake, lake_path):
     assert rows == [{"device_id": f"w{w}", "n": 25 * 5} for w in range(4)]
 
 
+def test_a_turn_holder_that_stopped_holds_nobody_up_for_good(lake, lake_path):
+    import fcntl
+
+    import pyarrow as pa
+
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(pa.table({"time": [dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)], "device_id": ["a"], "temp": [1.0]}))
+    # Another process took the turn and stopped (SIGSTOP, a debugger): the lock stays taken.
+    with open(table_dir(t) / "_timelake" / "commit.lock", "r+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = t.append(pa.table({"time": [dt.datetime(2025, 1, 2, tzinfo=dt.timezone.utc)], "device_id": ["a"],
+                               "temp": [2.0]}))
+    # The append waited a bounded time, then committed without the turn.
+    assert r["version"] == 2 and not r["duplicate"]
+    assert lake.sql("SELECT sum(temp) AS s FROM readings").to_pylist() == [{"s": 3.0}]
+
+
 def test_writers_without_turns_race_and_are_rebased_not_failed(lake, lake_path):
     # A commit turn that cannot be taken (here: a folder where the lock file goes; elsewhere: an
     # object store, or a writer on another machine) leaves writers racing through put-if-absent.

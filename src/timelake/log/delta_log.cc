@@ -280,7 +280,10 @@ arrow::Status DeltaLog::CheckHead(int64_t version, uint64_t fingerprint) {
 }
 
 arrow::Result<std::unique_ptr<StoreLock>> DeltaLog::CommitTurn() {
-  return store_->LockExclusive(table_path_ + "/_timelake/commit.lock");
+  // A turn lasts about a millisecond (a put and a folder fsync); waiting much longer means the
+  // holder stopped, and the writers then race as they do without turns.
+  constexpr int64_t kTurnWaitMs = 500;
+  return store_->LockExclusive(table_path_ + "/_timelake/commit.lock", kTurnWaitMs);
 }
 
 arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {

@@ -74,8 +74,9 @@ class DeltaLog {
 
   /// The turn to commit among this machine's writers of the table (a lock on
   /// `_timelake/commit.lock` on local disks; nullptr on object stores, where put-if-absent alone
-  /// decides). Held while reading the head and putting the next version, so that writers on one
-  /// disk queue instead of losing races to each other.
+  /// decides; nullptr too when the holder kept it past half a second). Held while reading the
+  /// head and putting the next version, so that writers on one disk queue instead of losing
+  /// races to each other.
   arrow::Result<std::unique_ptr<StoreLock>> CommitTurn();
 
   /// Checks that commit `version` exists and (when `fingerprint` is not 0) has that fingerprint;

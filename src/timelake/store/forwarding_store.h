@@ -31,8 +31,9 @@ class ForwardingStore : public ObjectStore {
     return target_->GetRange(path, offset, length);
   }
   arrow::Result<ObjectMeta> Head(const std::string& path) override { return target_->Head(path); }
-  arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path) override {
-    return target_->LockExclusive(path);
+  arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
+                                                          int64_t wait_ms) override {
+    return target_->LockExclusive(path, wait_ms);
   }
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
     return target_->Put(path, data);

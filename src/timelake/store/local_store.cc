@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include <arrow/io/file.h>
@@ -85,6 +87,16 @@ arrow::Status Seal(int fd, const std::string& temp) {
   return arrow::Status::OK();
 }
 
+// Releases the flock(2) on `fd` and closes it. The lock belongs to the open file description,
+// which a child fork()ed meanwhile shares (Python's multiprocessing forks by default): closing
+// alone would leave the lock held by the child's copy until the child exits; LOCK_UN releases it
+// for every copy.
+void Unlock(int fd) {
+  if (fd < 0) return;
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+}
+
 // An exclusive flock(2) on a folder, held while the object lives. Writes that replace or remove
 // an object take the lock of its folder for that step, so that PutIfMatch's compare and rename
 // are one step for every thread and process using LocalStore.
@@ -110,9 +122,7 @@ class FolderLock {
     std::swap(fd_, other.fd_);
     return *this;
   }
-  ~FolderLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
+  ~FolderLock() { Unlock(fd_); }
 
  private:
   explicit FolderLock(int fd) : fd_(fd) {}
@@ -288,7 +298,7 @@ namespace {
 class FileLock : public StoreLock {
  public:
   explicit FileLock(int fd) : fd_(fd) {}
-  ~FileLock() override { ::close(fd_); }  // releases the lock
+  ~FileLock() override { Unlock(fd_); }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
@@ -298,7 +308,8 @@ class FileLock : public StoreLock {
 
 }  // namespace
 
-arrow::Result<std::unique_ptr<StoreLock>> LocalStore::LockExclusive(const std::string& path) {
+arrow::Result<std::unique_ptr<StoreLock>> LocalStore::LockExclusive(const std::string& path,
+                                                                     int64_t wait_ms) {
   const std::string full = FullPath(path);
   const std::string dir = ParentDir(full);
   // One level only: a lock in a dropped table's folder must not bring the folder back. A lock
@@ -306,13 +317,17 @@ arrow::Result<std::unique_ptr<StoreLock>> LocalStore::LockExclusive(const std::s
   if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) return nullptr;
   const int fd = ::open(full.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return nullptr;
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus("cannot lock", full, err);
+  // Polled rather than blocking, so that a holder that stopped (SIGSTOP, a debugger, a hung
+  // disk) holds the others up for `wait_ms` at most; they then go on without the lock.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (int64_t pause_us = 20;; pause_us = std::min<int64_t>(pause_us * 2, 250)) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return std::unique_ptr<StoreLock>(new FileLock(fd));
+    if (errno != EWOULDBLOCK && errno != EINTR) break;  // no locks on this file system
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
   }
-  return std::unique_ptr<StoreLock>(new FileLock(fd));
+  ::close(fd);
+  return nullptr;
 }
 
 arrow::Result<std::shared_ptr<arrow::Buffer>> LocalStore::Get(const std::string& path) {

@@ -45,8 +45,9 @@ class LocalStore : public ObjectStore {
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
-  /// flock(2) on the file `path` (created, with its folder, inside an existing folder).
-  arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path) override;
+  /// flock(2) on the file `path` (created, with its folder, inside an existing folder), polled.
+  arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
+                                                          int64_t wait_ms) override;
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;

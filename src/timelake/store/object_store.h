@@ -115,13 +115,16 @@ class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
 
-  /// Waits for and takes the exclusive advisory lock named `path`, shared by every process of
-  /// this machine; nullptr where the store has none (object stores) or it cannot be made (the
-  /// parent of `path`'s folder does not exist: the lock never makes a folder outside an existing
-  /// one; or the folder is read-only). Writers take turns
-  /// with it where turns are cheap; correctness never depends on it.
-  virtual arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path) {
+  /// Takes the exclusive advisory lock named `path`, shared by every process of this machine,
+  /// waiting for it up to `wait_ms`; nullptr when the wait ran out, where the store has none
+  /// (object stores) or where it cannot be made (the parent of `path`'s folder does not exist:
+  /// the lock never makes a folder outside an existing one; a read-only folder; a file system
+  /// without locks). Writers take turns with it where turns are cheap; correctness never
+  /// depends on it, and nobody waits on a holder that stopped for longer than `wait_ms`.
+  virtual arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
+                                                                  int64_t wait_ms) {
     (void)path;
+    (void)wait_ms;
     return nullptr;
   }
 

@@ -127,7 +127,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     }
     // Back off before reading the winners: a version computed before the pause would mostly
     // lose again. Not when the winner was this process's own background work.
-    if (own_head() < version) BackOff(attempt);
+    if (own_head() != version) BackOff(attempt);
     ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
     if (verdict.resolution == Resolution::kConflict) {
       return CommitConflict("commit conflict: the " + Describe(*pending, version) +

@@ -45,8 +45,8 @@ struct PendingCommit {
   int64_t head_checked_ms = 0;
   /// The newest version the caller's process committed through another handle (its background
   /// compaction), -1 if none; unset: unknown. Commits up to it are read and judged before the
-  /// first put instead of after losing it, and a race lost to it is not contention: the rebase
-  /// follows without a back-off.
+  /// first put instead of after losing it, and a version lost to it is not contention: the
+  /// rebase follows without a back-off.
   std::function<int64_t()> own_head;
 };
 
