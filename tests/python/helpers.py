@@ -225,3 +225,44 @@ def delta_write(path: Path, data: pa.Table, scratch: Path) -> None:
         with pa.ipc.new_file(f, data.schema) as w:
             w.write_table(data)
     _run_child(_DELTA_WRITE, str(path), str(src))
+
+
+_RACING_WRITER = r"""
+import datetime as dt, sys
+import pyarrow as pa
+import timelake
+lake_path, n, column, type_name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+t = timelake.Lake(lake_path).table("readings")
+base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(n):
+    batch = pa.table({"time": [base + dt.timedelta(seconds=i)], "device_id": ["w"],
+                      column: pa.array([i], getattr(pa, type_name)())})
+    r = t.append(batch, batch_id=f"w-{i}")
+    print(r["version"], r["attempts"], flush=True)
+"""
+
+
+class RacingWriter:
+    """Another process appending `n` one-row batches (with batch ids) to table `readings` of the
+    lake at `lake_path`, value i in `column` (a pyarrow type name), once `go()` is called; for
+    tests of commits that race appends. `answers()`: each append's (version, attempts)."""
+
+    def __init__(self, lake_path: Path, n: int, column: str, type_name: str) -> None:
+        self.n = n
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _RACING_WRITER, str(lake_path), str(n), column, type_name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def answers(self) -> list[tuple[int, int]]:
+        stdout, stderr = self.proc.communicate(timeout=300)
+        assert self.proc.returncode == 0, stderr
+        out = [tuple(int(x) for x in line.split()) for line in stdout.strip().splitlines()]
+        assert len(out) == self.n
+        return out

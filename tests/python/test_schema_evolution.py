@@ -8,14 +8,12 @@ the table does not have; an append racing the change rebases.
 from __future__ import annotations
 
 import datetime as dt
-import sys
-import subprocess
 
 import pyarrow as pa
 import pytest
 
 import timelake
-from helpers import IOT_SCHEMA, NO_BACKGROUND, T0, delta_read, sorted_rows
+from helpers import IOT_SCHEMA, NO_BACKGROUND, T0, RacingWriter, delta_read, sorted_rows
 
 HOUR = dt.timedelta(hours=1)
 
@@ -134,38 +132,16 @@ def test_delta_rs_reads_the_evolved_table(lake, lake_path, tmp_path):
     assert old.schema.names == ["time", "device_id", "temp"]
 
 
-WRITER = r"""
-import datetime as dt, sys
-import pyarrow as pa
-import timelake
-lake_path, n = sys.argv[1], int(sys.argv[2])
-t = timelake.Lake(lake_path).table("readings")
-base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-print("ready", flush=True)
-sys.stdin.readline()
-for i in range(n):
-    r = t.append(pa.table({"time": [base + dt.timedelta(seconds=i)], "device_id": ["w"], "temp": [float(i)]}),
-                 batch_id=f"w-{i}")
-    print(r["version"], r["attempts"], flush=True)
-"""
-
-
 def test_appends_racing_add_columns_rebase_and_lose_nothing(lake, lake_path):
     t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     n = 60
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(lake_path), str(n)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert writer.stdout.readline().strip() == "ready"
-    writer.stdin.write("go\n")
-    writer.stdin.flush()
+    writer = RacingWriter(lake_path, n, "temp", "float64")
+    writer.go()
     added = []
     for k in range(5):  # each add_columns commit races the writer's appends
         added.append(t.add_columns({f"extra{k}": pa.int64()})["version"])
-    stdout, stderr = writer.communicate(timeout=300)
-    assert writer.returncode == 0, stderr
-    answers = [line.split() for line in stdout.strip().splitlines()]
-    assert len(answers) == n
-    assert len({int(v) for v, _ in answers} | set(added)) == n + len(added)  # one version each
+    answers = writer.answers()
+    assert len({v for v, _ in answers} | set(added)) == n + len(added)  # one version each
     t.refresh()
     assert t.version == n + len(added)
     assert t.schema.names[-5:] == [f"extra{k}" for k in range(5)]

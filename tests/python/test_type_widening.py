@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import NO_BACKGROUND, T0, delta_read, sorted_rows
+from helpers import NO_BACKGROUND, T0, RacingWriter, delta_read, sorted_rows
 
 HOUR = dt.timedelta(hours=1)
 
@@ -253,40 +253,17 @@ def test_delta_rs_reads_every_version_before_the_change(lake, lake_path, tmp_pat
     assert probe.returncode != 0 and "typeWidening" in probe.stderr
 
 
-WRITER = r"""
-import datetime as dt, sys
-import pyarrow as pa
-import pyarrow.parquet as pq
-import timelake
-lake_path, n = sys.argv[1], int(sys.argv[2])
-t = timelake.Lake(lake_path).table("readings")
-base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-print("ready", flush=True)
-sys.stdin.readline()
-for i in range(n):
-    r = t.append(pa.table({"time": [base + dt.timedelta(seconds=i)], "device_id": ["w"],
-                           "count": pa.array([i], pa.int32())}), batch_id=f"w-{i}")
-    print(r["version"], r["attempts"], flush=True)
-"""
-
-
 def test_appends_racing_widenings_rebase_and_lose_nothing(lake, lake_path):
     t = lake.create_table("readings", SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     n = 60
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(lake_path), str(n)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert writer.stdout.readline().strip() == "ready"
-    writer.stdin.write("go\n")
-    writer.stdin.flush()
+    writer = RacingWriter(lake_path, n, "count", "int32")
+    writer.go()
     # Each commit races the writer's appends (which were prepared with the narrower types).
     changed = [t.widen_columns({"level": pa.int32()})["version"], t.widen_columns({"count": pa.int64()})["version"],
                t.widen_columns({"level": pa.int64()})["version"], t.add_columns({"extra": pa.int8()})["version"],
                t.widen_columns({"extra": pa.int16(), "temp": pa.float64()})["version"]]
-    stdout, stderr = writer.communicate(timeout=300)
-    assert writer.returncode == 0, stderr
-    answers = [line.split() for line in stdout.strip().splitlines()]
-    assert len(answers) == n
-    assert len({int(v) for v, _ in answers} | set(changed)) == n + len(changed)  # one version each
+    answers = writer.answers()
+    assert len({v for v, _ in answers} | set(changed)) == n + len(changed)  # one version each
     t.refresh()
     assert t.version == n + len(changed)
     assert [t.schema.field(c).type for c in ("count", "level", "extra", "temp")] == [
