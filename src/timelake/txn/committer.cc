@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -35,6 +36,19 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
   }
   const std::string txn_id = pending->commit.commit_info->txn_id;
   auto own_head = [&] { return pending->own_head ? pending->own_head() : int64_t{-1}; };
+  // What the rules said of the winners for the commit of `version`: the status to return, or
+  // nothing to go on with the next attempt.
+  auto settle = [&](Verdict verdict, int64_t version) -> std::optional<arrow::Status> {
+    if (verdict.resolution == Resolution::kConflict) {
+      return CommitConflict("commit conflict: the " + Describe(*pending, version) +
+                            " cannot be rebased: " + verdict.reason + " concurrently; retry");
+    }
+    if (verdict.resolution == Resolution::kAbandon) {
+      out->abandoned = std::move(verdict);
+      return arrow::Status::OK();
+    }
+    return std::nullopt;
+  };
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
     // Writers of one disk take turns: with the turn, read what was committed since the snapshot
@@ -47,14 +61,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     }
     if (pending->rebase && (turn || own_head() > snapshot->version)) {
       ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
-      if (verdict.resolution == Resolution::kConflict) {
-        return CommitConflict("commit conflict: the " + Describe(*pending, snapshot->version + 1) +
-                              " cannot be rebased: " + verdict.reason + " concurrently; retry");
-      }
-      if (verdict.resolution == Resolution::kAbandon) {
-        out->abandoned = std::move(verdict);
-        return arrow::Status::OK();
-      }
+      if (auto done = settle(std::move(verdict), snapshot->version + 1)) return *done;
     }
     const int64_t version = snapshot->version + 1;
     CommitInfo& info = *pending->commit.commit_info;
@@ -129,14 +136,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     // lose again. Not when the winner was this process's own background work.
     if (own_head() != version) BackOff(attempt);
     ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
-    if (verdict.resolution == Resolution::kConflict) {
-      return CommitConflict("commit conflict: the " + Describe(*pending, version) +
-                            " cannot be rebased: " + verdict.reason + " concurrently; retry");
-    }
-    if (verdict.resolution == Resolution::kAbandon) {
-      out->abandoned = std::move(verdict);
-      return arrow::Status::OK();
-    }
+    if (auto done = settle(std::move(verdict), version)) return *done;
   }
 }
 
