@@ -183,6 +183,9 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   pending.intent.kind = CommitKind::kCreate;
   pending.rebase = false;
   CommitOutcome outcome;
+  // The table's folder is made here only: no other write makes it (LocalStore's fixed levels),
+  // so a writer whose table was dropped cannot bring it back.
+  ARROW_RETURN_NOT_OK(store_->MakeFolders(table_name.path() + "/_delta_log/"));
   ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
   if (!outcome.version) return already(table_name);
   return Table::Open(store_, table_name.path(), table_name.qualified());
@@ -253,6 +256,7 @@ std::shared_ptr<FileCache> Lake::cache() {
 
 arrow::Result<std::string> Lake::LockName(const TableName& name) {
   const std::string path = std::string(kNameLocks) + Lower(name.ns) + "." + Lower(name.table);
+  ARROW_RETURN_NOT_OK(store_->MakeFolders(kNameLocks));
   const int64_t deadline = NowMillis() + kNameLockWaitMs;
   for (int attempt = 0;; ++attempt) {
     ARROW_ASSIGN_OR_RAISE(bool won, store_->PutIfAbsent(path, arrow::Buffer::FromString(

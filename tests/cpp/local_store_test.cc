@@ -307,6 +307,44 @@ TEST_F(LocalStoreTest, PutIfMatchLosesNoUpdateAcrossProcesses) {
 // LockExclusive: one holder at a time across processes; never made outside an existing folder;
 // released for good when the holder lets go, even if a child forked meanwhile still has the file
 // descriptor (flock locks belong to the shared open file description).
+// A lake's store (fixed_depth 2: <namespace>/<table>/): only MakeFolders makes a table's folder,
+// so a write of a handle whose table was dropped fails NotFound instead of bringing it back.
+TEST_F(LocalStoreTest, WritesNeverMakeTheFixedLevels) {
+  ASSERT_OK_AND_ASSIGN(auto lake, LocalStore::Make(dir_.path(), /*fixed_depth=*/2));
+  auto missing_everywhere = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_TRUE(IsNotFound(lake->Put("ns/t/_delta_log/00.json", Buf("{}\n"))));
+    auto absent = lake->PutIfAbsent("ns/t/_delta_log/01.json", Buf("{}\n"));
+    EXPECT_TRUE(IsNotFound(absent.status()));
+    auto output = lake->OpenOutput("ns/t/data/day=1/part-0.parquet");
+    EXPECT_TRUE(IsNotFound(output.status()));
+    ASSERT_OK_AND_ASSIGN(auto lock, lake->LockExclusive("ns/t/_timelake/commit.lock", 10));
+    EXPECT_EQ(lock, nullptr);
+    EXPECT_FALSE(fs::exists(dir_.path() + "/ns/t"));
+  };
+  missing_everywhere("before create");
+  // The namespace may exist: the table level is still not made.
+  ASSERT_OK(lake->MakeFolders("ns/"));
+  missing_everywhere("namespace only");
+  EXPECT_TRUE(IsInvalid(lake->MakeFolders("ns/t"), "ending in '/'"));
+
+  ASSERT_OK(lake->MakeFolders("ns/t/_delta_log/"));
+  ASSERT_OK_AND_ASSIGN(bool won, lake->PutIfAbsent("ns/t/_delta_log/00.json", Buf("{}\n")));
+  EXPECT_TRUE(won);
+  // Below the table's folder, writes make what they need.
+  ASSERT_OK_AND_ASSIGN(auto output, lake->OpenOutput("ns/t/data/day=1/part-0.parquet"));
+  ASSERT_OK(output->Write("x", 1));
+  ASSERT_OK(output->Close());
+  ASSERT_OK(lake->Put("ns/t/_timelake/lvi/id/record", Buf("r")));
+  ASSERT_OK(lake->Put("ns/top-level-file", Buf("f")));  // a file in an existing fixed folder
+  EXPECT_EQ(ReadFile("ns/t/data/day=1/part-0.parquet"), "x");
+
+  // Dropped: renamed away. Nothing brings it back.
+  ASSERT_OK(lake->RenamePrefix("ns/t/", "ns/_dropped-1/"));
+  missing_everywhere("after the drop");
+  EXPECT_TRUE(fs::exists(dir_.path() + "/ns/_dropped-1/data/day=1/part-0.parquet"));
+}
+
 TEST_F(LocalStoreTest, LockExclusiveExcludesOtherProcessesAndSurvivesAFork) {
   WriteFile("t/marker", "x");
   ASSERT_OK_AND_ASSIGN(auto missing, store_->LockExclusive("gone/_timelake/commit.lock", 1000));

@@ -190,6 +190,11 @@ def test_handle_opened_before_drop_does_not_bring_the_table_back(tmp_path):
     lake.drop_table("readings")
     with pytest.raises(KeyError, match="dropped"):
         old.append(iot_table([(BASE, "a", 1.0)]))
+    with pytest.raises(KeyError, match="dropped"):
+        old.maintain()
+    # Not even for a moment: no write of the stale handle makes the table's folder again (its
+    # data file and commit used to, until the commit was taken back).
+    assert not (tmp_path / "default" / "readings").exists()
     assert lake.tables() == []
     with pytest.raises(KeyError):
         lake.table("readings")
@@ -250,15 +255,72 @@ def test_drop_while_another_process_appends_is_atomic(tmp_path):
     assert proc.returncode == 0, err
     assert "dropped" in out, out  # the writer was told, not left writing into nothing
     assert lake.tables() == []
-    log = tmp_path / "default" / "readings" / "_delta_log"
-    # A writer that lost its table may leave an empty folder (or a temporary file) behind, never
-    # a commit: the table stays gone.
-    assert not log.exists() or not [p for p in log.iterdir() if not p.name.startswith(".tmp-")]
+    # A writer that lost its table leaves nothing behind: its writes cannot make the folder.
+    assert not (tmp_path / "default" / "readings").exists()
     fresh = _create_readings(lake)
     assert fresh.version == 0
     assert lake.sql("SELECT count(*) AS n FROM readings").column("n")[0].as_py() == 0
     assert lake.latest("readings").num_rows == 0
     assert fresh.info()["size"]["files"] == 0
+
+
+STALE_WRITER = textwrap.dedent(
+    """
+    import datetime as dt, sys, time
+    import pyarrow as pa
+    import timelake
+    lake_path, writer, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    lake = timelake.Lake(lake_path)
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    deadline = time.monotonic() + seconds
+    t, i, acked, dropped = None, 0, 0, 0
+    while time.monotonic() < deadline:
+        try:
+            if t is None:
+                t = lake.table("readings")
+            i += 1
+            t.append(pa.table({"time": [base + dt.timedelta(seconds=i)],
+                               "device_id": [f"w{writer}"], "temp": [float(i)]}))
+            acked += 1
+        except KeyError:
+            t, dropped = None, dropped + 1  # dropped under it: open the new table
+            time.sleep(0.002)
+    print("acked", acked, "dropped", dropped, flush=True)
+    """
+)
+
+
+def test_drop_and_create_racing_stale_writers_never_finds_the_old_table(tmp_path):
+    # Writers keep appending through handles that the next drop makes stale; a drop followed
+    # by a create of the same name must always find the name free (a stale writer's commit or
+    # checkpoint used to bring the dropped folder back for a moment: "already exists").
+    lake = timelake.Lake(tmp_path)
+    _create_readings(lake)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STALE_WRITER, str(tmp_path), str(w), "25"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(3)
+    ]
+    try:
+        cycles = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            lake.drop_table("readings")
+            t = _create_readings(lake)  # raised FileExistsError before the fix, now and then
+            assert t.version == 0
+            cycles += 1
+    finally:
+        outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert "acked" in out, out
+    assert cycles >= 20
+    # The final table's log is continuous from version 0 and every commit is its own.
+    log = sorted((tmp_path / "default" / "readings" / "_delta_log").glob("*.json"))
+    versions = [int(p.stem) for p in log]
+    assert versions == list(range(len(versions)))
+    assert_latest_exact(lake, "readings")
 
 
 # -- names that differ only in case ------------------------------------------------------------

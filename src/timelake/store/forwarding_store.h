@@ -2,7 +2,7 @@
 //
 // The base of decorators (fault injection, counting, tracing), like LevelDB's EnvWrapper: a
 // decorator derives from it and overrides only the calls it changes. Every method, including
-// those with defaults in ObjectStore (ListAfter, DeleteMany, RenamePrefix), forwards to the
+// those with defaults in ObjectStore (ListAfter, DeleteMany, MakeFolders, RenamePrefix), forwards to the
 // target's own, so a decorator keeps the target's better implementations. Thread-safe if the
 // target is.
 #pragma once
@@ -72,6 +72,9 @@ class ForwardingStore : public ObjectStore {
   }
   arrow::Status DeletePrefix(const std::string& prefix) override {
     return target_->DeletePrefix(prefix);
+  }
+  arrow::Status MakeFolders(const std::string& prefix) override {
+    return target_->MakeFolders(prefix);
   }
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override {
     return target_->RenamePrefix(prefix, to);

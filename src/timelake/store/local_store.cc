@@ -65,6 +65,12 @@ arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
   }
 }
 
+// A file that could not be created; NotFound when its folder vanished (a dropped table).
+arrow::Status CreateError(const std::string& file, int err) {
+  if (err == ENOENT) return NotFound(ParentDir(file) + "/");
+  return ErrnoStatus("cannot create", file, err);
+}
+
 arrow::Status FsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("cannot open directory", dir, errno);
@@ -279,14 +285,42 @@ class DurableFileOutput : public ObjectOutput {
 
 }  // namespace
 
-arrow::Result<std::shared_ptr<LocalStore>> LocalStore::Make(const std::string& root) {
+arrow::Result<std::shared_ptr<LocalStore>> LocalStore::Make(const std::string& root,
+                                                            int fixed_depth) {
   if (root.empty() || root[0] != '/') {
     return arrow::Status::Invalid("local store root must be an absolute path, got '", root, "'");
   }
   std::string clean = fs::path(root).lexically_normal().string();
   while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
   ARROW_RETURN_NOT_OK(EnsureDir(clean));
-  return std::shared_ptr<LocalStore>(new LocalStore(clean));
+  return std::shared_ptr<LocalStore>(new LocalStore(clean, fixed_depth));
+}
+
+arrow::Status LocalStore::FolderForWrite(const std::string& dir) const {
+  if (dir.size() <= root_.size()) return arrow::Status::OK();  // the root, made by Make
+  // One mkdir in the common case (the folder exists); up the tree only when its parent is
+  // missing, and never making one of the top fixed_depth_ levels.
+  const int depth = static_cast<int>(
+      std::count(dir.begin() + static_cast<std::ptrdiff_t>(root_.size()), dir.end(), '/'));
+  if (depth <= fixed_depth_) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return arrow::Status::OK();
+    return NotFound(dir.substr(root_.size() + 1) + "/");
+  }
+  if (::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST) return arrow::Status::OK();
+  if (errno != ENOENT) return ErrnoStatus("cannot create directory", dir, errno);
+  ARROW_RETURN_NOT_OK(FolderForWrite(ParentDir(dir)));
+  if (::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST) return arrow::Status::OK();
+  if (errno == ENOENT) return NotFound(dir.substr(root_.size() + 1) + "/");  // removed meanwhile
+  return ErrnoStatus("cannot create directory", dir, errno);
+}
+
+arrow::Status LocalStore::MakeFolders(const std::string& prefix) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return arrow::Status::Invalid("MakeFolders needs a folder prefix ending in '/', got '", prefix,
+                                  "'");
+  }
+  return EnsureDir(FullPath(prefix.substr(0, prefix.size() - 1)));
 }
 
 std::string LocalStore::FullPath(const std::string& path) const {
@@ -377,10 +411,10 @@ arrow::Result<ObjectMeta> LocalStore::Head(const std::string& path) {
 arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
                                                  const std::shared_ptr<arrow::Buffer>& data) {
   const std::string dir = ParentDir(full);
-  ARROW_RETURN_NOT_OK(EnsureDir(dir));
+  ARROW_RETURN_NOT_OK(FolderForWrite(dir));
   const std::string temp = dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
+  if (fd < 0) return CreateError(temp, errno);
   arrow::Status st = WriteAll(fd, data->data(), data->size(), temp);
   if (st.ok()) st = Seal(fd, temp);
   ::close(fd);
@@ -450,10 +484,10 @@ arrow::Result<std::shared_ptr<ObjectOutput>> LocalStore::OpenOutput(const std::s
   ARROW_RETURN_NOT_OK(options.Validate());
   const std::string full = FullPath(path);
   const std::string dir = ParentDir(full);
-  ARROW_RETURN_NOT_OK(EnsureDir(dir));
+  ARROW_RETURN_NOT_OK(FolderForWrite(dir));
   const std::string temp = dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
+  if (fd < 0) return CreateError(temp, errno);
   return std::make_shared<DurableFileOutput>(fd, temp, full);
 }
 

@@ -22,6 +22,11 @@
 // the listing: a listing after a key in a folder of 100,000 commits stats only the newer ones.
 // ListAfter walks the tree once; ListPage walks it again for every page.
 //
+// Folders below the root are made on demand by writes, except the top `fixed_depth` levels
+// (Make): a lake keeps tables at <namespace>/<table>/, and a write of a handle whose table was
+// dropped (the folder renamed away) must fail NotFound rather than bring the folder back. Those
+// levels are made by MakeFolders only (create_table).
+//
 // Only a missing file or folder means "no such object" (NotFound, an empty listing). Every other
 // failure to reach one (permission denied, a file where a folder should be, a symlink loop, I/O
 // errors) is an IOError naming the path, so that an unreadable lake never passes for an empty one.
@@ -38,8 +43,11 @@ namespace timelake {
 
 class LocalStore : public ObjectStore {
  public:
-  /// `root` must be an absolute path; it is created if missing.
-  static arrow::Result<std::shared_ptr<LocalStore>> Make(const std::string& root);
+  /// `root` must be an absolute path; it is created if missing. Writes make missing folders
+  /// deeper than `fixed_depth` levels below the root and fail NotFound, naming the folder, where
+  /// one of the top `fixed_depth` levels is missing; MakeFolders makes any.
+  static arrow::Result<std::shared_ptr<LocalStore>> Make(const std::string& root,
+                                                         int fixed_depth = 0);
 
   arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override;
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
@@ -66,6 +74,7 @@ class LocalStore : public ObjectStore {
   arrow::Status Delete(const std::string& path) override;
   arrow::Status DeleteMany(const std::vector<std::string>& paths) override;
   arrow::Status DeletePrefix(const std::string& prefix) override;
+  arrow::Status MakeFolders(const std::string& prefix) override;
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override;
   std::string RootUrl() const override;
   std::string ExternalPath(const std::string& path) const override;
@@ -73,8 +82,11 @@ class LocalStore : public ObjectStore {
   const std::string& root() const { return root_; }
 
  private:
-  explicit LocalStore(std::string root) : root_(std::move(root)) {}
+  LocalStore(std::string root, int fixed_depth)
+      : root_(std::move(root)), fixed_depth_(fixed_depth) {}
   std::string FullPath(const std::string& path) const;
+  /// Makes the folder (a full path below the root) for a write, as fixed_depth_ allows.
+  arrow::Status FolderForWrite(const std::string& dir) const;
   struct ListScope {
     const std::string& prefix;
     const std::string& start_after;
@@ -92,6 +104,7 @@ class LocalStore : public ObjectStore {
                                        const std::shared_ptr<arrow::Buffer>& data);
 
   std::string root_;
+  int fixed_depth_;
 };
 
 }  // namespace timelake

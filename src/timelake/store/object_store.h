@@ -186,6 +186,13 @@ class ObjectStore {
   virtual arrow::Status DeleteMany(const std::vector<std::string>& paths);
   /// Deletes every object under `prefix` (which must end in '/').
   virtual arrow::Status DeletePrefix(const std::string& prefix) = 0;
+  /// Makes the folder `prefix` (ending in '/') and the folders above it, where a store has
+  /// folders that writes do not make themselves (LocalStore's fixed levels: a table's folder);
+  /// stores without folders have nothing to do.
+  virtual arrow::Status MakeFolders(const std::string& prefix) {
+    (void)prefix;
+    return arrow::Status::OK();
+  }
   /// Moves every object under `prefix` to the same relative path under `to` in one atomic step:
   /// a reader sees all of them at the old place or all of them at the new one. Both must end in
   /// '/' and `to` must not exist. NotFound if nothing is under `prefix`; NotImplemented on stores

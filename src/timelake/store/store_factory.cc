@@ -50,7 +50,8 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenLocal(const std::string& path,
     return arrow::Status::Invalid("storage option '", options.begin()->first,
                                   "' does not apply to a local lake (", path, ")");
   }
-  ARROW_ASSIGN_OR_RAISE(auto store, LocalStore::Make(path));
+  // A lake keeps its tables at <namespace>/<table>/: only create_table makes those folders.
+  ARROW_ASSIGN_OR_RAISE(auto store, LocalStore::Make(path, /*fixed_depth=*/2));
   return store;
 }
 

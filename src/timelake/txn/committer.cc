@@ -152,6 +152,9 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
       *fingerprint = CommitFingerprint(body);
       return PutResult::kWon;
     }
+    // A store answers NotFound to a put whose folder is gone (LocalStore: the table was
+    // dropped, its folder renamed away): nothing landed, and nothing will.
+    if (!written.ok() && IsNotFound(written.status())) return written.status();
     if (!written.ok()) {
       maybe_landed = maybe_landed || IsOutcomeUnknown(written.status());
     }
