@@ -345,6 +345,55 @@ TEST_F(LocalStoreTest, WritesNeverMakeTheFixedLevels) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/ns/_dropped-1/data/day=1/part-0.parquet"));
 }
 
+TEST_F(LocalStoreTest, InPlaceOutputWritesItsFinalNameAndAbortRemovesIt) {
+  OutputOptions in_place;
+  in_place.in_place = true;
+  ASSERT_OK_AND_ASSIGN(auto output, store_->OpenOutput("t/data/part-1.parquet", in_place));
+  ASSERT_OK(output->Write(std::string(100 << 10, 'x').data(), 100 << 10));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/t/data/part-1.parquet"));  // visible while written
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  ASSERT_OK(output->Close());
+  ASSERT_OK_AND_ASSIGN(auto meta, store_->Head("t/data/part-1.parquet"));
+  EXPECT_EQ(meta.size, 100 << 10);
+  // Never over an existing object, which stays as it was.
+  EXPECT_FALSE(store_->OpenOutput("t/data/part-1.parquet", in_place).ok());
+  ASSERT_OK_AND_ASSIGN(auto again, store_->Head("t/data/part-1.parquet"));
+  EXPECT_EQ(again.etag, meta.etag);
+  ASSERT_OK_AND_ASSIGN(auto aborted, store_->OpenOutput("t/data/part-2.parquet", in_place));
+  ASSERT_OK(aborted->Write("abc", 3));
+  ASSERT_OK(aborted->Abort());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/data/part-2.parquet"));
+  {
+    ASSERT_OK_AND_ASSIGN(auto dropped, store_->OpenOutput("t/data/part-3.parquet", in_place));
+    ASSERT_OK(dropped->Write("abc", 3));
+  }  // destroyed unclosed: aborted
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/data/part-3.parquet"));
+}
+
+// The fsyncs of an in-place output run after its Close; the store's next put waits for them. A
+// folder renamed away meanwhile (a dropped table) is no failure of theirs.
+TEST_F(LocalStoreTest, InPlaceSyncsOutliveARenameOfTheirFolder) {
+  OutputOptions in_place;
+  in_place.in_place = true;
+  for (int i = 0; i < 20; ++i) {
+    const std::string table = "t" + std::to_string(i) + "/";
+    ASSERT_OK_AND_ASSIGN(auto output, store_->OpenOutput(table + "data/part-0.parquet", in_place));
+    ASSERT_OK(output->Write("abc", 3));
+    ASSERT_OK(output->Close());
+    ASSERT_OK(store_->RenamePrefix(table, "dropped-" + table));
+    ASSERT_OK_AND_ASSIGN(bool won, store_->PutIfAbsent("log/" + std::to_string(i), Buf("x")));
+    EXPECT_TRUE(won);
+    ASSERT_OK(store_->Put("log/put-" + std::to_string(i), Buf("y")));
+  }
+  // Closing into a folder that is already gone fails, and leaves nothing.
+  ASSERT_OK_AND_ASSIGN(auto late, store_->OpenOutput("u/data/part-0.parquet", in_place));
+  ASSERT_OK(late->Write("abc", 3));
+  ASSERT_OK(store_->RenamePrefix("u/", "dropped-u/"));
+  EXPECT_FALSE(late->Close().ok());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/u"));
+  ASSERT_OK(store_->Put("log/after", Buf("z")));
+}
+
 TEST_F(LocalStoreTest, LockExclusiveExcludesOtherProcessesAndSurvivesAFork) {
   WriteFile("t/marker", "x");
   ASSERT_OK_AND_ASSIGN(auto missing, store_->LockExclusive("gone/_timelake/commit.lock", 1000));

@@ -90,7 +90,10 @@ class ParquetFileStream {
                            ->build();
     auto stream = std::unique_ptr<ParquetFileStream>(new ParquetFileStream());
     stream->row_group_rows_ = options.row_group_rows;
-    ARROW_ASSIGN_OR_RAISE(stream->sink_, store->OpenOutput(path));
+    // A data file's name is new and nothing reads it before a commit adds it.
+    OutputOptions output;
+    output.in_place = true;
+    ARROW_ASSIGN_OR_RAISE(stream->sink_, store->OpenOutput(path, output));
     auto writer = parquet::arrow::FileWriter::Open(schema, arrow::default_memory_pool(), stream->sink_,
                                                    props, arrow_props);
     if (!writer.ok()) {

@@ -9,13 +9,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -28,6 +31,71 @@
 namespace fs = std::filesystem;
 
 namespace timelake {
+
+// Syncs running on threads of their own (in-place outputs' fsyncs after Close): Await waits for
+// every one started before it. Its own threads and waits rather than std::async, whose futures
+// block when destroyed: a child fork()ed while a sync ran has no thread to finish it, so Await
+// there forgets the parent's syncs instead of waiting for them.
+class SyncQueue {
+ public:
+  void Start(std::function<arrow::Status()> sync) {
+    auto job = std::make_shared<Job>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.emplace_back(::getpid(), job);
+    }
+    std::thread([job, sync = std::move(sync)] {
+      arrow::Status st = sync();
+      std::lock_guard<std::mutex> lock(job->mutex);
+      job->status = std::move(st);
+      job->done = true;
+      job->finished.notify_all();
+    }).detach();
+  }
+
+  /// OK once every sync started before has finished; the first failure ever otherwise.
+  arrow::Status Await() {
+    std::vector<std::shared_ptr<Job>> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const pid_t me = ::getpid();
+      std::erase_if(jobs_, [me](const auto& entry) { return entry.first != me; });
+      for (const auto& entry : jobs_) waiting.push_back(entry.second);
+    }
+    arrow::Status first;
+    for (const auto& job : waiting) {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->finished.wait(lock, [&] { return job->done; });
+      if (first.ok() && !job->status.ok()) first = job->status;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!first.ok() && failed_.ok()) {
+      failed_ = arrow::Status::IOError(
+          "a data file written earlier could not be made durable (", first.message(),
+          "): the disk may have lost written data, so nothing more is written through this lake; "
+          "open the lake again once the disk is healthy");
+    }
+    std::erase_if(jobs_, [](const auto& entry) {
+      std::lock_guard<std::mutex> job_lock(entry.second->mutex);
+      return entry.second->done;
+    });
+    return failed_;
+  }
+
+  ~SyncQueue() { (void)Await(); }
+
+ private:
+  struct Job {
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    arrow::Status status;
+  };
+  std::mutex mutex_;
+  std::vector<std::pair<pid_t, std::shared_ptr<Job>>> jobs_;
+  arrow::Status failed_;
+};
+
 namespace {
 
 constexpr const char* kTempPrefix = ".tmp-";
@@ -81,14 +149,20 @@ arrow::Status FsyncDir(const std::string& dir) {
   return arrow::Status::OK();
 }
 
-// Finishes a written temporary file: stamps its modification time with the precise clock (file
-// systems stamp with a coarse one, a tick of milliseconds, which could give two writes of one
-// size the same entity tag should the second reuse the first's inode), then fsyncs it.
-arrow::Status Seal(int fd, const std::string& temp) {
+// Stamps a written file's modification time with the precise clock (file systems stamp with a
+// coarse one, a tick of milliseconds, which could give two writes of one size the same entity
+// tag should the second reuse the first's inode).
+arrow::Status Stamp(int fd, const std::string& temp) {
   struct timespec times[2];
   ::clock_gettime(CLOCK_REALTIME, &times[1]);
   times[0] = times[1];
   if (::futimens(fd, times) != 0) return ErrnoStatus("cannot set the time of", temp, errno);
+  return arrow::Status::OK();
+}
+
+// Finishes a written temporary file: Stamp, then fsync.
+arrow::Status Seal(int fd, const std::string& temp) {
+  ARROW_RETURN_NOT_OK(Stamp(fd, temp));
   if (::fsync(fd) != 0) return ErrnoStatus("cannot fsync", temp, errno);
   return arrow::Status::OK();
 }
@@ -203,11 +277,15 @@ arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::str
 }
 
 // An output stream that writes a temporary file and, on Close, fsyncs it, renames it to its
-// final name and fsyncs the folder: the object appears whole or not at all.
+// final name and fsyncs the folder: the object appears whole or not at all. Written in place
+// (OutputOptions::in_place), `temp` is the final name and Close fsyncs the file and the folder.
 class DurableFileOutput : public ObjectOutput {
  public:
   DurableFileOutput(int fd, std::string temp, std::string path)
       : fd_(fd), temp_(std::move(temp)), path_(std::move(path)) {}
+  /// In place: Close leaves the fsyncs to `syncs`.
+  DurableFileOutput(int fd, std::string path, std::shared_ptr<SyncQueue> syncs)
+      : fd_(fd), temp_(path), path_(std::move(path)), syncs_(std::move(syncs)) {}
   ~DurableFileOutput() override { (void)Abort(); }
   arrow::Status Write(const void* data, int64_t nbytes) override {
     if (fd_ < 0) return arrow::Status::Invalid("write to a closed file '", path_, "'");
@@ -236,6 +314,34 @@ class DurableFileOutput : public ObjectOutput {
     if (arrow::Status flushed = Flush(); !flushed.ok()) {
       (void)Abort();
       return flushed;
+    }
+    if (syncs_) {
+      // In place: the name is there already; the fsyncs run while the caller goes on, and the
+      // store's next put waits for them.
+      // The folder is opened now: it may be renamed away meanwhile (a dropped table), which is
+      // no reason for its fsync to fail, and a folder already gone fails this Close.
+      const int fd = std::exchange(fd_, -1);
+      const std::string dir = ParentDir(path_);
+      const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      arrow::Status ready = dir_fd >= 0 ? Stamp(fd, path_) : CreateError(path_, errno);
+      if (!ready.ok()) {
+        if (dir_fd >= 0) ::close(dir_fd);
+        ::close(fd);
+        ::unlink(path_.c_str());
+        return ready;
+      }
+      // The file's and the folder's at once: one journal commit carries both.
+      auto sync = [](int handle, std::string what) {
+        return [handle, what = std::move(what)] {
+          arrow::Status st;
+          if (::fsync(handle) != 0) st = ErrnoStatus("cannot fsync", what, errno);
+          ::close(handle);
+          return st;
+        };
+      };
+      syncs_->Start(sync(fd, path_));
+      syncs_->Start(sync(dir_fd, dir));
+      return arrow::Status::OK();
     }
     arrow::Status sealed = Seal(fd_, temp_);
     ::close(fd_);
@@ -278,6 +384,7 @@ class DurableFileOutput : public ObjectOutput {
   int fd_;  // -1 once closed or aborted
   std::string temp_;
   std::string path_;
+  std::shared_ptr<SyncQueue> syncs_;  // in place only
   int64_t position_ = 0;
   int64_t writeback_from_ = 0;  // where the writeback not yet started begins
   std::string buffer_;          // written, not yet handed to the file
@@ -295,6 +402,9 @@ arrow::Result<std::shared_ptr<LocalStore>> LocalStore::Make(const std::string& r
   ARROW_RETURN_NOT_OK(EnsureDir(clean));
   return std::shared_ptr<LocalStore>(new LocalStore(clean, fixed_depth));
 }
+
+LocalStore::LocalStore(std::string root, int fixed_depth)
+    : root_(std::move(root)), fixed_depth_(fixed_depth), syncs_(std::make_shared<SyncQueue>()) {}
 
 arrow::Status LocalStore::FolderForWrite(const std::string& dir) const {
   if (dir.size() <= root_.size()) return arrow::Status::OK();  // the root, made by Make
@@ -428,6 +538,10 @@ arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
 arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) {
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
+  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+    ::unlink(temp.c_str());
+    return synced;
+  }
   return Publish(temp, full);
 }
 
@@ -435,6 +549,10 @@ arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
                                             const std::shared_ptr<arrow::Buffer>& data) {
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
+  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+    ::unlink(temp.c_str());
+    return synced;
+  }
   int rc = ::link(temp.c_str(), full.c_str());
   int err = errno;
   ::unlink(temp.c_str());
@@ -459,6 +577,10 @@ arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
   if (before->etag != etag) return false;
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
+  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+    ::unlink(temp.c_str());
+    return synced;
+  }
   auto replaced = [&]() -> arrow::Result<bool> {
     // The compare and the rename under the folder's lock, which every replacing write takes.
     auto lock = FolderLock::Take(ParentDir(full));
@@ -485,9 +607,10 @@ arrow::Result<std::shared_ptr<ObjectOutput>> LocalStore::OpenOutput(const std::s
   const std::string full = FullPath(path);
   const std::string dir = ParentDir(full);
   ARROW_RETURN_NOT_OK(FolderForWrite(dir));
-  const std::string temp = dir + "/" + kTempPrefix + NewUuid();
+  const std::string temp = options.in_place ? full : dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return CreateError(temp, errno);
+  if (options.in_place) return std::make_shared<DurableFileOutput>(fd, full, syncs_);
   return std::make_shared<DurableFileOutput>(fd, temp, full);
 }
 

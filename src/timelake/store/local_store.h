@@ -6,6 +6,13 @@
 // stream destroyed unclosed unlinks it), PutIfAbsent link(2)s it, which fails with EEXIST if the
 // name is taken, atomically. Temporary files are named ".tmp-<uuid>" so that listings skip them.
 // OutputOptions::part_size is checked and otherwise ignored (a file is written in place).
+// With OutputOptions::in_place a stream writes its final name directly (O_EXCL: never an
+// existing file), and its Close hands the fsyncs of the file and its folder to a thread of their
+// own and returns: every later Put, PutIfAbsent and PutIfMatch of the store waits for them before
+// it publishes anything, so a commit never names a data file that is not yet durable, and the
+// data file's fsyncs overlap the commit's own (one disk flush less on an append's path). A failed
+// fsync fails every later put of the store (the disk may have dropped written pages: open the lake
+// again). A child fork()ed meanwhile does not wait for its parent's syncs.
 //
 // Entity tags are made of the file's inode, size, modification and change times (nanoseconds):
 // every write makes a new file, with a new inode or (should the inode be reused) a modification
@@ -82,8 +89,7 @@ class LocalStore : public ObjectStore {
   const std::string& root() const { return root_; }
 
  private:
-  LocalStore(std::string root, int fixed_depth)
-      : root_(std::move(root)), fixed_depth_(fixed_depth) {}
+  LocalStore(std::string root, int fixed_depth);
   std::string FullPath(const std::string& path) const;
   /// Makes the folder (a full path below the root) for a write, as fixed_depth_ allows.
   arrow::Status FolderForWrite(const std::string& dir) const;
@@ -105,6 +111,8 @@ class LocalStore : public ObjectStore {
 
   std::string root_;
   int fixed_depth_;
+  /// The fsyncs of closed in-place streams still running (local_store.cc); shared with them.
+  std::shared_ptr<class SyncQueue> syncs_;
 };
 
 }  // namespace timelake

@@ -89,6 +89,13 @@ struct OutputOptions {
   /// it bounds the memory a stream holds. Stores that write in place (LocalStore, MemoryStore)
   /// check it and otherwise ignore it.
   int64_t part_size = int64_t{8} << 20;
+  /// The path is a new, unique name that nobody reads before the caller publishes it another
+  /// way (a data file, before the commit that adds it): the store may write it at its final name
+  /// as it goes, so a listing can show it partial and a crash can leave it partial (unreferenced,
+  /// for vacuum). LocalStore then skips the temporary file and the rename, which makes the sync
+  /// of the folder after the file's cheap. Object stores ignore it (an upload is invisible until
+  /// it completes).
+  bool in_place = false;
 
   /// Invalid (naming the value and the bounds) unless kMinPartSize <= part_size <= kMaxPartSize.
   arrow::Status Validate() const;
