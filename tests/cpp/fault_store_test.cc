@@ -49,6 +49,25 @@ TEST_F(FaultStoreTest, CountsEveryOperation) {
   EXPECT_EQ(store_->operations(), 5);
 }
 
+TEST_F(FaultStoreTest, PutDerivedIsAPutToFaults) {
+  store_->InjectAt(1, FaultKind::kFail);
+  ASSERT_OK(store_->PutDerived("a", Buf("x")));
+  auto failed = store_->PutDerived("b", Buf("y"));
+  EXPECT_TRUE(FailsWith(failed, arrow::StatusCode::IOError, "failure of operation #1 put b"));
+  EXPECT_TRUE(IsMissing(memory_->Head("b")));
+  EXPECT_EQ(store_->operations(), 2);
+}
+
+TEST_F(FaultStoreTest, PutIfAbsentVisibleIsAPutIfAbsentToFaults) {
+  store_->InjectWhen(FaultKind::kLandButRefuse,
+                     [](const StoreOperation& op) { return op.name == "put_if_absent"; });
+  int calls = 0;
+  ASSERT_OK_AND_ASSIGN(bool won, store_->PutIfAbsentVisible("log/1.json", Buf("x"), [&] { ++calls; }));
+  EXPECT_FALSE(won);  // landed, reported refused
+  EXPECT_EQ(calls, 1);
+  EXPECT_OK(memory_->Head("log/1.json").status());
+}
+
 TEST_F(FaultStoreTest, WritesOnlyCountingSkipsReads) {
   store_->SetCounting(FaultStore::Counting::kWritesOnly);
   store_->InjectAt(1, FaultKind::kFail);

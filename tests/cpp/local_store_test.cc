@@ -394,6 +394,39 @@ TEST_F(LocalStoreTest, InPlaceSyncsOutliveARenameOfTheirFolder) {
   ASSERT_OK(store_->Put("log/after", Buf("z")));
 }
 
+TEST_F(LocalStoreTest, PutDerivedReplacesWholeAndLeavesNoTemporaryFile) {
+  ASSERT_OK(store_->PutDerived("t/_timelake/lvi/id/1.parquet", Buf("first")));
+  ASSERT_OK(store_->PutDerived("t/_timelake/lvi/id/1.parquet", Buf("second")));
+  EXPECT_EQ(ReadFile("t/_timelake/lvi/id/1.parquet"), "second");
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  ASSERT_OK_AND_ASSIGN(auto lake, LocalStore::Make(dir_.path(), /*fixed_depth=*/2));
+  EXPECT_TRUE(IsNotFound(lake->PutDerived("ns/gone/_timelake/lvi/id/1.parquet", Buf("x"))));
+}
+
+// A committer lets the next writer go at `visible`: by then the object must be readable, and it
+// is called for a refused put too (the outcome is decided), never for a failed one.
+TEST_F(LocalStoreTest, PutIfAbsentVisibleCallsBackOnceTheOutcomeIsSeen) {
+  int calls = 0;
+  bool seen = false;
+  ASSERT_OK_AND_ASSIGN(bool won, store_->PutIfAbsentVisible("t/_delta_log/0.json", Buf("{}"), [&] {
+    ++calls;
+    seen = store_->Head("t/_delta_log/0.json").ok();
+  }));
+  EXPECT_TRUE(won);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(seen);
+  ASSERT_OK_AND_ASSIGN(bool again, store_->PutIfAbsentVisible("t/_delta_log/0.json", Buf("[]"),
+                                                               [&] { ++calls; }));
+  EXPECT_FALSE(again);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(ReadFile("t/_delta_log/0.json"), "{}");
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  ASSERT_OK_AND_ASSIGN(auto lake, LocalStore::Make(dir_.path(), /*fixed_depth=*/2));
+  EXPECT_TRUE(IsNotFound(
+      lake->PutIfAbsentVisible("ns/gone/_delta_log/0.json", Buf("{}"), [&] { ++calls; }).status()));
+  EXPECT_EQ(calls, 2);
+}
+
 TEST_F(LocalStoreTest, LockExclusiveExcludesOtherProcessesAndSurvivesAFork) {
   WriteFile("t/marker", "x");
   ASSERT_OK_AND_ASSIGN(auto missing, store_->LockExclusive("gone/_timelake/commit.lock", 1000));

@@ -270,7 +270,7 @@ LastValueIndex::LastValueIndex(std::shared_ptr<ObjectStore> store, std::string t
 arrow::Status LastValueIndex::Record(int64_t version, const std::vector<std::string>& files,
                                      const std::shared_ptr<arrow::Table>& newest) {
   ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*newest, files));
-  return store_->Put(dir_ + RecordName(version, ""), data);
+  return store_->PutDerived(dir_ + RecordName(version, ""), data);
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> LastValueIndex::RecordOf(
@@ -481,7 +481,7 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
 
 arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state) {
   ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*state.tagged_rows, state.tagged_files));
-  ARROW_RETURN_NOT_OK(store_->Put(dir_ + RecordName(state.version, kBasePrefix), data));
+  ARROW_RETURN_NOT_OK(store_->PutDerived(dir_ + RecordName(state.version, kBasePrefix), data));
   ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(root_));
   std::vector<std::string> obsolete_paths;
   for (const auto& meta : listing) {

@@ -286,13 +286,14 @@ arrow::Result<std::unique_ptr<StoreLock>> DeltaLog::CommitTurn() {
   return store_->LockExclusive(table_path_ + "/_timelake/commit.lock", kTurnWaitMs);
 }
 
-arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body) {
+arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body,
+                                        const std::function<void()>& visible) {
   // Readers take a commit without actions for damage: never write one.
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
     return arrow::Status::Invalid("refusing to write commit ", version,
                                   " of '", table_path_, "' with no actions");
   }
-  return log_store_.PutCommit(version, body);
+  return log_store_.PutCommit(version, body, visible);
 }
 
 arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprint) {

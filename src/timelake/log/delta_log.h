@@ -70,7 +70,9 @@ class DeltaLog {
 
   /// Writes `body` as commit `version` if no commit has that version yet; false if one has.
   /// A body without actions is refused (Status::Invalid): readers would take it for damage.
-  arrow::Result<bool> TryCommit(int64_t version, const std::string& body);
+  /// `visible` as LogStore::PutCommit.
+  arrow::Result<bool> TryCommit(int64_t version, const std::string& body,
+                                const std::function<void()>& visible = {});
 
   /// The turn to commit among this machine's writers of the table (a lock on
   /// `_timelake/commit.lock` on local disks; nullptr on object stores, where put-if-absent alone

@@ -27,7 +27,12 @@ std::string LogStore::Path(const std::string& name) const {
   return table_path_ + "/_delta_log/" + name;
 }
 
-arrow::Result<bool> LogStore::PutCommit(int64_t version, const std::string& body) {
+arrow::Result<bool> LogStore::PutCommit(int64_t version, const std::string& body,
+                                        const std::function<void()>& visible) {
+  if (visible) {
+    return store_->PutIfAbsentVisible(Path(CommitFileName(version)),
+                                      arrow::Buffer::FromString(body), visible);
+  }
   return store_->PutIfAbsent(Path(CommitFileName(version)), arrow::Buffer::FromString(body));
 }
 

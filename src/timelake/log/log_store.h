@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <map>
@@ -31,7 +32,10 @@ class LogStore {
   /// if one exists (which may be the caller's own, from an earlier attempt whose reply was
   /// lost: compare the contents). An error may mean the write happened anyway (see
   /// object_store.h).
-  arrow::Result<bool> PutCommit(int64_t version, const std::string& body);
+  /// `visible` (when given) runs once the outcome is decided, before the commit is durable
+  /// (ObjectStore::PutIfAbsentVisible).
+  arrow::Result<bool> PutCommit(int64_t version, const std::string& body,
+                                const std::function<void()>& visible = {});
   /// The bytes of commit `version`; a NotFound status if there is none.
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetCommit(int64_t version);
   /// The metadata of commit `version` (NotFound if there is none).

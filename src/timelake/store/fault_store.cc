@@ -375,6 +375,18 @@ arrow::Status FaultStore::Put(const std::string& path, const std::shared_ptr<arr
   return RunStatus(injector_.get(), "put", path, true, [&] { return target()->Put(path, data); });
 }
 
+arrow::Status FaultStore::PutDerived(const std::string& path,
+                                     const std::shared_ptr<arrow::Buffer>& data) {
+  return RunStatus(injector_.get(), "put", path, true, [&] { return target()->PutDerived(path, data); });
+}
+
+arrow::Result<bool> FaultStore::PutIfAbsentVisible(const std::string& path,
+                                                   const std::shared_ptr<arrow::Buffer>& data,
+                                                   const std::function<void()>& visible) {
+  return Run<bool>(injector_.get(), "put_if_absent", path, true,
+                   [&] { return target()->PutIfAbsentVisible(path, data, visible); });
+}
+
 arrow::Result<bool> FaultStore::PutIfAbsent(const std::string& path,
                                             const std::shared_ptr<arrow::Buffer>& data) {
   return Run<bool>(injector_.get(), "put_if_absent", path, true,

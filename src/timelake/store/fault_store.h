@@ -108,6 +108,13 @@ class FaultStore : public ForwardingStore {
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
+  /// Counted and faulted as a "put_if_absent".
+  arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
+                                         const std::shared_ptr<arrow::Buffer>& data,
+                                         const std::function<void()>& visible) override;
+  /// Counted and faulted as a "put".
+  arrow::Status PutDerived(const std::string& path,
+                           const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfMatch(const std::string& path,

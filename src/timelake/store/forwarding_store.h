@@ -38,6 +38,15 @@ class ForwardingStore : public ObjectStore {
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
     return target_->Put(path, data);
   }
+  arrow::Status PutDerived(const std::string& path,
+                           const std::shared_ptr<arrow::Buffer>& data) override {
+    return target_->PutDerived(path, data);
+  }
+  arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
+                                         const std::shared_ptr<arrow::Buffer>& data,
+                                         const std::function<void()>& visible) override {
+    return target_->PutIfAbsentVisible(path, data, visible);
+  }
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override {
     return target_->PutIfAbsent(path, data);

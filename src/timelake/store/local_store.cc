@@ -210,8 +210,8 @@ class FolderLock {
 };
 
 // Renames the finished temporary file `temp` to `full` under the folder's lock, then fsyncs the
-// folder; the temporary file is gone either way.
-arrow::Status Publish(const std::string& temp, const std::string& full) {
+// folder if `durable`; the temporary file is gone either way.
+arrow::Status Publish(const std::string& temp, const std::string& full, bool durable = true) {
   const std::string dir = ParentDir(full);
   {
     auto lock = FolderLock::Take(dir);
@@ -225,7 +225,7 @@ arrow::Status Publish(const std::string& temp, const std::string& full) {
       return ErrnoStatus("cannot rename into", full, err);
     }
   }
-  return FsyncDir(dir);
+  return durable ? FsyncDir(dir) : arrow::Status::OK();
 }
 
 int64_t Millis(const struct timespec& t) {
@@ -519,14 +519,15 @@ arrow::Result<ObjectMeta> LocalStore::Head(const std::string& path) {
 }
 
 arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
-                                                 const std::shared_ptr<arrow::Buffer>& data) {
+                                                 const std::shared_ptr<arrow::Buffer>& data,
+                                                 bool durable) {
   const std::string dir = ParentDir(full);
   ARROW_RETURN_NOT_OK(FolderForWrite(dir));
   const std::string temp = dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return CreateError(temp, errno);
   arrow::Status st = WriteAll(fd, data->data(), data->size(), temp);
-  if (st.ok()) st = Seal(fd, temp);
+  if (st.ok()) st = durable ? Seal(fd, temp) : Stamp(fd, temp);
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
@@ -545,8 +546,21 @@ arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arr
   return Publish(temp, full);
 }
 
+arrow::Status LocalStore::PutDerived(const std::string& path,
+                                     const std::shared_ptr<arrow::Buffer>& data) {
+  const std::string full = FullPath(path);
+  ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data, /*durable=*/false));
+  return Publish(temp, full, /*durable=*/false);
+}
+
 arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
                                             const std::shared_ptr<arrow::Buffer>& data) {
+  return PutIfAbsentVisible(path, data, [] {});
+}
+
+arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
+                                                   const std::shared_ptr<arrow::Buffer>& data,
+                                                   const std::function<void()>& visible) {
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
   if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
@@ -557,9 +571,13 @@ arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
   int err = errno;
   ::unlink(temp.c_str());
   if (rc != 0) {
-    if (err == EEXIST) return false;
+    if (err == EEXIST) {
+      visible();
+      return false;
+    }
     return ErrnoStatus("cannot link into", full, err);
   }
+  visible();
   ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(full)));
   return true;
 }

@@ -40,6 +40,7 @@
 // Listings do not descend into symlinked folders; symlinked files are listed.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,8 +65,15 @@ class LocalStore : public ObjectStore {
   arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
                                                           int64_t wait_ms) override;
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
+  /// A temporary file renamed into place under the folder's lock, without any fsync.
+  arrow::Status PutDerived(const std::string& path,
+                           const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
+  /// `visible` after the link(2), before the folder's fsync.
+  arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
+                                         const std::shared_ptr<arrow::Buffer>& data,
+                                         const std::function<void()>& visible) override;
   arrow::Result<bool> PutIfMatch(const std::string& path,
                                  const std::shared_ptr<arrow::Buffer>& data,
                                  const std::string& etag) override;
@@ -105,9 +113,11 @@ class LocalStore : public ObjectStore {
   /// folder (not one found while walking).
   arrow::Status Walk(const std::string& dir_rel, const ListScope& scope, bool top,
                      std::vector<ObjectMeta>* out);
-  /// Writes `data` to a fresh temporary file next to `full` and fsyncs it; returns its path.
+  /// Writes `data` to a fresh temporary file next to `full` and fsyncs it unless `durable` is
+  /// false; returns its path.
   arrow::Result<std::string> WriteTemp(const std::string& full,
-                                       const std::shared_ptr<arrow::Buffer>& data);
+                                       const std::shared_ptr<arrow::Buffer>& data,
+                                       bool durable = true);
 
   std::string root_;
   int fixed_depth_;

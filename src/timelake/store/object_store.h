@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -146,10 +147,28 @@ class ObjectStore {
 
   /// Creates or replaces the object.
   virtual arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) = 0;
+  /// Put of an object its readers can do without: derived data that they rebuild when it is
+  /// missing or unreadable (the last-value index). A store may skip making it durable: after a
+  /// crash it may be missing, or there and unreadable; it is never seen partly written before.
+  virtual arrow::Status PutDerived(const std::string& path,
+                                   const std::shared_ptr<arrow::Buffer>& data) {
+    return Put(path, data);
+  }
   /// Creates the object only if nothing exists at `path`; returns false (and writes nothing)
   /// if something does. See "Ambiguous outcomes" above for what `false` can mean on a retry.
   virtual arrow::Result<bool> PutIfAbsent(const std::string& path,
                                           const std::shared_ptr<arrow::Buffer>& data) = 0;
+  /// PutIfAbsent that calls `visible` as soon as the outcome is decided and readers can see the
+  /// object (when written), before the store makes its name durable, and returns once it is
+  /// (or fails): a caller that holds other writers up while it puts (a commit turn) lets them go
+  /// at `visible`. `visible` may not be called at all (a failure before the outcome).
+  virtual arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
+                                                 const std::shared_ptr<arrow::Buffer>& data,
+                                                 const std::function<void()>& visible) {
+    auto written = PutIfAbsent(path, data);
+    if (written.ok()) visible();
+    return written;
+  }
   /// Replaces the object only if it exists and its entity tag is `etag` (from Head or a listing);
   /// returns false (and writes nothing) if the object is missing or has changed. Invalid if
   /// `etag` is empty.

@@ -84,7 +84,11 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       ARROW_RETURN_NOT_OK(log_->CheckHead(version - 1, snapshot->head_fingerprint));
     }
     uint64_t fingerprint = 0;
-    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out));
+    // The turn ends as soon as the put's outcome is visible: the next writer can read this
+    // commit and link its own while this one's folder fsync runs (that fsync, or the next
+    // writer's of the same folder, makes both names durable, in order).
+    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out,
+                                             [&turn] { turn.reset(); }));
     turn.reset();
     if (put == PutResult::kWon) {
       // The commit counts only if it follows this handle's snapshot in the same table: if the
@@ -144,10 +148,11 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
                                                    const std::string& txn_id,
                                                    const std::string& table_id,
                                                    const std::string& what, uint64_t* fingerprint,
-                                                   CommitOutcome* out) {
+                                                   CommitOutcome* out,
+                                                   const std::function<void()>& visible) {
   bool maybe_landed = false;
   for (int errors = 0;;) {
-    auto written = log_->TryCommit(version, body);
+    auto written = log_->TryCommit(version, body, visible);
     if (written.ok() && *written) {
       *fingerprint = CommitFingerprint(body);
       return PutResult::kWon;

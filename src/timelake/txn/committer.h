@@ -86,10 +86,12 @@ class Committer {
 
  private:
   enum class PutResult { kWon, kLost };
-  /// Puts `body` as `version` and settles what happened (see the top of this file).
+  /// Puts `body` as `version` and settles what happened (see the top of this file); `visible`
+  /// runs once a put's outcome is visible, before it is durable (DeltaLog::TryCommit).
   arrow::Result<PutResult> Put(int64_t version, const std::string& body, const std::string& txn_id,
                                const std::string& table_id, const std::string& what,
-                               uint64_t* fingerprint, CommitOutcome* out);
+                               uint64_t* fingerprint, CommitOutcome* out,
+                               const std::function<void()>& visible);
   /// Reads the commits after `*snapshot`, judging each against `pending`.
   arrow::Result<Verdict> Rebase(Snapshot* snapshot, const PendingCommit& pending);
   std::string Describe(const PendingCommit& pending, int64_t version) const;
