@@ -32,8 +32,8 @@ namespace fs = std::filesystem;
 
 namespace timelake {
 
-// Syncs running on threads of their own (in-place outputs' fsyncs after Close): Await waits for
-// every one started before it. Its own threads and waits rather than std::async, whose futures
+// Syncs running on threads of their own (in-place outputs' fsyncs after Close): Await(mark)
+// waits for every one started before Mark() returned `mark`. Its own threads and waits rather than std::async, whose futures
 // block when destroyed: a child fork()ed while a sync ran has no thread to finish it, so Await
 // there forgets the parent's syncs instead of waiting for them.
 class SyncQueue {
@@ -42,6 +42,7 @@ class SyncQueue {
     auto job = std::make_shared<Job>();
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      job->seq = next_seq_++;
       jobs_.emplace_back(::getpid(), job);
     }
     std::thread([job, sync = std::move(sync)] {
@@ -53,14 +54,24 @@ class SyncQueue {
     }).detach();
   }
 
-  /// OK once every sync started before has finished; the first failure ever otherwise.
-  arrow::Status Await() {
+  /// What Await takes: syncs started from now on are not waited for.
+  uint64_t Mark() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return next_seq_;
+  }
+
+  /// OK once every sync started before Mark() returned `mark` has finished; the first failure
+  /// ever otherwise. A put waits only for the files closed before it began (those its object
+  /// can name), not for those other threads close meanwhile.
+  arrow::Status Await(uint64_t mark = UINT64_MAX) {
     std::vector<std::shared_ptr<Job>> waiting;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const pid_t me = ::getpid();
       std::erase_if(jobs_, [me](const auto& entry) { return entry.first != me; });
-      for (const auto& entry : jobs_) waiting.push_back(entry.second);
+      for (const auto& entry : jobs_) {
+        if (entry.second->seq < mark) waiting.push_back(entry.second);
+      }
     }
     arrow::Status first;
     for (const auto& job : waiting) {
@@ -90,8 +101,10 @@ class SyncQueue {
     std::condition_variable finished;
     bool done = false;
     arrow::Status status;
+    uint64_t seq = 0;
   };
   std::mutex mutex_;
+  uint64_t next_seq_ = 0;
   std::vector<std::pair<pid_t, std::shared_ptr<Job>>> jobs_;
   arrow::Status failed_;
 };
@@ -537,9 +550,10 @@ arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
 }
 
 arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) {
+  const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
   }
@@ -561,9 +575,10 @@ arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
 arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
                                                    const std::shared_ptr<arrow::Buffer>& data,
                                                    const std::function<void()>& visible) {
+  const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
   }
@@ -593,9 +608,10 @@ arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
     return before.status();
   }
   if (before->etag != etag) return false;
+  const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
   }
