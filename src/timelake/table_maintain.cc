@@ -215,6 +215,11 @@ struct BackgroundCompaction {
     TableContext& t = *table;
     // The property may have been switched off since, or another engine raised the protocol.
     if (!BackgroundCompactionOn(t) || !CheckWritable(t).ok()) return arrow::Status::OK();
+    // One background pass per table at a time on this machine: writer processes each run their
+    // own passes, and two passes over the same files waste a rewrite (the later one conflicts).
+    // A pass that finds another running skips: that one compacts what this one would have.
+    ARROW_ASSIGN_OR_RAISE(auto turn, store->LockExclusive(table_path + "/_timelake/compaction.lock", 0));
+    if (!turn && store->HasLocks()) return arrow::Status::OK();
     MaintainResult done;
     arrow::Status st = Compact(t, CompactionOptionsFor(t, CompactionScope::kBackground), nullptr, &done);
     if (done.partitions_compacted > 0) committed = t.snapshot.version;

@@ -385,7 +385,8 @@ TEST_F(LocalStoreTest, InPlaceSyncsOutliveARenameOfTheirFolder) {
     EXPECT_TRUE(won);
     ASSERT_OK(store_->Put("log/put-" + std::to_string(i), Buf("y")));
   }
-  // Closing into a folder that is already gone fails, and leaves nothing.
+  // Closing into a folder that is already gone fails, and makes nothing where it was (the
+  // partial file went with the folder).
   ASSERT_OK_AND_ASSIGN(auto late, store_->OpenOutput("u/data/part-0.parquet", in_place));
   ASSERT_OK(late->Write("abc", 3));
   ASSERT_OK(store_->RenamePrefix("u/", "dropped-u/"));

@@ -270,3 +270,28 @@ def test_background_passes_rewrite_the_small_tier_and_leave_larger_files_alone(l
     t.maintain()
     assert t.info()["size"]["files"] == 1
     assert sorted_rows(lake.sql("SELECT * FROM readings")) == sorted_rows(iot_table(expected))
+
+
+def test_a_pass_skips_while_another_process_compacts_the_table(tmp_path):
+    # Background passes of one table take turns across the processes of a machine
+    # (`_timelake/compaction.lock`): a pass that finds the lock held skips, since the holder
+    # compacts the same files. Here the test holds it, as another process's pass would.
+    import fcntl
+
+    lake = timelake.Lake(tmp_path)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    lock_path = table_dir(t) / "_timelake" / "compaction.lock"
+    lock_path.parent.mkdir(exist_ok=True)
+    with open(lock_path, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for i in range(40):
+            t.append(iot_table(_batch(i)), batch_id=f"b{i}")
+        assert t.info()["size"]["files"] == 40  # every pass skipped
+        assert _optimize_commits(t) == []
+        fcntl.flock(held, fcntl.LOCK_UN)
+    for i in range(40, 48):
+        t.append(iot_table(_batch(i)), batch_id=f"b{i}")
+    info = t.info()
+    assert info["size"]["files"] <= MAX_FILES_PER_CHUNK  # the next pass compacted them all
+    assert len(_optimize_commits(t)) >= 1
+    assert info["size"]["rows"] == 48 * 6

@@ -116,7 +116,12 @@ arrow::Result<IndexObject> ReadIndexObject(ObjectStore* store, const std::string
                                            const arrow::Schema& expected) {
   ARROW_ASSIGN_OR_RAISE(auto bytes, store->Get(path));
   auto input = std::make_shared<arrow::io::BufferReader>(bytes);
-  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+  // Page checksums verified: index objects are not fsynced, and a torn one must fail here (then
+  // its files are read from their data) rather than decode as other rows.
+  parquet::arrow::FileReaderBuilder builder;
+  ARROW_RETURN_NOT_OK(builder.Open(input, VerifyingReaderProperties()));
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  ARROW_RETURN_NOT_OK(builder.memory_pool(arrow::default_memory_pool())->Build(&reader));
   IndexObject out;
   ARROW_ASSIGN_OR_RAISE(out.rows, reader->ReadTable());
   auto kv = reader->parquet_reader()->metadata()->key_value_metadata();

@@ -6,7 +6,10 @@
 // landed as refused, or "crash" the store: from then on every call fails and every output stream
 // not yet closed is dropped, as a process crash would leave an object store (a multipart upload
 // that was never completed, a temporary file that was never renamed). Every acknowledged write
-// of the target store is durable, so the streams are all that a crash loses. A test then calls
+// of the target store is durable, so the streams are all that a crash loses. (Not quite so over a
+// LocalStore: an in-place stream's file becomes durable by the next put, a PutDerived object
+// never; and a real crash leaves an unclosed in-place stream's partial file under its name where
+// this drops it. Readers treat both as unreferenced or derived data.) A test then calls
 // Revive (a new process) or reopens the target directly, and checks what survived.
 //
 // What counts as one operation: each call of Get, GetRange, Head, Put, PutIfAbsent, PutIfMatch,

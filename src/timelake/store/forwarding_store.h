@@ -3,7 +3,10 @@
 // The base of decorators (fault injection, counting, tracing), like LevelDB's EnvWrapper: a
 // decorator derives from it and overrides only the calls it changes. Every method, including
 // those with defaults in ObjectStore (ListAfter, DeleteMany, MakeFolders, RenamePrefix), forwards to the
-// target's own, so a decorator keeps the target's better implementations. Thread-safe if the
+// target's own, so a decorator keeps the target's better implementations. Except two: PutDerived
+// and PutIfAbsentVisible keep ObjectStore's defaults, which call this store's Put and PutIfAbsent,
+// so that a decorator overriding those sees every index write and every commit (a decorator that
+// wants the target's own forwards them itself, as FaultStore does). Thread-safe if the
 // target is.
 #pragma once
 
@@ -31,21 +34,13 @@ class ForwardingStore : public ObjectStore {
     return target_->GetRange(path, offset, length);
   }
   arrow::Result<ObjectMeta> Head(const std::string& path) override { return target_->Head(path); }
+  bool HasLocks() const override { return target_->HasLocks(); }
   arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
                                                           int64_t wait_ms) override {
     return target_->LockExclusive(path, wait_ms);
   }
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
     return target_->Put(path, data);
-  }
-  arrow::Status PutDerived(const std::string& path,
-                           const std::shared_ptr<arrow::Buffer>& data) override {
-    return target_->PutDerived(path, data);
-  }
-  arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
-                                         const std::shared_ptr<arrow::Buffer>& data,
-                                         const std::function<void()>& visible) override {
-    return target_->PutIfAbsentVisible(path, data, visible);
   }
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override {

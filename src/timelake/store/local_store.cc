@@ -32,26 +32,35 @@ namespace fs = std::filesystem;
 
 namespace timelake {
 
-// Syncs running on threads of their own (in-place outputs' fsyncs after Close): Await(mark)
-// waits for every one started before Mark() returned `mark`. Its own threads and waits rather than std::async, whose futures
-// block when destroyed: a child fork()ed while a sync ran has no thread to finish it, so Await
-// there forgets the parent's syncs instead of waiting for them.
+// Syncs running on threads of their own (in-place outputs' fsyncs after Close). Await(mark,
+// scope) waits for every one of `scope` (a table's folder: syncs of other tables are not waited
+// for) started before Mark() returned `mark`; a put waits only for the files closed before it
+// began, which are all that its object can name. Failures are sticky: once a sync failed (or a
+// put could not make its object durable, Fail), every later Await reports it. Its own threads and
+// waits rather than std::async, whose futures block when destroyed: a child fork()ed while a sync
+// ran has no thread to finish it, so Await there forgets the parent's syncs.
 class SyncQueue {
  public:
-  void Start(std::function<arrow::Status()> sync) {
+  void Start(std::string scope, std::function<arrow::Status()> sync) {
     auto job = std::make_shared<Job>();
+    job->scope = std::move(scope);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job->seq = next_seq_++;
       jobs_.emplace_back(::getpid(), job);
     }
-    std::thread([job, sync = std::move(sync)] {
+    auto run = [job, sync = std::move(sync)] {
       arrow::Status st = sync();
       std::lock_guard<std::mutex> lock(job->mutex);
       job->status = std::move(st);
       job->done = true;
       job->finished.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread(run).detach();
+    } catch (const std::system_error&) {
+      run();  // no thread to be had (a process or container limit): sync here
+    }
   }
 
   /// What Await takes: syncs started from now on are not waited for.
@@ -60,17 +69,18 @@ class SyncQueue {
     return next_seq_;
   }
 
-  /// OK once every sync started before Mark() returned `mark` has finished; the first failure
-  /// ever otherwise. A put waits only for the files closed before it began (those its object
-  /// can name), not for those other threads close meanwhile.
-  arrow::Status Await(uint64_t mark = UINT64_MAX) {
+  /// OK once every sync of `scope` ("" for every scope) started before Mark() returned `mark`
+  /// has finished; the first failure ever otherwise.
+  arrow::Status Await(uint64_t mark = UINT64_MAX, const std::string& scope = "") {
     std::vector<std::shared_ptr<Job>> waiting;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const pid_t me = ::getpid();
       std::erase_if(jobs_, [me](const auto& entry) { return entry.first != me; });
       for (const auto& entry : jobs_) {
-        if (entry.second->seq < mark) waiting.push_back(entry.second);
+        if (entry.second->seq < mark && (scope.empty() || entry.second->scope == scope)) {
+          waiting.push_back(entry.second);
+        }
       }
     }
     arrow::Status first;
@@ -80,17 +90,18 @@ class SyncQueue {
       if (first.ok() && !job->status.ok()) first = job->status;
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!first.ok() && failed_.ok()) {
-      failed_ = arrow::Status::IOError(
-          "a data file written earlier could not be made durable (", first.message(),
-          "): the disk may have lost written data, so nothing more is written through this lake; "
-          "open the lake again once the disk is healthy");
-    }
-    std::erase_if(jobs_, [](const auto& entry) {
-      std::lock_guard<std::mutex> job_lock(entry.second->mutex);
-      return entry.second->done;
+    if (!first.ok()) Record(first);
+    // Only the syncs waited for leave: a failure is recorded before its job goes.
+    std::erase_if(jobs_, [&](const auto& entry) {
+      return std::find(waiting.begin(), waiting.end(), entry.second) != waiting.end();
     });
     return failed_;
+  }
+
+  /// Records that something acknowledged may not be durable: every later Await fails.
+  void Fail(const arrow::Status& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record(why);
   }
 
   ~SyncQueue() { (void)Await(); }
@@ -102,7 +113,15 @@ class SyncQueue {
     bool done = false;
     arrow::Status status;
     uint64_t seq = 0;
+    std::string scope;
   };
+  void Record(const arrow::Status& why) {  // mutex_ held
+    if (!failed_.ok()) return;
+    failed_ = arrow::Status::IOError(
+        "a file written earlier could not be made durable (", why.message(),
+        "): the disk may have lost written data, so nothing more is written through this lake; "
+        "open the lake again once the disk is healthy");
+  }
   std::mutex mutex_;
   uint64_t next_seq_ = 0;
   std::vector<std::pair<pid_t, std::shared_ptr<Job>>> jobs_;
@@ -296,9 +315,13 @@ class DurableFileOutput : public ObjectOutput {
  public:
   DurableFileOutput(int fd, std::string temp, std::string path)
       : fd_(fd), temp_(std::move(temp)), path_(std::move(path)) {}
-  /// In place: Close leaves the fsyncs to `syncs`.
-  DurableFileOutput(int fd, std::string path, std::shared_ptr<SyncQueue> syncs)
-      : fd_(fd), temp_(path), path_(std::move(path)), syncs_(std::move(syncs)) {}
+  /// In place: Close leaves the fsyncs to `syncs`, under `scope` (SyncQueue).
+  DurableFileOutput(int fd, std::string path, std::shared_ptr<SyncQueue> syncs, std::string scope)
+      : fd_(fd),
+        temp_(path),
+        path_(std::move(path)),
+        syncs_(std::move(syncs)),
+        scope_(std::move(scope)) {}
   ~DurableFileOutput() override { (void)Abort(); }
   arrow::Status Write(const void* data, int64_t nbytes) override {
     if (fd_ < 0) return arrow::Status::Invalid("write to a closed file '", path_, "'");
@@ -352,8 +375,8 @@ class DurableFileOutput : public ObjectOutput {
           return st;
         };
       };
-      syncs_->Start(sync(fd, path_));
-      syncs_->Start(sync(dir_fd, dir));
+      syncs_->Start(scope_, sync(fd, path_));
+      syncs_->Start(scope_, sync(dir_fd, dir));
       return arrow::Status::OK();
     }
     arrow::Status sealed = Seal(fd_, temp_);
@@ -398,6 +421,7 @@ class DurableFileOutput : public ObjectOutput {
   std::string temp_;
   std::string path_;
   std::shared_ptr<SyncQueue> syncs_;  // in place only
+  std::string scope_;
   int64_t position_ = 0;
   int64_t writeback_from_ = 0;  // where the writeback not yet started begins
   std::string buffer_;          // written, not yet handed to the file
@@ -448,6 +472,16 @@ arrow::Status LocalStore::MakeFolders(const std::string& prefix) {
 
 std::string LocalStore::FullPath(const std::string& path) const {
   return path.empty() ? root_ : root_ + "/" + path;
+}
+
+std::string LocalStore::ScopeOf(const std::string& path) const {
+  size_t end = 0;
+  for (int level = 0; level < fixed_depth_; ++level) {
+    const size_t slash = path.find('/', end);
+    if (slash == std::string::npos) return path.substr(0, end);
+    end = slash + 1;
+  }
+  return path.substr(0, end);
 }
 
 namespace {
@@ -553,7 +587,7 @@ arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arr
   const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark, ScopeOf(path)); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
   }
@@ -578,22 +612,42 @@ arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
   const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark, ScopeOf(path)); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
+  }
+  // The folder is opened before the link: should it be renamed away after (a dropped table),
+  // its fsync still works on the folder, and a folder gone before is a NotFound.
+  const std::string dir = ParentDir(full);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    return err == ENOENT ? NotFound(dir + "/") : ErrnoStatus("cannot open directory", dir, err);
   }
   int rc = ::link(temp.c_str(), full.c_str());
   int err = errno;
   ::unlink(temp.c_str());
   if (rc != 0) {
+    ::close(dir_fd);
     if (err == EEXIST) {
       visible();
       return false;
     }
+    if (err == ENOENT) return NotFound(dir + "/");
     return ErrnoStatus("cannot link into", full, err);
   }
   visible();
-  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(full)));
+  rc = ::fsync(dir_fd);
+  err = errno;
+  ::close(dir_fd);
+  if (rc != 0) {
+    // Readers see the object, and it may not survive a crash: never acknowledge it, and
+    // nothing written later may count on it either.
+    arrow::Status failed = ErrnoStatus("cannot fsync directory", dir, err);
+    syncs_->Fail(failed);
+    return NotDurable(failed);
+  }
   return true;
 }
 
@@ -611,7 +665,7 @@ arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
   const uint64_t mark = syncs_->Mark();
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
-  if (arrow::Status synced = syncs_->Await(mark); !synced.ok()) {
+  if (arrow::Status synced = syncs_->Await(mark, ScopeOf(path)); !synced.ok()) {
     ::unlink(temp.c_str());
     return synced;
   }
@@ -644,7 +698,7 @@ arrow::Result<std::shared_ptr<ObjectOutput>> LocalStore::OpenOutput(const std::s
   const std::string temp = options.in_place ? full : dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return CreateError(temp, errno);
-  if (options.in_place) return std::make_shared<DurableFileOutput>(fd, full, syncs_);
+  if (options.in_place) return std::make_shared<DurableFileOutput>(fd, full, syncs_, ScopeOf(path));
   return std::make_shared<DurableFileOutput>(fd, temp, full);
 }
 

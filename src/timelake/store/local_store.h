@@ -62,6 +62,7 @@ class LocalStore : public ObjectStore {
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
   /// flock(2) on the file `path` (created, with its folder, inside an existing folder), polled.
+  bool HasLocks() const override { return true; }
   arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
                                                           int64_t wait_ms) override;
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
@@ -99,6 +100,8 @@ class LocalStore : public ObjectStore {
  private:
   LocalStore(std::string root, int fixed_depth);
   std::string FullPath(const std::string& path) const;
+  /// The first fixed_depth_ levels of `path` ("ns/t/"): whose data-file syncs a put waits for.
+  std::string ScopeOf(const std::string& path) const;
   /// Makes the folder (a full path below the root) for a write, as fixed_depth_ allows.
   arrow::Status FolderForWrite(const std::string& dir) const;
   struct ListScope {

@@ -136,6 +136,10 @@ class ObjectStore {
     return nullptr;
   }
 
+  /// Whether LockExclusive can take locks at all here: a nullptr from a store that has them
+  /// means the lock is held (or could not be made in that folder).
+  virtual bool HasLocks() const { return false; }
+
   /// The whole object.
   virtual arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) = 0;
   /// `length` bytes from `offset` (fewer at the end of the object).

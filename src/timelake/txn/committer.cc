@@ -160,6 +160,15 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
     // A store answers NotFound to a put whose folder is gone (LocalStore: the table was
     // dropped, its folder renamed away): nothing landed, and nothing will.
     if (!written.ok() && IsNotFound(written.status())) return written.status();
+    if (!written.ok() && IsNotDurable(written.status())) {
+      // Landed, visible, and perhaps lost in a crash: neither a success nor a failure to retry
+      // blindly. The same batch id tells on a retry.
+      out->outcome_unknown = true;
+      return arrow::Status::IOError("the ", what, " was written but could not be made durable (",
+                                    written.status().message(),
+                                    "); it may have committed: retry with the same batch_id once "
+                                    "the disk is healthy");
+    }
     if (!written.ok()) {
       maybe_landed = maybe_landed || IsOutcomeUnknown(written.status());
     }

@@ -40,6 +40,13 @@ class OutcomeUnknownDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "outcome unknown"; }
 };
 
+class NotDurableDetail : public arrow::StatusDetail {
+ public:
+  static constexpr const char* kTypeId = "timelake::NotDurable";
+  const char* type_id() const override { return kTypeId; }
+  std::string ToString() const override { return "not durable"; }
+};
+
 class StoreUnavailableDetail : public arrow::StatusDetail {
  public:
   static constexpr const char* kTypeId = "timelake::StoreUnavailable";
@@ -69,6 +76,12 @@ arrow::Status OutcomeUnknown(const arrow::Status& status) {
 bool IsOutcomeUnknown(const arrow::Status& status) {
   return HasDetail(status, OutcomeUnknownDetail::kTypeId);
 }
+
+arrow::Status NotDurable(const arrow::Status& status) {
+  return status.WithDetail(std::make_shared<NotDurableDetail>());
+}
+
+bool IsNotDurable(const arrow::Status& status) { return HasDetail(status, NotDurableDetail::kTypeId); }
 
 arrow::Status StoreUnavailable(const arrow::Status& status) {
   return status.WithDetail(std::make_shared<StoreUnavailableDetail>());

@@ -54,6 +54,13 @@ arrow::Status OutcomeUnknown(const arrow::Status& status);
 /// True if `status` was marked by OutcomeUnknown().
 bool IsOutcomeUnknown(const arrow::Status& status);
 
+/// `status` (an error) marked as a write that took effect (readers can see it) but could not be
+/// made durable (an fsync failed after the rename or link): it must not be acknowledged.
+arrow::Status NotDurable(const arrow::Status& status);
+
+/// True if `status` was marked by NotDurable().
+bool IsNotDurable(const arrow::Status& status);
+
 /// `status` (an error) marked as the store being unreachable or failing (timeouts, resets, 5xx,
 /// throttling) after every retry: nothing is known to be wrong with what is stored, and the call
 /// may work later. Readers report such errors as they are, never as damage.
