@@ -310,7 +310,8 @@ arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::str
 
 // An output stream that writes a temporary file and, on Close, fsyncs it, renames it to its
 // final name and fsyncs the folder: the object appears whole or not at all. Written in place
-// (OutputOptions::in_place), `temp` is the final name and Close fsyncs the file and the folder.
+// (OutputOptions::in_place), `temp` is the final name and Close hands the fsyncs of the file and
+// the folder to the store's SyncQueue.
 class DurableFileOutput : public ObjectOutput {
  public:
   DurableFileOutput(int fd, std::string temp, std::string path)
