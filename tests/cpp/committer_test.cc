@@ -6,7 +6,10 @@
 // twice. Also: the conflict rules, and the typed conflict error.
 #include "timelake/txn/committer.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <string>
 
 #include <arrow/api.h>
@@ -14,7 +17,9 @@
 
 #include "lake_fixture.h"
 #include "test_util.h"
+#include "temp_dir.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/store/local_store.h"
 #include "timelake/txn/conflict.h"
 #include "timelake/util/ids.h"
 
@@ -216,6 +221,52 @@ TEST_F(CommitFailureTest, AnOutcomeUnknownFailureKeepsTheFilesAndSaysRetryWithTh
   EXPECT_NE(result.status().message().find("same batch_id"), std::string::npos)
       << result.status().ToString();
   EXPECT_EQ(DataFiles(), 1) << "the commit may land later: its files must stay";
+}
+
+// A local lake whose disk fails the fsync of the log's folder after the commit was linked: the
+// commit is visible and may not survive a crash, so the append is neither acknowledged nor
+// called failed: it says its outcome is unknown, keeps its files, and a retry with the same batch
+// id (through a healthy lake) finds the commit instead of writing the rows twice.
+TEST(CommitDurabilityTest, ACommitWhoseFolderSyncFailsAfterTheLinkIsOutcomeUnknown) {
+  TempDir dir;
+  std::atomic<bool> failing{false};
+  auto sync = [&](int fd, const std::string& path) {
+    if (failing && path.size() >= 11 && path.compare(path.size() - 11, 11, "/_delta_log") == 0) {
+      errno = EIO;
+      return -1;
+    }
+    return ::fsync(fd);
+  };
+  ASSERT_OK_AND_ASSIGN(auto store, LocalStore::Make(dir.path(), /*fixed_depth=*/2, sync));
+  auto lake = Lake::OverStore(store);
+  auto schema = arrow::schema(
+      {arrow::field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+       arrow::field("sensor", arrow::utf8()), arrow::field("value", arrow::float64())});
+  ContractOptions contract;
+  contract.series_key = std::vector<std::string>{"sensor"};
+  ASSERT_OK_AND_ASSIGN(auto table, lake->CreateTable("t", schema, contract));
+  auto rows = [&] {
+    return Reader(schema, {Batch(schema, {"[" + std::to_string(Micros(2025, 1, 1)) + "]",
+                                          "[\"a\"]", "[1]"})});
+  };
+  AppendOptions options;
+  options.batch_id = "b-1";
+  failing = true;
+  auto failed = table->Append(rows().get(), options);
+  ASSERT_FALSE(failed.ok()) << "acknowledged a commit that may not survive a crash";
+  EXPECT_NE(failed.status().message().find("could not be made durable"), std::string::npos)
+      << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("same batch_id"), std::string::npos);
+  // Nothing more is written through the store whose disk failed.
+  EXPECT_FALSE(table->Append(rows().get(), {}).ok());
+
+  // The disk is healthy again; a new lake retries the batch and finds it committed.
+  ASSERT_OK_AND_ASSIGN(auto healthy, LocalStore::Make(dir.path(), /*fixed_depth=*/2));
+  ASSERT_OK_AND_ASSIGN(auto again, Lake::OverStore(healthy)->OpenTable("t"));
+  ASSERT_OK_AND_ASSIGN(auto retried, again->Append(rows().get(), options));
+  EXPECT_TRUE(retried.duplicate);
+  ASSERT_OK_AND_ASSIGN(auto info, again->Info());
+  EXPECT_EQ(info.rows, 1);
 }
 
 // --- the conflict rules -------------------------------------------------------------------

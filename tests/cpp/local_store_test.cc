@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -469,6 +471,100 @@ TEST_F(LocalStoreTest, LockExclusiveExcludesOtherProcessesAndSurvivesAFork) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ::kill(sleeper, SIGKILL);
   ASSERT_EQ(waitpid(sleeper, &status, 0), sleeper);
+}
+
+// --- failing fsyncs (an injected SyncFunction: the disk reports EIO for chosen paths) ----------
+
+// A SyncFunction that fails (EIO) the paths for which `fails` says so and fsyncs the others.
+LocalStore::SyncFunction FailingSync(std::function<bool(const std::string&)> fails,
+                                     std::atomic<int>* failures) {
+  return [fails = std::move(fails), failures](int fd, const std::string& path) {
+    if (fails(path)) {
+      ++*failures;
+      errno = EIO;
+      return -1;
+    }
+    return ::fsync(fd);
+  };
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// An in-place data file's fsync runs after its Close returned: its failure must fail the commit
+// that would name it, and stay: a put of another table, which does not wait for this table's
+// syncs, must not make the store forget it, and every later put fails.
+TEST_F(LocalStoreTest, AFailedDeferredSyncFailsTheNextPutsAndIsNeverForgotten) {
+  std::atomic<int> failures{0};
+  ASSERT_OK_AND_ASSIGN(
+      auto store,
+      LocalStore::Make(dir_.path(), /*fixed_depth=*/2,
+                       FailingSync([](const std::string& p) { return EndsWith(p, "/bad.parquet"); },
+                                   &failures)));
+  ASSERT_OK(store->MakeFolders("ns/t/"));
+  ASSERT_OK(store->MakeFolders("ns/u/"));
+  OutputOptions in_place;
+  in_place.in_place = true;
+  ASSERT_OK_AND_ASSIGN(auto output, store->OpenOutput("ns/t/data/bad.parquet", in_place));
+  ASSERT_OK(output->Write("abc", 3));
+  ASSERT_OK(output->Close());  // the fsync runs after Close
+  // Let the failed sync finish before another table's put looks at the queue.
+  while (failures.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Another table's put does not wait for this table's data files.
+  ASSERT_OK(store->Put("ns/u/_delta_log/0.json", Buf("{}")));
+  auto committed = store->PutIfAbsent("ns/t/_delta_log/0.json", Buf("{}"));
+  ASSERT_FALSE(committed.ok()) << "a commit naming a file that is not durable was published";
+  EXPECT_NE(committed.status().message().find("could not be made durable"), std::string::npos)
+      << committed.status().ToString();
+  EXPECT_NE(committed.status().message().find("bad.parquet"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ns/t/_delta_log/0.json"));
+  // Sticky: the disk may have dropped pages, so nothing more is written through this store.
+  EXPECT_FALSE(store->Put("ns/u/_delta_log/1.json", Buf("{}")).ok());
+  EXPECT_FALSE(store->PutIfAbsent("ns/u/_delta_log/1.json", Buf("{}")).ok());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/ns/u/_delta_log/1.json"));
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+}
+
+// The commit is linked (visible) before its folder's fsync: a failed fsync then is neither a
+// success nor a clean failure.
+TEST_F(LocalStoreTest, AFolderSyncFailingAfterTheLinkIsNotDurableAndFailsLaterPuts) {
+  std::atomic<int> failures{0};
+  const std::string log_dir = dir_.path() + "/t/_delta_log";
+  ASSERT_OK_AND_ASSIGN(
+      auto store,
+      LocalStore::Make(dir_.path(), /*fixed_depth=*/0,
+                       FailingSync([&](const std::string& p) { return p == log_dir; }, &failures)));
+  int visible = 0;
+  auto put = store->PutIfAbsentVisible("t/_delta_log/0.json", Buf("{}"), [&] { ++visible; });
+  ASSERT_FALSE(put.ok());
+  EXPECT_TRUE(IsNotDurable(put.status())) << put.status().ToString();
+  EXPECT_EQ(visible, 1);
+  EXPECT_EQ(ReadFile("t/_delta_log/0.json"), "{}") << "linked before the fsync";
+  EXPECT_FALSE(store->Put("t/other", Buf("x")).ok());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/other"));
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+}
+
+// Every other write publishes only what its fsyncs made durable.
+TEST_F(LocalStoreTest, WritesWhoseFsyncFailsPublishNothing) {
+  std::atomic<int> failures{0};
+  ASSERT_OK_AND_ASSIGN(
+      auto store,
+      LocalStore::Make(dir_.path(), /*fixed_depth=*/0,
+                       FailingSync([](const std::string& p) { return p.find("/.tmp-") != p.npos; },
+                                   &failures)));
+  ASSERT_OK_AND_ASSIGN(auto output, store->OpenOutput("t/data/part.parquet"));
+  ASSERT_OK(output->Write("abc", 3));
+  EXPECT_FALSE(output->Close().ok());
+  EXPECT_FALSE(store->Put("t/a", Buf("x")).ok());
+  EXPECT_FALSE(store->PutIfAbsent("t/b", Buf("x")).ok());
+  EXPECT_EQ(failures.load(), 3);
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/data/part.parquet"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/a"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/b"));
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
 }
 
 }  // namespace

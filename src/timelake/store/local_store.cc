@@ -171,10 +171,15 @@ arrow::Status CreateError(const std::string& file, int err) {
   return ErrnoStatus("cannot create", file, err);
 }
 
-arrow::Status FsyncDir(const std::string& dir) {
+// fsync(2) of the open `fd` (naming `path`), or the store's SyncFunction.
+int SyncFd(const LocalStore::SyncFunction& sync, int fd, const std::string& path) {
+  return sync ? sync(fd, path) : ::fsync(fd);
+}
+
+arrow::Status FsyncDir(const std::string& dir, const LocalStore::SyncFunction& sync) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("cannot open directory", dir, errno);
-  int rc = ::fsync(fd);
+  int rc = SyncFd(sync, fd, dir);
   int err = errno;
   ::close(fd);
   if (rc != 0) return ErrnoStatus("cannot fsync directory", dir, err);
@@ -193,9 +198,9 @@ arrow::Status Stamp(int fd, const std::string& temp) {
 }
 
 // Finishes a written temporary file: Stamp, then fsync.
-arrow::Status Seal(int fd, const std::string& temp) {
+arrow::Status Seal(int fd, const std::string& temp, const LocalStore::SyncFunction& sync) {
   ARROW_RETURN_NOT_OK(Stamp(fd, temp));
-  if (::fsync(fd) != 0) return ErrnoStatus("cannot fsync", temp, errno);
+  if (SyncFd(sync, fd, temp) != 0) return ErrnoStatus("cannot fsync", temp, errno);
   return arrow::Status::OK();
 }
 
@@ -242,8 +247,9 @@ class FolderLock {
 };
 
 // Renames the finished temporary file `temp` to `full` under the folder's lock, then fsyncs the
-// folder if `durable`; the temporary file is gone either way.
-arrow::Status Publish(const std::string& temp, const std::string& full, bool durable = true) {
+// folder with `sync` unless it is null (not durable); the temporary file is gone either way.
+arrow::Status Publish(const std::string& temp, const std::string& full,
+                      const LocalStore::SyncFunction* sync) {
   const std::string dir = ParentDir(full);
   {
     auto lock = FolderLock::Take(dir);
@@ -257,7 +263,7 @@ arrow::Status Publish(const std::string& temp, const std::string& full, bool dur
       return ErrnoStatus("cannot rename into", full, err);
     }
   }
-  return durable ? FsyncDir(dir) : arrow::Status::OK();
+  return sync != nullptr ? FsyncDir(dir, *sync) : arrow::Status::OK();
 }
 
 int64_t Millis(const struct timespec& t) {
@@ -314,13 +320,15 @@ arrow::Status WriteAll(int fd, const uint8_t* data, int64_t size, const std::str
 // the folder to the store's SyncQueue.
 class DurableFileOutput : public ObjectOutput {
  public:
-  DurableFileOutput(int fd, std::string temp, std::string path)
-      : fd_(fd), temp_(std::move(temp)), path_(std::move(path)) {}
+  DurableFileOutput(int fd, std::string temp, std::string path, LocalStore::SyncFunction sync)
+      : fd_(fd), temp_(std::move(temp)), path_(std::move(path)), sync_(std::move(sync)) {}
   /// In place: Close leaves the fsyncs to `syncs`, under `scope` (SyncQueue).
-  DurableFileOutput(int fd, std::string path, std::shared_ptr<SyncQueue> syncs, std::string scope)
+  DurableFileOutput(int fd, std::string path, LocalStore::SyncFunction sync,
+                    std::shared_ptr<SyncQueue> syncs, std::string scope)
       : fd_(fd),
         temp_(path),
         path_(std::move(path)),
+        sync_(std::move(sync)),
         syncs_(std::move(syncs)),
         scope_(std::move(scope)) {}
   ~DurableFileOutput() override { (void)Abort(); }
@@ -368,10 +376,10 @@ class DurableFileOutput : public ObjectOutput {
         return ready;
       }
       // The file's and the folder's at once: one journal commit carries both.
-      auto sync = [](int handle, std::string what) {
-        return [handle, what = std::move(what)] {
+      auto sync = [this](int handle, std::string what) {
+        return [handle, what = std::move(what), sync = sync_] {
           arrow::Status st;
-          if (::fsync(handle) != 0) st = ErrnoStatus("cannot fsync", what, errno);
+          if (SyncFd(sync, handle, what) != 0) st = ErrnoStatus("cannot fsync", what, errno);
           ::close(handle);
           return st;
         };
@@ -380,14 +388,14 @@ class DurableFileOutput : public ObjectOutput {
       syncs_->Start(scope_, sync(dir_fd, dir));
       return arrow::Status::OK();
     }
-    arrow::Status sealed = Seal(fd_, temp_);
+    arrow::Status sealed = Seal(fd_, temp_, sync_);
     ::close(fd_);
     fd_ = -1;
     if (!sealed.ok()) {
       ::unlink(temp_.c_str());
       return sealed;
     }
-    return Publish(temp_, path_);
+    return Publish(temp_, path_, &sync_);
   }
   arrow::Status Abort() override {
     buffer_.clear();
@@ -421,6 +429,7 @@ class DurableFileOutput : public ObjectOutput {
   int fd_;  // -1 once closed or aborted
   std::string temp_;
   std::string path_;
+  LocalStore::SyncFunction sync_;
   std::shared_ptr<SyncQueue> syncs_;  // in place only
   std::string scope_;
   int64_t position_ = 0;
@@ -431,18 +440,21 @@ class DurableFileOutput : public ObjectOutput {
 }  // namespace
 
 arrow::Result<std::shared_ptr<LocalStore>> LocalStore::Make(const std::string& root,
-                                                            int fixed_depth) {
+                                                            int fixed_depth, SyncFunction sync) {
   if (root.empty() || root[0] != '/') {
     return arrow::Status::Invalid("local store root must be an absolute path, got '", root, "'");
   }
   std::string clean = fs::path(root).lexically_normal().string();
   while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
   ARROW_RETURN_NOT_OK(EnsureDir(clean));
-  return std::shared_ptr<LocalStore>(new LocalStore(clean, fixed_depth));
+  return std::shared_ptr<LocalStore>(new LocalStore(clean, fixed_depth, std::move(sync)));
 }
 
-LocalStore::LocalStore(std::string root, int fixed_depth)
-    : root_(std::move(root)), fixed_depth_(fixed_depth), syncs_(std::make_shared<SyncQueue>()) {}
+LocalStore::LocalStore(std::string root, int fixed_depth, SyncFunction sync)
+    : root_(std::move(root)),
+      fixed_depth_(fixed_depth),
+      sync_(std::move(sync)),
+      syncs_(std::make_shared<SyncQueue>()) {}
 
 arrow::Status LocalStore::FolderForWrite(const std::string& dir) const {
   if (dir.size() <= root_.size()) return arrow::Status::OK();  // the root, made by Make
@@ -575,7 +587,7 @@ arrow::Result<std::string> LocalStore::WriteTemp(const std::string& full,
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return CreateError(temp, errno);
   arrow::Status st = WriteAll(fd, data->data(), data->size(), temp);
-  if (st.ok()) st = durable ? Seal(fd, temp) : Stamp(fd, temp);
+  if (st.ok()) st = durable ? Seal(fd, temp, sync_) : Stamp(fd, temp);
   ::close(fd);
   if (!st.ok()) {
     ::unlink(temp.c_str());
@@ -592,14 +604,14 @@ arrow::Status LocalStore::Put(const std::string& path, const std::shared_ptr<arr
     ::unlink(temp.c_str());
     return synced;
   }
-  return Publish(temp, full);
+  return Publish(temp, full, &sync_);
 }
 
 arrow::Status LocalStore::PutDerived(const std::string& path,
                                      const std::shared_ptr<arrow::Buffer>& data) {
   const std::string full = FullPath(path);
   ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data, /*durable=*/false));
-  return Publish(temp, full, /*durable=*/false);
+  return Publish(temp, full, /*sync=*/nullptr);
 }
 
 arrow::Result<bool> LocalStore::PutIfAbsent(const std::string& path,
@@ -639,7 +651,7 @@ arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
     return ErrnoStatus("cannot link into", full, err);
   }
   visible();
-  rc = ::fsync(dir_fd);
+  rc = SyncFd(sync_, dir_fd, dir);
   err = errno;
   ::close(dir_fd);
   if (rc != 0) {
@@ -686,7 +698,7 @@ arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
     ::unlink(temp.c_str());
     return replaced;
   }
-  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(full)));
+  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(full), sync_));
   return true;
 }
 
@@ -699,8 +711,10 @@ arrow::Result<std::shared_ptr<ObjectOutput>> LocalStore::OpenOutput(const std::s
   const std::string temp = options.in_place ? full : dir + "/" + kTempPrefix + NewUuid();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return CreateError(temp, errno);
-  if (options.in_place) return std::make_shared<DurableFileOutput>(fd, full, syncs_, ScopeOf(path));
-  return std::make_shared<DurableFileOutput>(fd, temp, full);
+  if (options.in_place) {
+    return std::make_shared<DurableFileOutput>(fd, full, sync_, syncs_, ScopeOf(path));
+  }
+  return std::make_shared<DurableFileOutput>(fd, temp, full, sync_);
 }
 
 arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> LocalStore::OpenInput(
@@ -876,8 +890,10 @@ arrow::Status LocalStore::RenamePrefix(const std::string& prefix, const std::str
     if (err == ENOENT) return NotFound(prefix);
     return ErrnoStatus("cannot rename", from_dir, err);
   }
-  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(from_dir)));
-  if (ParentDir(to_dir) != ParentDir(from_dir)) ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(to_dir)));
+  ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(from_dir), sync_));
+  if (ParentDir(to_dir) != ParentDir(from_dir)) {
+    ARROW_RETURN_NOT_OK(FsyncDir(ParentDir(to_dir), sync_));
+  }
   return arrow::Status::OK();
 }
 

@@ -51,11 +51,17 @@ namespace timelake {
 
 class LocalStore : public ObjectStore {
  public:
+  /// Makes the open file or folder `fd` (at the full path `path`) durable as fsync(2) does: 0,
+  /// or -1 with errno set. Tests pass one that fails chosen paths; empty is fsync(2).
+  using SyncFunction = std::function<int(int fd, const std::string& path)>;
+
   /// `root` must be an absolute path; it is created if missing. Writes make missing folders
   /// deeper than `fixed_depth` levels below the root and fail NotFound, naming the folder, where
-  /// one of the top `fixed_depth` levels is missing; MakeFolders makes any.
+  /// one of the top `fixed_depth` levels is missing; MakeFolders makes any. Every fsync goes
+  /// through `sync`.
   static arrow::Result<std::shared_ptr<LocalStore>> Make(const std::string& root,
-                                                         int fixed_depth = 0);
+                                                         int fixed_depth = 0,
+                                                         SyncFunction sync = nullptr);
 
   arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override;
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
@@ -98,7 +104,7 @@ class LocalStore : public ObjectStore {
   const std::string& root() const { return root_; }
 
  private:
-  LocalStore(std::string root, int fixed_depth);
+  LocalStore(std::string root, int fixed_depth, SyncFunction sync);
   std::string FullPath(const std::string& path) const;
   /// The first fixed_depth_ levels of `path` ("ns/t/"): whose data-file syncs a put waits for.
   std::string ScopeOf(const std::string& path) const;
@@ -124,6 +130,7 @@ class LocalStore : public ObjectStore {
 
   std::string root_;
   int fixed_depth_;
+  SyncFunction sync_;
   /// The fsyncs of closed in-place streams still running (local_store.cc); shared with them.
   std::shared_ptr<class SyncQueue> syncs_;
 };
