@@ -295,8 +295,14 @@ NB_MODULE(_core, m) {
              size["rows"] = info.rows;
              size["files"] = info.files;
              size["bytes"] = info.bytes;
-             index["series"] = info.index_series;
-             index["version"] = info.index_version;
+             if (info.index_error) {
+               index["series"] = nb::none();
+               index["version"] = nb::none();
+               index["error"] = *info.index_error;
+             } else {
+               index["series"] = info.index_series;
+               index["version"] = info.index_version;
+             }
              index["bytes"] = info.index_bytes;
              d["contract"] = ContractDict(info.contract);
              d["size"] = size;

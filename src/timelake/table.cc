@@ -181,10 +181,19 @@ arrow::Result<TableInfo> Table::Info() {
   }
   if (ctx_.contract.is_time_series()) {
     auto state = ctx_.index->Read(ctx_.snapshot);
-    if (!state.ok()) return DroppedOr(ctx_, state.status());
-    info.index_series = state->rows->num_rows();
-    info.index_version = state->version;
-    info.index_bytes = state->bytes;
+    if (state.ok()) {
+      info.index_series = state->rows->num_rows();
+      info.index_version = state->version;
+      info.index_bytes = state->bytes;
+    } else {
+      // A dropped table is an error; a data file the index could not read (damaged, or gone
+      // from under the table) is a finding of info(), which must work on a damaged table.
+      arrow::Status why = DroppedOr(ctx_, state.status());
+      if (IsTableNotFound(why) || why.IsCancelled()) return why;
+      info.index_series = -1;
+      info.index_version = -1;
+      info.index_error = state.status().message();
+    }
   }
   if (ctx_.snapshot.oldest_version < 0) {
     // A table opened from its last checkpoint has not listed the older log yet.

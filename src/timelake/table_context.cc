@@ -110,11 +110,15 @@ std::optional<LatestDelta> DeltaOf(const Commit& commit) {
   if (commit.removes.empty()) {
     if (commit.adds.empty()) return delta;  // txn or commitInfo only
     delta.kind = LatestDelta::kAppend;
+    std::vector<std::pair<int64_t, std::string>> ordered;  // in write order
     for (const auto& add : commit.adds) {
       // Only timelake's files have index records; another engine's append is read in full.
       if (!add.tags.count(kSeqTag) || !add.tags.count(kMinTimeTag)) return std::nullopt;
-      delta.paths.push_back(add.path);
+      ordered.emplace_back(TagInt(add, kOrderTag, 0), add.path);
     }
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [order, path] : ordered) delta.paths.push_back(std::move(path));
     return delta;
   }
   // A timelake compaction keeps every row, minus duplicates that read-time deduplication and the
@@ -236,13 +240,30 @@ arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutco
 
 namespace {
 
-int64_t CheckpointInterval(const Snapshot& snapshot) {
-  return ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
+// A checkpoint entry (a live file, a tombstone, an application's transaction) per this many
+// makes one more commit of replay as costly as writing the checkpoint again (CheckpointStride).
+constexpr int64_t kCheckpointEntriesPerCommit = 50;
+
+// Commits between checkpoints: `delta.checkpointInterval` (10), doubled while the checkpoint
+// would hold more than kCheckpointEntriesPerCommit entries per commit of the stride. Writing a
+// checkpoint costs O(entries); with a fixed interval a table of many files spent most of its
+// append's CPU on them (bench/README.md). So the work per commit stays bounded, and a reader
+// replays at most about twice the commits a checkpoint's read costs. A function of the
+// snapshot, so that every writer of version v agrees whether v gets one.
+int64_t CheckpointStride(const Snapshot& snapshot) {
+  const int64_t interval =
+      ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
+  if (interval <= 0) return interval;
+  const int64_t entries = static_cast<int64_t>(snapshot.files.size() + snapshot.tombstones.size() +
+                                               snapshot.txns.size());
+  int64_t stride = interval;
+  while (stride * kCheckpointEntriesPerCommit < entries && stride < (int64_t{1} << 40)) stride *= 2;
+  return stride;
 }
 
 bool CheckpointDue(const Snapshot& snapshot) {
-  const int64_t interval = CheckpointInterval(snapshot);
-  return interval > 0 && snapshot.version > 0 && snapshot.version % interval == 0;
+  const int64_t stride = CheckpointStride(snapshot);
+  return stride > 0 && snapshot.version > 0 && snapshot.version % stride == 0;
 }
 
 // Writes the checkpoint of `snapshot`. A drop between the commit and here would make the
@@ -275,22 +296,28 @@ arrow::Result<std::shared_ptr<arrow::Table>> RecordRows(
   return MergeNewest(tagged, contract);
 }
 
+// Whether an append whose `files` hold `file_rows` rows gets an index record. A record saves
+// reading the files (a new handle's latest(), a fold) and costs a write per commit (and on a
+// local disk a file made and, at the next fold, deleted). A small append's files are read as
+// fast as its record would be: it gets none.
+bool RecordWorthWriting(int64_t file_rows) {
+  return file_rows > LastValueIndex::kRecordMinFileRows;
+}
+
 // Commits between index folds for records of `record_rows` rows (RecordAndFold).
 int64_t FoldInterval(int64_t record_rows) {
   return std::clamp<int64_t>(kIndexFoldRows / std::max<int64_t>(1, record_rows), 2, kIndexFoldInterval);
 }
 
-// Writes the index record, then folds the index at `snapshot` when a fold is due.
+// Writes the index record (unless null), then folds the index at `snapshot` (unless null).
+// Like checkpoints for the log: every few commits the records are folded into one base, so
+// latest() never reads more than that many records or unrecorded commits' files.
 arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
                             const std::vector<std::string>& paths,
                             const std::shared_ptr<arrow::Table>& record,
                             const Snapshot* snapshot) {
   if (record) ARROW_RETURN_NOT_OK(index.Record(version, paths, record));
-  // Like checkpoints for the log: every kIndexFoldInterval commits the records are folded into
-  // one base, so latest() never reads more than that many records. Commits whose records hold
-  // many series (appends touching every series of a wide table) fold sooner, so that a new
-  // handle reads about kIndexFoldRows rows of records at most besides the base.
-  if (snapshot != nullptr && version % FoldInterval(record ? record->num_rows() : 0) == 0) {
+  if (snapshot != nullptr) {
     ARROW_ASSIGN_OR_RAISE(auto state, index.Read(*snapshot));
     ARROW_RETURN_NOT_OK(index.Fold(state).status());
   }
@@ -316,8 +343,9 @@ arrow::Status RecordNewest(TableContext& t, const std::vector<WrittenFile>& file
     paths.push_back(f.path);
   }
   ARROW_ASSIGN_OR_RAISE(auto record, RecordRows(newest, seq, t.contract));
-  return RecordAndFold(*t.index, version, paths, record,
-                       t.snapshot.version == version ? &t.snapshot : nullptr);
+  const bool fold = t.snapshot.version == version &&
+                    version % FoldInterval(record ? record->num_rows() : 0) == 0;
+  return RecordAndFold(*t.index, version, paths, record, fold ? &t.snapshot : nullptr);
 }
 
 void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version) {
@@ -331,10 +359,15 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
     t.latest.Note(version, std::move(delta));
   }
   const bool checkpoint = CheckpointDue(t.snapshot);
-  const bool record = t.contract.is_time_series() && !files.empty();
   int64_t record_rows = 0;  // at most: the record merges these
-  for (const auto& f : files) record_rows += f.newest ? f.newest->num_rows() : 0;
-  const bool fold = record && version % FoldInterval(record_rows) == 0;
+  int64_t file_rows = 0;
+  for (const auto& f : files) {
+    record_rows += f.newest ? f.newest->num_rows() : 0;
+    file_rows += f.rows;
+  }
+  const bool indexed = t.contract.is_time_series() && !files.empty();
+  const bool record = indexed && RecordWorthWriting(file_rows);
+  const bool fold = indexed && version % FoldInterval(record_rows) == 0;
   // The snapshot of the commit, for the tasks that need all of it (copied only then).
   std::shared_ptr<const Snapshot> snapshot;
   if (checkpoint || fold) snapshot = std::make_shared<Snapshot>(t.snapshot);
@@ -349,17 +382,20 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
       return arrow::Status::OK();
     });
   }
-  if (record) {
+  if (record || fold) {
     std::vector<std::shared_ptr<arrow::Table>> newest;
     std::vector<std::string> paths;
     for (const auto& f : files) {
-      newest.push_back(f.newest);
+      if (record) newest.push_back(f.newest);
       paths.push_back(f.path);
     }
     t.upkeep->Post("last-value index", [index = t.index, contract = t.contract, version,
                                         newest = std::move(newest), paths = std::move(paths),
                                         snapshot = fold ? snapshot : nullptr] {
-      ARROW_ASSIGN_OR_RAISE(auto rows, RecordRows(newest, version, contract));
+      std::shared_ptr<arrow::Table> rows;
+      if (!newest.empty()) {
+        ARROW_ASSIGN_OR_RAISE(rows, RecordRows(newest, version, contract));
+      }
       return RecordAndFold(*index, version, paths, rows, snapshot.get());
     });
   }
@@ -388,8 +424,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t) {
       }
       ARROW_ASSIGN_OR_RAISE(auto record, t.index->RecordOf(v, delta.paths));
       if (!record) {
-        followed = false;  // no usable record (not written yet, or lost): read in full
-        break;
+        // No record (a small append has none; a large one's may not be written yet, or lost):
+        // the commit's own files. One that cannot be read (compacted and vacuumed meanwhile)
+        // sends latest() to a full read.
+        auto newest = t.index->NewestOfFiles(delta.paths, v);
+        if (!newest.ok() || !*newest) {
+          followed = false;
+          break;
+        }
+        record = std::move(*newest);
       }
       pieces.push_back(std::move(record));
     }

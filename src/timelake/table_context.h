@@ -83,6 +83,9 @@ struct TableInfo {
   int64_t index_series = 0;
   int64_t index_version = -1;
   int64_t index_bytes = 0;
+  /// Why the index could not be read (a damaged data file it had to read): the other index
+  /// figures are then unknown (-1), and the rest of the info stands.
+  std::optional<std::string> index_error;
 };
 
 /// What a commit did to the newest row of each series, as the handle's latest() state sees it.

@@ -27,10 +27,25 @@ class LastValueIndexTest : public LakeFixture {
  protected:
   void SetUp() override { CreateTable(); }
 
-  // Appends one row for `sensor` at 2025-01-`day` `hour`:00 with `value`.
-  int64_t Append(const std::string& sensor, int day, int hour, double value, Table* table = nullptr) {
-    auto batch = Batch(schema_, {"[" + std::to_string(Micros(2025, 1, day, hour)) + "]",
-                                 "[\"" + sensor + "\"]", "[" + std::to_string(value) + "]"});
+  // Appends one row for `sensor` at 2025-01-`day` `hour`:00 with `value`. Unless `small`, older
+  // rows of the series come with it, enough for the commit to get an index record (small
+  // appends get none: LastValueIndex::kRecordMinFileRows).
+  int64_t Append(const std::string& sensor, int day, int hour, double value, Table* table = nullptr,
+                 bool small = false) {
+    const int64_t at = Micros(2025, 1, day, hour);
+    const int64_t older = small ? 0 : LastValueIndex::kRecordMinFileRows;
+    arrow::TimestampBuilder times(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"),
+                                  arrow::default_memory_pool());
+    arrow::StringBuilder sensors;
+    arrow::DoubleBuilder values;
+    for (int64_t i = older; i >= 0; --i) {  // a millisecond apart, within the hour
+      EXPECT_TRUE(times.Append(at - i * 1000).ok());
+      EXPECT_TRUE(sensors.Append(sensor).ok());
+      EXPECT_TRUE(values.Append(i == 0 ? value : -1).ok());
+    }
+    auto batch = arrow::RecordBatch::Make(schema_, older + 1,
+                                          {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
+                                           values.Finish().ValueOrDie()});
     auto reader = Reader(schema_, {batch});
     Table* target = table ? table : table_.get();
     auto result = target->Append(reader.get(), {});
@@ -396,6 +411,62 @@ TEST_F(LastValueIndexTest, RecordsOfManySeriesAreFoldedSooner) {
   EXPECT_LE(records, 2);
   auto fresh = lake_->OpenTable("t").ValueOrDie();
   EXPECT_EQ(fresh->Latest().ValueOrDie()->num_rows(), kSeries);
+}
+
+// A small append gets no record: its files are as cheap to read as a record would be, and one
+// file less per commit is made (and deleted by the next fold). latest() reads its files instead:
+// a new handle, a warm handle following another writer's commits, and the fold.
+TEST_F(LastValueIndexTest, SmallAppendsGetNoRecordAndTheirFilesAreReadInstead) {
+  auto records = [&] {
+    int n = 0;
+    for (const auto& path : Objects(IndexDir())) n += path.find("base-") == std::string::npos;
+    return n;
+  };
+  Append("a", 1, 1, 1, nullptr, /*small=*/true);
+  Append("b", 1, 1, 2, nullptr, /*small=*/true);
+  EXPECT_EQ(records(), 0);
+  auto reader = lake_->OpenTable("t").ValueOrDie();
+  EXPECT_EQ(Latest(reader.get()), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
+  // Another handle's small commits: the warm handle reads their files, not the whole table.
+  int data_gets = 0, index_lists = 0;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    const bool data = path.find("_delta_log") == std::string::npos &&
+                      path.find("_timelake") == std::string::npos &&
+                      path.size() > 8 && path.compare(path.size() - 8, 8, ".parquet") == 0;
+    if (op == "get" && data) ++data_gets;
+    if (op == "list" && path.find("_timelake/lvi") != std::string::npos) ++index_lists;
+    return arrow::Status::OK();
+  });
+  Append("c", 1, 1, 3, nullptr, /*small=*/true);
+  Append("a", 1, 2, 4, nullptr, /*small=*/true);
+  data_gets = 0;
+  index_lists = 0;
+  EXPECT_EQ(Latest(reader.get()), (std::map<std::string, double>{{"a", 4}, {"b", 2}, {"c", 3}}));
+  EXPECT_EQ(data_gets, 2) << "the two new commits' files, and no others";
+  EXPECT_EQ(index_lists, 0) << "no full read of the index";
+  store_->SetFaultHook(nullptr);
+  // Folds still come every few commits, so a new handle reads few files besides the base.
+  std::vector<int64_t> small_versions;
+  for (int hour = 3; hour < 40; ++hour) {
+    small_versions.push_back(Append("d", 2 + hour / 24, hour % 24, hour, nullptr, /*small=*/true));
+  }
+  bool based = false;
+  for (const auto& path : Objects(IndexDir())) based = based || path.find("base-") != std::string::npos;
+  EXPECT_TRUE(based);
+  for (int64_t v : small_versions) EXPECT_EQ(RecordOf(v), "") << v;
+  auto fresh = lake_->OpenTable("t").ValueOrDie();
+  EXPECT_EQ(Latest(fresh.get()),
+            (std::map<std::string, double>{{"a", 4}, {"b", 2}, {"c", 3}, {"d", 39}}));
+  auto snapshot = DeltaLog(store_, "default/t").Load().ValueOrDie();
+  LastValueIndex index(store_, "default/t", snapshot.metadata.id,
+                       ContractFromConfiguration(snapshot.metadata.configuration).ValueOrDie(),
+                       StorageSchemaOf(*table_->schema()).ValueOrDie());
+  ASSERT_OK_AND_ASSIGN(auto state, index.Read(snapshot));
+  EXPECT_GE(state.base_version, 32);
+  EXPECT_LT(state.files_read, 32) << "a fold covers the older commits";
+  // A large append still gets its record.
+  const int64_t v = Append("e", 3, 1, 5);
+  EXPECT_FALSE(RecordOf(v).empty());
 }
 
 }  // namespace

@@ -397,6 +397,32 @@ TEST_F(TableTest, CheckpointAppearsAfterCommitTen) {
   EXPECT_EQ(info.manifests, 1);
 }
 
+// A checkpoint costs O(files): a table of many files gets one every 20, 40, ... commits instead
+// of every 10, so that the checkpoint work per commit stays bounded (table_context.cc,
+// CheckpointStride). Small tables keep the interval.
+TEST_F(TableTest, CheckpointsComeLessOftenOnceTheTableHoldsManyFiles) {
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  options.chunk = "hour";
+  options.properties["timelake.backgroundCompaction"] = "false";  // only appends commit
+  ASSERT_OK_AND_ASSIGN(auto wide, lake_->CreateTable("wide", schema_, options));
+  std::vector<std::pair<int, int>> hours;  // 600 hours: 600 chunks, a file each
+  for (int day = 1; day <= 25; ++day) {
+    for (int hour = 0; hour < 24; ++hour) hours.emplace_back(day, hour);
+  }
+  ASSERT_OK_AND_ASSIGN(auto first, AppendAt(wide.get(), hours));
+  ASSERT_EQ(first.files, 600);
+  for (int i = 0; i < 19; ++i) ASSERT_OK(AppendAt(wide.get(), {{1, 0}}).status());
+  ASSERT_EQ(wide->version(), 20);
+  ASSERT_OK(wide->WaitForUpkeep());
+  EXPECT_TRUE(Objects("default/wide/_delta_log/00000000000000000010.checkpoint").empty());
+  EXPECT_EQ(Objects("default/wide/_delta_log/00000000000000000020.checkpoint").size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto reopened, lake_->OpenTable("wide"));
+  ASSERT_OK_AND_ASSIGN(auto info, reopened->Info());
+  EXPECT_EQ(info.files, 619);
+  EXPECT_EQ(info.manifests, 1);
+}
+
 TEST_F(TableTest, TableReopensFromItsCheckpoint) {
   for (int i = 0; i < 11; ++i) ASSERT_OK(AppendAt(table_.get(), {{1, i}}).status());
   ASSERT_OK(table_->WaitForUpkeep());  // the checkpoint at 10 is written in the background

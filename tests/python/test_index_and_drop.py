@@ -138,9 +138,13 @@ def test_auto_maintained_appends_never_raise_after_they_committed(tmp_path):
 def test_missing_index_record_does_not_lose_a_series(tmp_path):
     lake = timelake.Lake(tmp_path)
     t = _create_readings(lake)
-    t.append(iot_table([(BASE, "a", 1.0)]))
-    v = t.append(iot_table([(BASE, "b", 2.0)]))["version"]
+    small = t.append(iot_table([(BASE, "a", 1.0)]))["version"]
+    # An append of more than 4,096 rows gets an index record; a small one does not.
+    older = [(BASE - dt.timedelta(seconds=i), "b", -1.0) for i in range(4096, 0, -1)]
+    v = t.append(iot_table(older + [(BASE, "b", 2.0)]))["version"]
     t.info()  # info() waits for the checkpoints and index records appends leave to the handle's upkeep thread
+    names = [p.name for p in (table_dir(t) / "_timelake").rglob("*.parquet")]
+    assert f"{small:020d}.parquet" not in names
     records = [p for p in (table_dir(t) / "_timelake").rglob("*.parquet") if p.name == f"{v:020d}.parquet"]
     assert len(records) == 1
     records[0].unlink()  # the writer died between its commit and its record

@@ -31,6 +31,7 @@
 #include "timelake/log/schema.h"
 #include "timelake/rows/sorted_rows.h"
 #include "timelake/util/json.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 #include "timelake/store/parquet_object.h"
 
@@ -291,6 +292,63 @@ arrow::Result<std::shared_ptr<arrow::Table>> LastValueIndex::RecordOf(
   return object->rows;
 }
 
+arrow::Result<std::shared_ptr<arrow::Table>> LastValueIndex::NewestOfFile(const AddFile& add,
+                                                                          int64_t seq) {
+  ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path_, add.path));
+  ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store_.get(), path));
+  if (add.deletion_vector) {
+    ARROW_ASSIGN_OR_RAISE(auto deleted, ReadDeletionVector(store_.get(), table_path_, *add.deletion_vector));
+    arrow::BooleanBuilder keep;
+    ARROW_RETURN_NOT_OK(keep.Reserve(rows->num_rows()));
+    size_t next = 0;
+    for (int64_t i = 0; i < rows->num_rows(); ++i) {
+      const bool gone = next < deleted.size() && deleted[next] == static_cast<uint64_t>(i);
+      if (gone) ++next;
+      keep.UnsafeAppend(!gone);
+    }
+    std::shared_ptr<arrow::Array> mask;
+    ARROW_RETURN_NOT_OK(keep.Finish(&mask));
+    ARROW_ASSIGN_OR_RAISE(auto kept, cp::Filter(rows, mask));
+    rows = kept.table();
+  }
+  ARROW_ASSIGN_OR_RAISE(rows, ConformToStorage(rows, *storage_));
+  std::vector<cp::SortKey> keys;
+  for (const auto& k : contract_.series_key) keys.emplace_back(k);
+  keys.emplace_back(contract_.time_column);
+  ARROW_ASSIGN_OR_RAISE(auto indices, cp::SortIndices(arrow::Datum(rows), cp::SortOptions(keys)));
+  ARROW_ASSIGN_OR_RAISE(auto sorted, cp::Take(rows, indices));
+  ARROW_ASSIGN_OR_RAISE(auto newest, NewestRows(sorted.table(), contract_));
+  return WithSequence(newest, seq);
+}
+
+arrow::Result<std::vector<std::shared_ptr<arrow::Table>>> LastValueIndex::NewestOf(
+    const std::vector<const AddFile*>& adds, const std::vector<int64_t>& seqs) {
+  // One GET each, several at a time (an object store's latency, not its bandwidth, bounds them).
+  constexpr int kParallelReads = 8;
+  std::vector<std::shared_ptr<arrow::Table>> out(adds.size());
+  ARROW_RETURN_NOT_OK(RunParallel(adds.size(), kParallelReads, [&](size_t i) -> arrow::Status {
+    ARROW_ASSIGN_OR_RAISE(out[i], NewestOfFile(*adds[i], seqs[i]));
+    return arrow::Status::OK();
+  }));
+  return out;
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> LastValueIndex::NewestOfFiles(
+    const std::vector<std::string>& paths, int64_t seq) {
+  std::vector<AddFile> adds(paths.size());
+  std::vector<const AddFile*> pointers;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    adds[i].path = paths[i];
+    pointers.push_back(&adds[i]);
+  }
+  ARROW_ASSIGN_OR_RAISE(auto pieces, NewestOf(pointers, std::vector<int64_t>(paths.size(), seq)));
+  if (pieces.empty()) return nullptr;
+  // Equal sequence numbers: MergeNewest keeps the row it meets last, which must be the earliest
+  // write for `first` (as read-time deduplication keeps it).
+  if (contract_.dedup == DedupPolicy::kFirst) std::reverse(pieces.begin(), pieces.end());
+  return MergeNewest(pieces, contract_);
+}
+
 arrow::Result<IndexState> LastValueIndex::Read(const Snapshot& snapshot) {
   for (int attempt = 1;; ++attempt) {
     auto state = TryRead(snapshot, /*use_objects=*/attempt < kReadAttempts);
@@ -406,35 +464,6 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
       state.records = 0;
     }
   }
-  auto newest_of_file = [&](const AddFile& add, int64_t seq) -> arrow::Status {
-    ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path_, add.path));
-    ARROW_ASSIGN_OR_RAISE(auto rows, ReadParquetTable(store_.get(), path));
-    if (add.deletion_vector) {
-      ARROW_ASSIGN_OR_RAISE(auto deleted, ReadDeletionVector(store_.get(), table_path_, *add.deletion_vector));
-      arrow::BooleanBuilder keep;
-      ARROW_RETURN_NOT_OK(keep.Reserve(rows->num_rows()));
-      size_t next = 0;
-      for (int64_t i = 0; i < rows->num_rows(); ++i) {
-        const bool gone = next < deleted.size() && deleted[next] == static_cast<uint64_t>(i);
-        if (gone) ++next;
-        keep.UnsafeAppend(!gone);
-      }
-      std::shared_ptr<arrow::Array> mask;
-      ARROW_RETURN_NOT_OK(keep.Finish(&mask));
-      ARROW_ASSIGN_OR_RAISE(auto kept, cp::Filter(rows, mask));
-      rows = kept.table();
-    }
-    ARROW_ASSIGN_OR_RAISE(rows, ConformToStorage(rows, *storage_));
-    std::vector<cp::SortKey> keys;
-    for (const auto& k : contract_.series_key) keys.emplace_back(k);
-    keys.emplace_back(contract_.time_column);
-    ARROW_ASSIGN_OR_RAISE(auto indices, cp::SortIndices(arrow::Datum(rows), cp::SortOptions(keys)));
-    ARROW_ASSIGN_OR_RAISE(auto sorted, cp::Take(rows, indices));
-    ARROW_ASSIGN_OR_RAISE(auto newest, NewestRows(sorted.table(), contract_));
-    ARROW_ASSIGN_OR_RAISE(newest, WithSequence(newest, seq));
-    pieces.push_back(std::move(newest));
-    return arrow::Status::OK();
-  };
   // In write order (sequence number, then order within the commit), so that files of one commit
   // holding the same (series, time) resolve as read-time deduplication does: MergeNewest keeps
   // the one it meets last among equal sequence numbers, which is the earliest for `first`.
@@ -445,9 +474,16 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   std::sort(unread.begin(), unread.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   if (contract_.dedup == DedupPolicy::kFirst) std::reverse(unread.begin(), unread.end());
-  for (const auto& [key, live] : unread) {
-    ARROW_RETURN_NOT_OK(newest_of_file(*live->add, live->seq));
-    ++state.files_read;
+  {
+    std::vector<const AddFile*> adds;
+    std::vector<int64_t> seqs;
+    for (const auto& [key, live] : unread) {
+      adds.push_back(live->add);
+      seqs.push_back(live->seq);
+    }
+    ARROW_ASSIGN_OR_RAISE(auto newest, NewestOf(adds, seqs));
+    for (auto& rows : newest) pieces.push_back(std::move(rows));
+    state.files_read += static_cast<int64_t>(adds.size());
   }
 
   if (pieces.empty()) {
@@ -478,7 +514,8 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   if (!foreign.empty()) {
     // Other engines' files carry no sequence number; like the SQL read path, treat them as oldest.
     pieces.assign(1, state.tagged_rows);
-    for (const AddFile* add : foreign) ARROW_RETURN_NOT_OK(newest_of_file(*add, 0));
+    ARROW_ASSIGN_OR_RAISE(auto newest, NewestOf(foreign, std::vector<int64_t>(foreign.size(), 0)));
+    for (auto& rows : newest) pieces.push_back(std::move(rows));
     ARROW_ASSIGN_OR_RAISE(state.rows, MergeNewest(pieces, contract_));
   }
   return state;

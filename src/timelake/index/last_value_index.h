@@ -7,8 +7,10 @@
 //
 // Layout, under `_timelake/lvi/<table id>/` (the table's Delta metaData.id, so nothing of a
 // dropped table can leak into a new one at the same path; Delta readers ignore `_timelake/`):
-//   <version>.parquet       written after commit <version> is acknowledged (appends, compactions):
-//                           the newest row of every series in the files that commit added
+//   <version>.parquet       written after commit <version> is acknowledged (compactions, and
+//                           appends whose files are large: table_context.cc, RecordWorthWriting):
+//                           the newest row of every series in the files that commit added. A
+//                           small append's files are as cheap to read as its record would be.
 //   base-<version>.parquet  the newest row of every series over every timelake file live at
 //                           <version>, written by a fold
 // Every object is a table in the storage schema plus an int64 `__timelake_seq` column (the
@@ -64,6 +66,9 @@ struct IndexState {
 
 class LastValueIndex {
  public:
+  /// Appends whose files hold at most this many rows get no record: their files are read instead.
+  static constexpr int64_t kRecordMinFileRows = 4096;
+
   /// `table_id` is the table's metaData.id.
   LastValueIndex(std::shared_ptr<ObjectStore> store, std::string table_path,
                  const std::string& table_id, Contract contract,
@@ -80,6 +85,12 @@ class LastValueIndex {
   arrow::Result<std::shared_ptr<arrow::Table>> RecordOf(int64_t version,
                                                         const std::vector<std::string>& files);
 
+  /// The newest rows (with the sequence column, `seq`) of the data files `paths` (relative to the
+  /// table folder, in write order) that one commit added: what its record would hold, for a
+  /// commit that has none. Null for no paths.
+  arrow::Result<std::shared_ptr<arrow::Table>> NewestOfFiles(const std::vector<std::string>& paths,
+                                                             int64_t seq);
+
   /// The index exact for `snapshot` (see the rules above).
   arrow::Result<IndexState> Read(const Snapshot& snapshot);
 
@@ -95,6 +106,12 @@ class LastValueIndex {
   /// One attempt; NotFound when a base vanished between listing and reading. Without
   /// `use_objects` everything is read from the data files.
   arrow::Result<IndexState> TryRead(const Snapshot& snapshot, bool use_objects);
+
+  /// The newest rows of one data file (its deletion vector applied), with the sequence column.
+  arrow::Result<std::shared_ptr<arrow::Table>> NewestOfFile(const AddFile& add, int64_t seq);
+  /// NewestOfFile of each of `adds` (with `seqs`), read in parallel, in order.
+  arrow::Result<std::vector<std::shared_ptr<arrow::Table>>> NewestOf(
+      const std::vector<const AddFile*>& adds, const std::vector<int64_t>& seqs);
 
   struct Object;
   /// The objects of `metas`, in order: from memory when seen before, else read (in parallel).
