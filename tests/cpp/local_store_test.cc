@@ -567,5 +567,54 @@ TEST_F(LocalStoreTest, WritesWhoseFsyncFailsPublishNothing) {
   EXPECT_TRUE(TempFilesBelowRoot().empty());
 }
 
+// Deferred fsyncs run on a few worker threads of the process. A child fork()ed while other
+// threads close files and wait for syncs (Python's multiprocessing forks at any moment) gets no
+// workers and no queued jobs: its own writes must start workers of their own and never wait for
+// the parent's syncs, nor hang on a lock a parent thread held at the fork.
+TEST_F(LocalStoreTest, AChildForkedWhileSyncsRunWritesWithWorkersOfItsOwn) {
+  auto slow = [](int fd, const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // queued jobs at every fork
+    return ::fsync(fd);
+  };
+  ASSERT_OK_AND_ASSIGN(auto store, LocalStore::Make(dir_.path(), /*fixed_depth=*/0, slow));
+  OutputOptions in_place;
+  in_place.in_place = true;
+  std::atomic<bool> stop{false};
+  std::atomic<int> written{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; !stop; ++i) {
+        const std::string name = "t/data/w" + std::to_string(w) + "-" + std::to_string(i);
+        auto output = store->OpenOutput(name, in_place);
+        if (!output.ok() || !(*output)->Write("abc", 3).ok() || !(*output)->Close().ok()) return;
+        if (!store->Put("t/log/w" + std::to_string(w) + "-" + std::to_string(i), Buf("x")).ok()) {
+          return;
+        }
+        ++written;
+      }
+    });
+  }
+  for (int child = 0; child < 20; ++child) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(20);  // a hang is a failure, not a stuck test run
+      const std::string name = "t/data/child-" + std::to_string(child);
+      auto output = store->OpenOutput(name, in_place);
+      const bool ok = output.ok() && (*output)->Write("abc", 3).ok() && (*output)->Close().ok() &&
+                      store->Put("t/log/child-" + std::to_string(child), Buf("y")).ok();
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << child;
+    EXPECT_TRUE(fs::exists(dir_.path() + "/t/log/child-" + std::to_string(child)));
+  }
+  stop = true;
+  for (auto& t : writers) t.join();
+  EXPECT_GT(written.load(), 0);
+}
+
 }  // namespace
 }  // namespace timelake::testing

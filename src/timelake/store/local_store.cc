@@ -1,6 +1,7 @@
 #include "timelake/store/local_store.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -13,10 +14,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
+#include <new>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -32,49 +35,124 @@ namespace fs = std::filesystem;
 
 namespace timelake {
 
-// Syncs running on threads of their own (in-place outputs' fsyncs after Close). Await(mark,
-// scope) waits for every one of `scope` (a table's folder: syncs of other tables are not waited
-// for) started before Mark() returned `mark`; a put waits only for the files closed before it
-// began, which are all that its object can name. Failures are sticky: once a sync failed (or a
-// put could not make its object durable, Fail), every later Await reports it. Its own threads and
-// waits rather than std::async, whose futures block when destroyed: a child fork()ed while a sync
-// ran has no thread to finish it, so Await there forgets the parent's syncs.
+// The threads that run deferred fsyncs (SyncQueue), kept for the purpose: starting a thread per
+// fsync cost more CPU than the fsync (a stack mapped, touched and unmapped, with a TLB shootdown
+// across cores each time). Up to kMaxWorkers run at once, so that the fsyncs of files closed
+// together (threads of one process appending) go to the disk together. One process-wide mutex
+// guards them and every SyncQueue's bookkeeping; fork() is prepared for (pthread_atfork): the
+// child gets the mutex free, no workers and no queued jobs (the parent runs those), and starts
+// workers of its own when it needs them.
+class SyncWorkers {
+ public:
+  static SyncWorkers& Get() {
+    static SyncWorkers* workers = [] {
+      auto* made = new SyncWorkers;  // never destroyed: detached workers use it until exit
+      pthread_atfork(&Prepare, &Parent, &Child);
+      return made;
+    }();
+    return *workers;
+  }
+
+  std::mutex& mutex() { return mutex_; }
+
+  /// Queues `job` (mutex() held by the caller, released around an inline run); starts a worker
+  /// when none is idle. With no worker to be had, runs it here.
+  void Run(std::unique_lock<std::mutex>& lock, std::function<void()> job) {
+    queue_.push_back(std::move(job));
+    if (static_cast<int>(queue_.size()) > idle_ && workers_ < kMaxWorkers) {
+      try {
+        std::thread([this] { Work(); }).detach();
+        ++workers_;
+      } catch (const std::system_error&) {
+        if (workers_ == 0) {  // nobody else will: run what is queued here
+          while (!queue_.empty()) {
+            auto next = std::move(queue_.front());
+            queue_.pop_front();
+            lock.unlock();
+            next();
+            lock.lock();
+          }
+          return;
+        }
+      }
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  static constexpr int kMaxWorkers = 4;
+
+  void Work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      wake_.wait(lock, [this] { return !queue_.empty(); });
+      --idle_;
+      auto job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  static void Prepare() { Get().mutex_.lock(); }
+  static void Parent() { Get().mutex_.unlock(); }
+  static void Child() {
+    SyncWorkers& w = Get();
+    // The parent's workers do not exist here, and may have been waiting on the condition.
+    new (&w.wake_) std::condition_variable();
+    w.queue_.clear();
+    w.workers_ = 0;
+    w.idle_ = 0;
+    w.mutex_.unlock();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  int workers_ = 0;  // started (they never stop)
+  int idle_ = 0;     // waiting for a job
+};
+
+// Deferred fsyncs of one store (in-place outputs' fsyncs after Close), run by SyncWorkers.
+// Await(mark, scope) waits for every one of `scope` (a table's folder: syncs of other tables are
+// not waited for) started before Mark() returned `mark`; a put waits only for the files closed
+// before it began, which are all that its object can name. Failures are sticky: once a sync
+// failed (or a put could not make its object durable, Fail), every later Await reports it. Jobs
+// carry the pid that started them: a child fork()ed while a sync was queued or running never
+// waits for it (its parent does).
 class SyncQueue {
  public:
   void Start(std::string scope, std::function<arrow::Status()> sync) {
     auto job = std::make_shared<Job>();
     job->scope = std::move(scope);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      job->seq = next_seq_++;
-      jobs_.emplace_back(::getpid(), job);
-    }
-    auto run = [job, sync = std::move(sync)] {
+    SyncWorkers& workers = SyncWorkers::Get();
+    std::unique_lock<std::mutex> lock(workers.mutex());
+    job->seq = next_seq_++;
+    jobs_.emplace_back(::getpid(), job);
+    workers.Run(lock, [job, sync = std::move(sync)] {
       arrow::Status st = sync();
-      std::lock_guard<std::mutex> lock(job->mutex);
+      std::lock_guard<std::mutex> done(job->mutex);
       job->status = std::move(st);
       job->done = true;
       job->finished.notify_all();
-    };
-    try {
-      std::thread(run).detach();
-    } catch (const std::system_error&) {
-      run();  // no thread to be had (a process or container limit): sync here
-    }
+    });
   }
 
   /// What Await takes: syncs started from now on are not waited for.
   uint64_t Mark() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(SyncWorkers::Get().mutex());
     return next_seq_;
   }
 
   /// OK once every sync of `scope` ("" for every scope) started before Mark() returned `mark`
   /// has finished; the first failure ever otherwise.
   arrow::Status Await(uint64_t mark = UINT64_MAX, const std::string& scope = "") {
+    std::mutex& mutex = SyncWorkers::Get().mutex();
     std::vector<std::shared_ptr<Job>> waiting;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex);
       const pid_t me = ::getpid();
       std::erase_if(jobs_, [me](const auto& entry) { return entry.first != me; });
       for (const auto& entry : jobs_) {
@@ -89,7 +167,7 @@ class SyncQueue {
       job->finished.wait(lock, [&] { return job->done; });
       if (first.ok() && !job->status.ok()) first = job->status;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(mutex);
     if (!first.ok()) Record(first);
     // Only the syncs waited for leave: a failure is recorded before its job goes.
     std::erase_if(jobs_, [&](const auto& entry) {
@@ -100,7 +178,7 @@ class SyncQueue {
 
   /// Records that something acknowledged may not be durable: every later Await fails.
   void Fail(const arrow::Status& why) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(SyncWorkers::Get().mutex());
     Record(why);
   }
 
@@ -115,14 +193,13 @@ class SyncQueue {
     uint64_t seq = 0;
     std::string scope;
   };
-  void Record(const arrow::Status& why) {  // mutex_ held
+  void Record(const arrow::Status& why) {  // the workers' mutex held
     if (!failed_.ok()) return;
     failed_ = arrow::Status::IOError(
         "a file written earlier could not be made durable (", why.message(),
         "): the disk may have lost written data, so nothing more is written through this lake; "
         "open the lake again once the disk is healthy");
   }
-  std::mutex mutex_;
   uint64_t next_seq_ = 0;
   std::vector<std::pair<pid_t, std::shared_ptr<Job>>> jobs_;
   arrow::Status failed_;

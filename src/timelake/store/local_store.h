@@ -7,8 +7,8 @@
 // name is taken, atomically. Temporary files are named ".tmp-<uuid>" so that listings skip them.
 // OutputOptions::part_size is checked and otherwise ignored (a file is written in place).
 // With OutputOptions::in_place a stream writes its final name directly (O_EXCL: never an
-// existing file), and its Close hands the fsyncs of the file and its folder to a thread of their
-// own and returns: every later Put, PutIfAbsent and PutIfMatch of the store waits for them before
+// existing file), and its Close hands the fsyncs of the file and its folder to the process's sync
+// workers (a few threads kept for it, local_store.cc) and returns: every later Put, PutIfAbsent and PutIfMatch of the store waits for them before
 // it publishes anything, so a commit never names a data file that is not yet durable, and the
 // data file's fsyncs overlap the commit's own (one disk flush less on an append's path). A failed
 // fsync fails every later put of the store (the disk may have dropped written pages: open the lake
