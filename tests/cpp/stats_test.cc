@@ -43,6 +43,25 @@ TEST(FileStatsTest, IntegersHaveMinAndMax) {
   EXPECT_EQ(doc["maxValues"]["c"].GetInt(), 12);
 }
 
+// A gathered file's series key is dictionary-encoded over the whole input's values: only the
+// entries its rows use count, whatever the index width; null rows count as nulls.
+TEST(FileStatsTest, DictionaryColumnsTakeMinAndMaxOfTheEntriesTheRowsUse) {
+  for (const auto& index_type : {arrow::int8(), arrow::uint16(), arrow::int32(), arrow::int64()}) {
+    auto dictionary = Json(arrow::utf8(), R"(["a", "m", "q", "z"])");
+    auto indices = Json(index_type, "[2, 1, null, 1, 2]");
+    auto type = arrow::dictionary(index_type, arrow::utf8());
+    auto column = arrow::DictionaryArray::FromArrays(type, indices, dictionary).ValueOrDie();
+    auto table = arrow::Table::Make(arrow::schema({field("c", type)}), {column});
+    ASSERT_OK_AND_ASSIGN(auto text, FileStatsJson(*table));
+    rapidjson::Document doc;
+    doc.Parse(text.c_str());
+    ASSERT_FALSE(doc.HasParseError()) << text;
+    EXPECT_EQ(MinText(doc), "m") << index_type->ToString();
+    EXPECT_EQ(MaxText(doc), "q") << index_type->ToString();
+    EXPECT_EQ(doc["nullCount"]["c"].GetInt64(), 1);
+  }
+}
+
 TEST(FileStatsTest, NullCountIsPerColumn) {
   auto table = TableOf(arrow::schema({field("a", arrow::int64()), field("b", arrow::utf8())}),
                        {"[1, null, null]", R"(["x", "y", null])"});

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include <arrow/builder.h>
 #include <arrow/array.h>
 #include <arrow/chunked_array.h>
 #include <arrow/compute/api.h>
@@ -166,16 +167,52 @@ MinMax FloatMinMax(const arrow::ChunkedArray& column) {
   return MinMax{std::make_shared<ScalarType>(lo), std::make_shared<ScalarType>(hi)};
 }
 
+// The positions of the dictionary entries that `dict`'s non-null indices use, ascending.
+arrow::Result<std::shared_ptr<arrow::Array>> UsedEntries(const arrow::DictionaryArray& dict) {
+  const int64_t entries = dict.dictionary()->length();
+  std::vector<uint8_t> mark(static_cast<size_t>(entries), 0);
+  const arrow::Array& indices = *dict.indices();
+  auto visit = [&](auto* values) -> arrow::Status {
+    for (int64_t i = 0; i < indices.length(); ++i) {
+      if (indices.IsNull(i)) continue;
+      const int64_t e = static_cast<int64_t>(values[i]);
+      if (e < 0 || e >= entries) {
+        return arrow::Status::Invalid("dictionary index ", e, " out of range [0, ", entries, ")");
+      }
+      mark[static_cast<size_t>(e)] = 1;
+    }
+    return arrow::Status::OK();
+  };
+  switch (indices.type_id()) {
+    case arrow::Type::INT8: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<int8_t>(1))); break;
+    case arrow::Type::UINT8: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<uint8_t>(1))); break;
+    case arrow::Type::INT16: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<int16_t>(1))); break;
+    case arrow::Type::UINT16: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<uint16_t>(1))); break;
+    case arrow::Type::INT32: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<int32_t>(1))); break;
+    case arrow::Type::UINT32: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<uint32_t>(1))); break;
+    case arrow::Type::INT64: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<int64_t>(1))); break;
+    case arrow::Type::UINT64: ARROW_RETURN_NOT_OK(visit(indices.data()->GetValues<uint64_t>(1))); break;
+    default:
+      return arrow::Status::TypeError("dictionary indices of type ", indices.type()->ToString());
+  }
+  arrow::Int64Builder positions;
+  for (int64_t e = 0; e < entries; ++e) {
+    if (mark[static_cast<size_t>(e)]) ARROW_RETURN_NOT_OK(positions.Append(e));
+  }
+  return positions.Finish();
+}
+
 arrow::Result<MinMax> ComputeMinMax(std::shared_ptr<arrow::ChunkedArray> column) {
   if (column->type()->id() == arrow::Type::DOUBLE) return FloatMinMax<arrow::DoubleType>(*column);
   if (column->type()->id() == arrow::Type::FLOAT) return FloatMinMax<arrow::FloatType>(*column);
   if (column->type()->id() == arrow::Type::DICTIONARY) {
-    // Min/max over the dictionary values the column actually uses.
+    // Min/max over the dictionary values the column actually uses: a mark per entry (one pass
+    // over the indices, no hashing), then the marked entries.
     arrow::ArrayVector used;
     for (const auto& chunk : column->chunks()) {
       const auto& dict = static_cast<const arrow::DictionaryArray&>(*chunk);
-      ARROW_ASSIGN_OR_RAISE(auto unique, arrow::compute::Unique(*dict.indices()));
-      ARROW_ASSIGN_OR_RAISE(auto values, arrow::compute::Take(*dict.dictionary(), *unique));
+      ARROW_ASSIGN_OR_RAISE(auto marked, UsedEntries(dict));
+      ARROW_ASSIGN_OR_RAISE(auto values, arrow::compute::Take(*dict.dictionary(), *marked));
       used.push_back(std::move(values));
     }
     column = std::make_shared<arrow::ChunkedArray>(
