@@ -111,10 +111,13 @@ std::optional<LatestDelta> DeltaOf(const Commit& commit) {
     if (commit.adds.empty()) return delta;  // txn or commitInfo only
     delta.kind = LatestDelta::kAppend;
     std::vector<std::pair<int64_t, std::string>> ordered;  // in write order
+    delta.rows = 0;
     for (const auto& add : commit.adds) {
       // Only timelake's files have index records; another engine's append is read in full.
       if (!add.tags.count(kSeqTag) || !add.tags.count(kMinTimeTag)) return std::nullopt;
       ordered.emplace_back(TagInt(add, kOrderTag, 0), add.path);
+      const int64_t rows = NumRecords(add);
+      delta.rows = rows < 0 || delta.rows < 0 ? -1 : delta.rows + rows;
     }
     std::stable_sort(ordered.begin(), ordered.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -422,7 +425,12 @@ arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t) {
           continue;
         }
       }
-      ARROW_ASSIGN_OR_RAISE(auto record, t.index->RecordOf(v, delta.paths));
+      // A small append has no record: not even a request to find that out.
+      const bool recorded = delta.rows < 0 || delta.rows > LastValueIndex::kRecordMinFileRows;
+      std::shared_ptr<arrow::Table> record;
+      if (recorded) {
+        ARROW_ASSIGN_OR_RAISE(record, t.index->RecordOf(v, delta.paths));
+      }
       if (!record) {
         // No record (a small append has none; a large one's may not be written yet, or lost):
         // the commit's own files. One that cannot be read (compacted and vacuumed meanwhile)

@@ -96,6 +96,9 @@ struct LatestDelta {
   };
   Kind kind = kNone;
   std::vector<std::string> paths;  // kAppend: the files added
+  /// kAppend: the rows of those files by their statistics, -1 if unknown. An append of at most
+  /// LastValueIndex::kRecordMinFileRows rows has no record to look for.
+  int64_t rows = -1;
   /// kAppend by this handle: each file's newest rows (no sequence column); empty for other
   /// writers' appends, whose index record is read instead.
   std::vector<std::shared_ptr<arrow::Table>> newest;

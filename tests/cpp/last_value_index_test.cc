@@ -428,22 +428,27 @@ TEST_F(LastValueIndexTest, SmallAppendsGetNoRecordAndTheirFilesAreReadInstead) {
   auto reader = lake_->OpenTable("t").ValueOrDie();
   EXPECT_EQ(Latest(reader.get()), (std::map<std::string, double>{{"a", 1}, {"b", 2}}));
   // Another handle's small commits: the warm handle reads their files, not the whole table.
-  int data_gets = 0, index_lists = 0;
+  int data_gets = 0, index_lists = 0, index_reads = 0;
   store_->SetFaultHook([&](const std::string& op, const std::string& path) {
     const bool data = path.find("_delta_log") == std::string::npos &&
                       path.find("_timelake") == std::string::npos &&
                       path.size() > 8 && path.compare(path.size() - 8, 8, ".parquet") == 0;
     if (op == "get" && data) ++data_gets;
     if (op == "list" && path.find("_timelake/lvi") != std::string::npos) ++index_lists;
+    if ((op == "get" || op == "head") && path.find("_timelake/lvi") != std::string::npos) {
+      ++index_reads;
+    }
     return arrow::Status::OK();
   });
   Append("c", 1, 1, 3, nullptr, /*small=*/true);
   Append("a", 1, 2, 4, nullptr, /*small=*/true);
   data_gets = 0;
   index_lists = 0;
+  index_reads = 0;
   EXPECT_EQ(Latest(reader.get()), (std::map<std::string, double>{{"a", 4}, {"b", 2}, {"c", 3}}));
   EXPECT_EQ(data_gets, 2) << "the two new commits' files, and no others";
   EXPECT_EQ(index_lists, 0) << "no full read of the index";
+  EXPECT_EQ(index_reads, 0) << "small commits have no record to look for";
   store_->SetFaultHook(nullptr);
   // Folds still come every few commits, so a new handle reads few files besides the base.
   std::vector<int64_t> small_versions;
