@@ -252,7 +252,8 @@ constexpr int64_t kCheckpointEntriesPerCommit = 50;
 // checkpoint costs O(entries); with a fixed interval a table of many files spent most of its
 // append's CPU on them (bench/README.md). So the work per commit stays bounded, and a reader
 // replays at most about twice the commits a checkpoint's read costs. A function of the
-// snapshot, so that every writer of version v agrees whether v gets one.
+// snapshot, so that writers of version v agree whether v gets one (one that counts fewer expired
+// tombstones may not: a checkpoint more or less, which no reader minds).
 int64_t CheckpointStride(const Snapshot& snapshot) {
   const int64_t interval =
       ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
