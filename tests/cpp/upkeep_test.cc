@@ -1,10 +1,13 @@
 // Upkeep: a handle's background queue of post-commit work.
 #include "timelake/txn/upkeep.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -27,6 +30,22 @@ TEST(UpkeepTest, TasksRunInOrderAndDrainWaitsForThem) {
   upkeep.Drain();
   ASSERT_EQ(ran.size(), 50u);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(ran[i], i);
+}
+
+// Upkeep runs below the priority of the threads that append: a fold or a compaction pass that
+// shares a core with an append yields to it.
+TEST(UpkeepTest, TasksRunAtALowerPriorityThanTheirPoster) {
+  errno = 0;
+  const int mine = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  ASSERT_EQ(errno, 0);
+  Upkeep upkeep;
+  std::atomic<int> theirs{-100};
+  upkeep.Post("probe", [&] {
+    theirs = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+    return arrow::Status::OK();
+  });
+  upkeep.Drain();
+  EXPECT_EQ(theirs.load(), std::min(mine + 10, 19));  // 19: the lowest there is
 }
 
 TEST(UpkeepTest, AFailingTaskIsReportedAndDoesNotStopTheOthers) {

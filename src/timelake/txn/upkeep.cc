@@ -1,6 +1,11 @@
 #include "timelake/txn/upkeep.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <new>
 #include <set>
@@ -8,6 +13,8 @@
 
 namespace timelake {
 namespace {
+
+constexpr int kNiceIncrement = 10;  // the upkeep thread's nice value above its creator's
 
 // Every live Upkeep, so that DrainAllUpkeep() can finish their work before the process exits.
 std::mutex& RegistryMutex() {
@@ -137,6 +144,14 @@ void Upkeep::Record(const std::string& name, const arrow::Status& status) {
 }
 
 void Upkeep::Run() {
+  // Upkeep is work nobody waits for (until a Drain, which then leaves the cores to it): it runs
+  // at a lower priority than the threads that append and query, so that a fold, a checkpoint or
+  // a compaction pass sharing a core with an append does not add to that append's latency.
+  // Threads it starts inherit that. Best effort: the nice value of a thread can only go up.
+  const id_t self = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, self);
+  if (errno == 0) (void)::setpriority(PRIO_PROCESS, self, std::min(nice + kNiceIncrement, 19));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
