@@ -1,6 +1,7 @@
 // Ingest, before anything is written: aligning user batches to the storage schema, and arranging
 // rows into sorted, deduplicated chunk runs.
 #include <random>
+#include <set>
 
 #include <arrow/api.h>
 #include <arrow/compute/api.h>
@@ -328,6 +329,46 @@ TEST(ArrangeTest, RowsSpanningThreeDaysFormThreeRunsInChunkOrder) {
   }
   EXPECT_EQ(expected_offset, 5);
   EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{2, 4, 3, 1, 5}));
+}
+
+// Rows that jump between chunks, land on a chunk's first and last microsecond, and lie before
+// 1970, for every chunk width and both arrangements (one key column, and two): each run holds
+// exactly the rows of its chunk.
+TEST(ArrangeTest, EveryRowLandsInItsOwnChunkWhateverTheOrderOfArrival) {
+  const int64_t feb = Micros(2025, 2, 1);
+  const std::vector<int64_t> times = {
+      feb - 1,      feb,  Micros(2025, 1, 15), Micros(2025, 3, 1) - 1, Micros(2025, 3, 1),
+      feb + 1,      -1,   0,                   Micros(1969, 12, 1),    Micros(1969, 11, 30, 23),
+      feb - 1,      feb,  Micros(2025, 2, 1, 1) - 1, Micros(2025, 2, 1, 1), Micros(2025, 1, 31, 23)};
+  std::string ts = "[", keys = "[", values = "[";
+  for (size_t i = 0; i < times.size(); ++i) {
+    const char* sep = i ? "," : "";
+    ts += sep + std::to_string(times[i]);
+    keys += std::string(sep) + "\"s" + std::to_string(i % 3) + "\"";
+    values += sep + std::to_string(i);
+  }
+  auto t = TableOf(kRows, {ts + "]", keys + "]", values + "]"});
+  for (ChunkWidth width : {ChunkWidth::kHour, ChunkWidth::kDay, ChunkWidth::kMonth}) {
+    for (bool two_keys : {false, true}) {
+      Contract contract = DayContract();
+      contract.chunk = width;
+      if (two_keys) contract.series_key = {"sensor", "value"};  // the generic arrangement
+      ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, contract));
+      std::set<int64_t> want_chunks;
+      for (int64_t time : times) want_chunks.insert(ChunkOrdinal(width, time));
+      ASSERT_EQ(arranged.runs.size(), want_chunks.size());
+      int64_t covered = 0;
+      for (const auto& run : arranged.runs) {
+        ASSERT_OK_AND_ASSIGN(auto rows, arranged.Rows(run));
+        for (int64_t row : Ints(rows, "value")) {
+          EXPECT_EQ(ChunkOrdinal(width, times[static_cast<size_t>(row)]), run.ordinal)
+              << "row " << row << ", width " << static_cast<int>(width);
+        }
+        covered += run.length;
+      }
+      EXPECT_EQ(covered, static_cast<int64_t>(times.size()));
+    }
+  }
 }
 
 TEST(ArrangeTest, RowsAreSortedBySeriesKeyThenTimeWithinARun) {

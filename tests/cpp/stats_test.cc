@@ -1,6 +1,7 @@
 // FileStatsJson: the Delta `stats` of a data file, as other readers will use them for skipping.
 #include "timelake/ingest/stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -59,6 +60,26 @@ TEST(FileStatsTest, DictionaryColumnsTakeMinAndMaxOfTheEntriesTheRowsUse) {
     EXPECT_EQ(MinText(doc), "m") << index_type->ToString();
     EXPECT_EQ(MaxText(doc), "q") << index_type->ToString();
     EXPECT_EQ(doc["nullCount"]["c"].GetInt64(), 1);
+  }
+}
+
+// Float min/max run in lanes over the values: whatever lane or tail holds the extremes, and with
+// NaN anywhere, the answer is the sequential one.
+TEST(FileStatsTest, FloatMinAndMaxAreExactWhereverTheExtremesLie) {
+  for (int n : {2, 7, 8, 9, 17, 1003}) {
+    for (int at_min = 0; at_min < n; at_min += std::max(1, n / 5)) {
+      const int at_max = (at_min + (n + 1) / 2) % n;  // never at_min for n >= 2
+      std::string json = "[";
+      for (int i = 0; i < n; ++i) {
+        std::string v = i % 3 == 1 ? "NaN" : std::to_string(i % 4);
+        if (i == at_min) v = "-5.5";
+        if (i == at_max) v = "7.25";
+        json += (i ? "," : "") + v;
+      }
+      auto doc = StatsOf(arrow::float64(), json + "]");
+      EXPECT_EQ(doc["minValues"]["c"].GetDouble(), -5.5) << n << " " << at_min;
+      EXPECT_EQ(doc["maxValues"]["c"].GetDouble(), 7.25) << n << " " << at_max;
+    }
   }
 }
 

@@ -149,9 +149,28 @@ MinMax FloatMinMax(const arrow::ChunkedArray& column) {
     const T* v = a.raw_values();
     const int64_t n = a.length();
     if (a.null_count() == 0) {
-      for (int64_t i = 0; i < n; ++i) {
-        lo = v[i] < lo ? v[i] : lo;  // false for NaN: skipped
-        hi = v[i] > hi ? v[i] : hi;
+      // Independent lanes: one running min/max each is a chain of compares a value long; eight
+      // let the core (or the vectorizer) work on eight values at once.
+      constexpr int kLanes = 8;
+      T los[kLanes], his[kLanes];
+      for (int k = 0; k < kLanes; ++k) {
+        los[k] = lo;
+        his[k] = hi;
+      }
+      int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes) {
+        for (int k = 0; k < kLanes; ++k) {
+          los[k] = v[i + k] < los[k] ? v[i + k] : los[k];  // false for NaN: skipped
+          his[k] = v[i + k] > his[k] ? v[i + k] : his[k];
+        }
+      }
+      for (; i < n; ++i) {
+        los[0] = v[i] < los[0] ? v[i] : los[0];
+        his[0] = v[i] > his[0] ? v[i] : his[0];
+      }
+      for (int k = 0; k < kLanes; ++k) {
+        lo = los[k] < lo ? los[k] : lo;
+        hi = his[k] > hi ? his[k] : hi;
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
