@@ -1,5 +1,7 @@
 // Ingest, before anything is written: aligning user batches to the storage schema, and arranging
 // rows into sorted, deduplicated chunk runs.
+#include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -233,6 +235,56 @@ TEST_F(AlignTest, MalformedOffsetsAreInvalidNamingTheColumn) {
       arrow::schema({field("ts", kUtcMicros), field("sensor", arrow::utf8())}), 2,
       {Json(kUtcMicros, "[1, 2]"), bad});
   EXPECT_TRUE(IsInvalid(Align(in), "column 'sensor' holds malformed Arrow data"));
+}
+
+// A long string column is checked in slices on all cores: a fault in any slice, on the boundary
+// between two, or in what only the whole array shows (a null count that lies) is still found.
+TEST_F(AlignTest, LongStringColumnsAreCheckedWholeWhateverSliceTheFaultIsIn) {
+  constexpr int64_t n = 2'500'000;
+  arrow::StringBuilder builder;
+  ASSERT_OK(builder.Reserve(n));
+  ASSERT_OK(builder.ReserveData(2 * n));
+  for (int64_t i = 0; i < n; ++i) builder.UnsafeAppend("ab", 2);
+  ASSERT_OK_AND_ASSIGN(auto good, builder.Finish());
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  ASSERT_OK(times.Reserve(n));
+  for (int64_t i = 0; i < n; ++i) times.UnsafeAppend(i);
+  ASSERT_OK_AND_ASSIGN(auto ts, times.Finish());
+  auto schema = arrow::schema({field("ts", kUtcMicros), field("sensor", arrow::utf8())});
+  auto align = [&](const std::shared_ptr<arrow::Array>& sensor) {
+    return Align(arrow::RecordBatch::Make(schema, n, {ts, sensor}));
+  };
+  ASSERT_OK_AND_ASSIGN(auto out, align(good));
+  EXPECT_TRUE(out->column(1)->Equals(*good));
+  // A copy of `good` whose buffer `index` is changed by `edit`.
+  auto damaged = [&](int index, const std::function<void(uint8_t*)>& edit) {
+    auto data = good->data()->Copy();
+    auto copy = arrow::AllocateBuffer(data->buffers[index]->size()).ValueOrDie();
+    std::memcpy(copy->mutable_data(), data->buffers[index]->data(), data->buffers[index]->size());
+    edit(copy->mutable_data());
+    data->buffers[index] = std::move(copy);
+    return arrow::MakeArray(data);
+  };
+  for (int64_t row : {int64_t{5}, int64_t{1'250'000}, int64_t{2'000'000}, n - 1}) {
+    auto bad_text = damaged(2, [&](uint8_t* bytes) { bytes[2 * row] = 0xff; });
+    EXPECT_TRUE(IsInvalid(align(bad_text), "column 'sensor' has a string that is not valid UTF-8"))
+        << row;
+    auto bad_offsets = damaged(1, [&](uint8_t* bytes) {
+      reinterpret_cast<int32_t*>(bytes)[row] = 7;  // out of order
+    });
+    EXPECT_TRUE(IsInvalid(align(bad_offsets), "column 'sensor' holds malformed Arrow data"))
+        << row;
+  }
+  // A null count of 3 over a bitmap that says one row is null (a slice of it knows no count).
+  auto data = good->data()->Copy();
+  auto bitmap = arrow::AllocateEmptyBitmap(n).ValueOrDie();
+  std::memset(bitmap->mutable_data(), 0xff, bitmap->size());
+  arrow::bit_util::ClearBit(bitmap->mutable_data(), 1'800'000);
+  data->buffers[0] = std::move(bitmap);
+  data->null_count = 3;
+  EXPECT_TRUE(IsInvalid(align(arrow::MakeArray(data)), "column 'sensor' holds malformed Arrow data"));
+  data->null_count = 0;
+  EXPECT_TRUE(IsInvalid(align(arrow::MakeArray(data)), "column 'sensor' holds malformed Arrow data"));
 }
 
 TEST_F(AlignTest, NestedDictionaryTakesMoreDistinctValuesThanItsIndexType) {
