@@ -580,6 +580,48 @@ TEST(ArrangeTest, LargeInputSortedInSlicesEqualsAStableSort) {
   }
 }
 
+// Buckets are sorted on all cores in slices cut between buckets: one bucket holding every row
+// (one series, one day) leaves the other slice empty, and dedup shrinks the part before it.
+TEST(ArrangeTest, OneSeriesInOneChunkArrangesWholeOnAnyNumberOfCores) {
+  const int64_t n = 2'200'000;
+  arrow::TimestampBuilder times(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"),
+                                arrow::default_memory_pool());
+  arrow::StringBuilder keys;
+  arrow::Int64Builder values;
+  const int64_t day0 = Micros(2025, 1, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_OK(times.Append(day0 + (n - i) / 2 * 10));  // backwards, every time twice
+    ASSERT_OK(keys.Append("only"));
+    ASSERT_OK(values.Append(i));
+  }
+  auto input = arrow::Table::Make(kRows, {times.Finish().ValueOrDie(), keys.Finish().ValueOrDie(),
+                                          values.Finish().ValueOrDie()});
+  for (DedupPolicy policy : {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst}) {
+    ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(input, DayContract(policy)));
+    ASSERT_EQ(arranged.runs.size(), 1u);
+    const int64_t kept = policy == DedupPolicy::kNone ? n : n / 2 + 1;
+    EXPECT_EQ(arranged.runs[0].length, kept);
+    EXPECT_EQ(arranged.runs[0].newest, std::vector<int64_t>{kept - 1});
+    ASSERT_OK_AND_ASSIGN(auto rows, arranged.Rows(arranged.runs[0]));
+    // The reference: rows by time, arrival order among equal times, then the policy's pick.
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    auto time_of = [&](int64_t i) { return (n - i) / 2; };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return time_of(a) < time_of(b); });
+    std::vector<int64_t> want;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const bool same_next = k + 1 < order.size() && time_of(order[k]) == time_of(order[k + 1]);
+      const bool same_prev = k > 0 && time_of(order[k]) == time_of(order[k - 1]);
+      if (policy == DedupPolicy::kLast && same_next) continue;
+      if (policy == DedupPolicy::kFirst && same_prev) continue;
+      want.push_back(order[k]);
+    }
+    ASSERT_EQ(static_cast<int64_t>(want.size()), kept);
+    EXPECT_EQ(Ints(rows, "value"), want);
+  }
+}
+
 TEST(ArrangeTest, EmptyTableHasNoRuns) {
   auto t = TableOf(kRows, {"[]", "[]", "[]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));

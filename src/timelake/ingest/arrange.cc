@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <optional>
 #include <unordered_set>
 
@@ -234,37 +235,79 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   ARROW_ASSIGN_OR_RAISE(auto perm_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(int64_t))));
   int64_t* perm = reinterpret_cast<int64_t*>(perm_buffer->mutable_data());
 
-  // Bucket by bucket: time order (rows nearly always arrive in it), dedup, runs.
+  // Bucket by bucket: time order (rows nearly always arrive in it), dedup, runs. Buckets are
+  // independent: each slice of them (cut where the rows split evenly) fills its own part of
+  // perm, from where its first bucket starts; the parts are then closed up (dedup keeps fewer
+  // rows than the buckets hold) and runs of a chunk cut between two parts joined.
   const bool dedup = contract.dedup != DedupPolicy::kNone;
   const bool keep_last = contract.dedup == DedupPolicy::kLast;
+  auto by_time = [](const Entry& x, const Entry& y) { return x.time < y.time; };
+  struct Part {
+    int64_t first_bucket = 0, end_bucket = 0;
+    int64_t kept = 0;  // rows written to perm from start[first_bucket]
+    std::vector<ChunkRun> runs;  // offsets relative to the part's first row
+  };
+  std::vector<Part> parts(static_cast<size_t>(slices.count));
+  for (size_t p = 0; p < parts.size(); ++p) {
+    // The first bucket starting at or after this slice's share of the rows.
+    auto at = [&](int64_t row) {
+      return static_cast<int64_t>(std::lower_bound(start.begin(), start.end() - 1, row) - start.begin());
+    };
+    parts[p].first_bucket = p == 0 ? 0 : at(slices.begin(p));
+    parts[p].end_bucket = p + 1 == parts.size() ? num_buckets : at(slices.end(p));
+  }
+  ARROW_RETURN_NOT_OK(RunParallel(parts.size(), CpuParallelism(), [&](size_t p) -> arrow::Status {
+    Part& part = parts[p];
+    int64_t* out_rows = perm + (part.first_bucket < num_buckets ? start[part.first_bucket] : n);
+    int64_t m = 0;
+    for (int64_t b = part.first_bucket; b < part.end_bucket; ++b) {
+      const int64_t first = start[b];
+      const int64_t last = start[b + 1];
+      if (first == last) continue;
+      if (!std::is_sorted(entries + first, entries + last, by_time)) {
+        std::stable_sort(entries + first, entries + last, by_time);
+      }
+      const int64_t ordinal = distinct[b / num_ranks];
+      if (part.runs.empty() || part.runs.back().ordinal != ordinal) {
+        ChunkRun run;
+        run.ordinal = ordinal;
+        run.offset = m;
+        part.runs.push_back(run);
+      }
+      ChunkRun& run = part.runs.back();
+      for (int64_t k = first; k < last; ++k) {
+        // In-batch dedup: rows of equal time are adjacent; keep the last or the first.
+        if (dedup && (keep_last ? (k + 1 < last && entries[k + 1].time == entries[k].time)
+                                : (k > first && entries[k - 1].time == entries[k].time))) {
+          continue;
+        }
+        out_rows[m++] = entries[k].row;
+        ++run.length;
+      }
+      run.newest.push_back(m - 1 - run.offset);  // the bucket's last kept row: its series' newest
+    }
+    part.kept = m;
+    return arrow::Status::OK();
+  }));
   Arranged out;
   int64_t m = 0;  // rows kept, in order, in perm
-  auto by_time = [](const Entry& x, const Entry& y) { return x.time < y.time; };
-  for (int64_t b = 0; b < num_buckets; ++b) {
-    const int64_t first = start[b];
-    const int64_t last = start[b + 1];
-    if (first == last) continue;
-    if (!std::is_sorted(entries + first, entries + last, by_time)) {
-      std::stable_sort(entries + first, entries + last, by_time);
+  for (Part& part : parts) {
+    if (part.kept > 0 && part.first_bucket < num_buckets && start[part.first_bucket] != m) {
+      std::memmove(perm + m, perm + start[part.first_bucket],
+                   static_cast<size_t>(part.kept) * sizeof(int64_t));
     }
-    const int64_t ordinal = distinct[b / num_ranks];
-    if (out.runs.empty() || out.runs.back().ordinal != ordinal) {
-      ChunkRun run;
-      run.ordinal = ordinal;
-      run.offset = m;
-      out.runs.push_back(run);
-    }
-    ChunkRun& run = out.runs.back();
-    for (int64_t k = first; k < last; ++k) {
-      // In-batch dedup: rows of equal time are adjacent; keep the last or the first.
-      if (dedup && (keep_last ? (k + 1 < last && entries[k + 1].time == entries[k].time)
-                              : (k > first && entries[k - 1].time == entries[k].time))) {
+    for (ChunkRun& run : part.runs) {
+      if (!out.runs.empty() && out.runs.back().ordinal == run.ordinal) {
+        // One chunk's buckets on both sides of a cut: one run.
+        ChunkRun& joined = out.runs.back();
+        for (int64_t newest : run.newest) joined.newest.push_back(joined.length + newest);
+        joined.length += run.length;
         continue;
       }
-      perm[m++] = entries[k].row;
-      ++run.length;
+      run.offset += m;
+      out.runs.push_back(std::move(run));
     }
-    run.newest.push_back(m - 1 - run.offset);  // the bucket's last kept row: its series' newest
+    m += part.kept;
   }
   entry_buffer.reset();
   out.perm = std::make_shared<arrow::Int64Array>(m, std::shared_ptr<arrow::Buffer>(std::move(perm_buffer)));
