@@ -20,6 +20,8 @@
 namespace timelake::testing {
 namespace {
 
+namespace cp = arrow::compute;
+
 using arrow::field;
 
 const auto kUtcMicros = arrow::timestamp(arrow::TimeUnit::MICRO, "UTC");
@@ -619,6 +621,34 @@ TEST(ArrangeTest, OneSeriesInOneChunkArrangesWholeOnAnyNumberOfCores) {
     }
     ASSERT_EQ(static_cast<int64_t>(want.size()), kept);
     EXPECT_EQ(Ints(rows, "value"), want);
+  }
+}
+
+// A run's rows, gathered by column kind (plain fixed width, dictionary ids with and without
+// nulls, booleans, strings, nulls in values): the rows Arrow's Take gives.
+TEST(ArrangeTest, GatheredRowsOfEveryColumnKindMatchArrowsTake) {
+  auto schema = arrow::schema({field("ts", kUtcMicros, false), field("sensor", arrow::utf8()),
+                               field("i8", arrow::int8()), field("i16", arrow::int16()),
+                               field("f32", arrow::float32()), field("f64", arrow::float64()),
+                               field("flag", arrow::boolean()), field("label", arrow::utf8()),
+                               field("nullable", arrow::int64())});
+  auto t = TableOf(schema, {"[" + Day(2, 3) + "," + Day(1, 1) + "," + Day(2, 1) + "," + Day(1, 2) + "]",
+                            R"(["b", "a", null, "a"])", "[1, -2, 3, -4]", "[100, -200, 300, -400]",
+                            "[1.5, -2.5, 3.5, -4.5]", "[0.25, 0.5, 0.75, 1.0]",
+                            "[true, false, true, false]", R"(["w", "x", "y", "z"])",
+                            "[7, null, 9, null]"});
+  Contract contract = DayContract();
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, contract));
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  // Day 1: a@1:00 (row 1), a@2:00 (row 3); day 2: b@3:00 (row 0), null@1:00 (row 2, nulls last).
+  auto want = cp::Take(t, Json(arrow::int64(), "[1, 3, 0, 2]")).ValueOrDie().table();
+  for (const auto& name : schema->field_names()) {
+    auto got = rows->GetColumnByName(name);
+    if (got->type()->id() == arrow::Type::DICTIONARY) {
+      got = cp::Cast(got, arrow::utf8()).ValueOrDie().chunked_array();
+    }
+    EXPECT_TRUE(got->Equals(*want->GetColumnByName(name)))
+        << name << ": " << got->ToString() << " vs " << want->GetColumnByName(name)->ToString();
   }
 }
 
