@@ -652,6 +652,58 @@ TEST(ArrangeTest, GatheredRowsOfEveryColumnKindMatchArrowsTake) {
   }
 }
 
+// Runs cut so that they divide evenly among the cores: the longest cuttable one, at the series
+// boundary nearest its middle, keeping offsets, lengths and newest rows consistent.
+TEST(ArrangeTest, BalanceRunsCutsTheLongestRunAtASeriesBoundary) {
+  auto run = [](int64_t ordinal, int64_t offset, std::vector<int64_t> newest) {
+    ChunkRun r;
+    r.ordinal = ordinal;
+    r.offset = offset;
+    r.newest = std::move(newest);
+    r.length = r.newest.empty() ? 0 : r.newest.back() + 1;
+    return r;
+  };
+  Arranged a;
+  a.runs = {run(10, 0, {3, 9}), run(11, 10, {1, 5, 11, 19}), run(12, 30, {6})};
+  a.BalanceRuns(/*workers=*/2, /*min_rows=*/5);
+  ASSERT_EQ(a.runs.size(), 4u);
+  // Run 11 (20 rows, series ending at 1, 5, 11, 19) is cut after row 11 (12 + 8 rows).
+  EXPECT_EQ(a.runs[1].ordinal, 11);
+  EXPECT_EQ(a.runs[1].offset, 10);
+  EXPECT_EQ(a.runs[1].length, 12);
+  EXPECT_EQ(a.runs[1].newest, (std::vector<int64_t>{1, 5, 11}));
+  EXPECT_EQ(a.runs[2].ordinal, 11);
+  EXPECT_EQ(a.runs[2].offset, 22);
+  EXPECT_EQ(a.runs[2].length, 8);
+  EXPECT_EQ(a.runs[2].newest, (std::vector<int64_t>{7}));
+  EXPECT_EQ(a.runs[3].offset, 30);
+  // Already even, one worker, runs too short or of one series: nothing is cut.
+  a.BalanceRuns(2, 5);
+  EXPECT_EQ(a.runs.size(), 4u);
+  Arranged b;
+  b.runs = {run(1, 0, {3, 9}), run(2, 10, {1, 5, 11, 19}), run(3, 30, {6})};
+  b.BalanceRuns(1, 5);
+  EXPECT_EQ(b.runs.size(), 3u);
+  b.BalanceRuns(2, 100);
+  EXPECT_EQ(b.runs.size(), 3u);
+  Arranged c;
+  c.runs = {run(1, 0, {99}), run(2, 100, {99}), run(3, 200, {99})};
+  c.BalanceRuns(2, 5);
+  EXPECT_EQ(c.runs.size(), 3u);
+  // Three workers: cuts until the count divides (two runs: one cut of the longest).
+  Arranged d;
+  d.runs = {run(1, 0, {9, 19, 29, 39}), run(2, 40, {4, 9})};
+  d.BalanceRuns(3, 2);
+  EXPECT_EQ(d.runs.size(), 3u);
+  int64_t covered = 0;
+  for (const auto& r : d.runs) {
+    EXPECT_EQ(r.offset, covered);
+    EXPECT_EQ(r.newest.back() + 1, r.length);
+    covered += r.length;
+  }
+  EXPECT_EQ(covered, 50);
+}
+
 TEST(ArrangeTest, EmptyTableHasNoRuns) {
   auto t = TableOf(kRows, {"[]", "[]", "[]"});
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));

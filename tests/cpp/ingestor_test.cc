@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
+#include <map>
 
 #include <arrow/api.h>
+#include <arrow/compute/api.h>
 
 #include <gtest/gtest.h>
 #include <parquet/arrow/reader.h>
@@ -16,6 +19,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake::testing {
 namespace {
@@ -95,6 +99,60 @@ TEST_F(IngestorTest, FilesReadBackAsTheArrangedInputRows) {
       TableOf(storage_, {"[" + Ts(2, 1) + "," + Ts(2, 5) + "]", R"(["a", "b"])", "[4.0, 1.0]"});
   EXPECT_TRUE(day1->Equals(*expected1)) << day1->ToString();
   EXPECT_TRUE(day2->Equals(*expected2)) << day2->ToString();
+}
+
+// Three days of a million rows and more on two cores: a day is cut in two files by series, so
+// both cores write to the end. Every file still lies in one chunk, sorted by (series, time), the
+// two files of a day hold disjoint series, and every row is written once.
+TEST_F(IngestorTest, ChunksThatDoNotDivideAmongTheCoresAreCutBySeries) {
+  constexpr int64_t kPerDay = 1'100'000;
+  constexpr int kSeries = 64;
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  arrow::StringBuilder sensors;
+  arrow::DoubleBuilder values;
+  for (int day = 1; day <= 3; ++day) {
+    for (int64_t i = 0; i < kPerDay; ++i) {
+      ASSERT_OK(times.Append(Micros(2025, 1, day) + i * 50'000));
+      ASSERT_OK(sensors.Append("s" + std::to_string(i % kSeries)));
+      ASSERT_OK(values.Append(static_cast<double>(i)));
+    }
+  }
+  auto batch = arrow::RecordBatch::Make(declared_, 3 * kPerDay,
+                                        {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
+                                         values.Finish().ValueOrDie()});
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {batch});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  const int cores = CpuParallelism();
+  if (cores == 2) EXPECT_EQ(files.size(), 4u);
+  if (cores == 1) EXPECT_EQ(files.size(), 3u);
+  int64_t rows = 0;
+  std::map<std::string, std::set<std::string>> series_of_chunk;
+  for (const auto& f : files) {
+    auto table = ReadBack("ns/t/" + f.path)->CombineChunks().ValueOrDie();
+    rows += table->num_rows();
+    EXPECT_EQ(f.rows, table->num_rows());
+    auto ts = std::static_pointer_cast<arrow::TimestampArray>(table->GetColumnByName("ts")->chunk(0));
+    auto key = arrow::compute::Cast(table->GetColumnByName("sensor"), arrow::utf8())
+                   .ValueOrDie().chunked_array()->chunk(0);
+    const auto& names = static_cast<const arrow::StringArray&>(*key);
+    std::set<std::string> here;
+    for (int64_t i = 0; i < table->num_rows(); ++i) {
+      EXPECT_EQ(ChunkLabel(ChunkWidth::kDay, ChunkOrdinal(ChunkWidth::kDay, ts->Value(i))), f.chunk);
+      here.insert(names.GetString(i));
+      if (i > 0) {
+        const bool same = names.GetView(i) == names.GetView(i - 1);
+        ASSERT_TRUE(names.GetView(i - 1) < names.GetView(i) || (same && ts->Value(i - 1) < ts->Value(i)))
+            << f.path << " not sorted at " << i;
+      }
+    }
+    for (const auto& s : here) {
+      EXPECT_TRUE(series_of_chunk[f.chunk].insert(s).second) << s << " in two files of " << f.chunk;
+    }
+  }
+  EXPECT_EQ(rows, 3 * kPerDay);
+  for (const auto& [chunk, series] : series_of_chunk) EXPECT_EQ(series.size(), size_t{kSeries}) << chunk;
 }
 
 TEST_F(IngestorTest, WrittenFilesDescribeThemselves) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -363,6 +364,38 @@ arrow::Result<std::shared_ptr<arrow::Table>> Arranged::Rows(const ChunkRun& run)
     columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(taken)));
   }
   return arrow::Table::Make(source->schema(), columns, run.length);
+}
+
+void Arranged::BalanceRuns(int workers, int64_t min_rows) {
+  if (workers < 2 || runs.size() < 2) return;
+  while (runs.size() % static_cast<size_t>(workers) != 0) {
+    // The longest run that can be cut: enough rows, and two series or more.
+    size_t longest = runs.size();
+    for (size_t r = 0; r < runs.size(); ++r) {
+      if (runs[r].length >= min_rows && runs[r].newest.size() >= 2 &&
+          (longest == runs.size() || runs[r].length > runs[longest].length)) {
+        longest = r;
+      }
+    }
+    if (longest == runs.size()) return;
+    ChunkRun& run = runs[longest];
+    // Series k ends at newest[k]: cut after the series whose end is nearest the middle.
+    size_t cut = 1;
+    for (size_t k = 1; k < run.newest.size(); ++k) {
+      const int64_t at = run.newest[k - 1] + 1;
+      const int64_t best = run.newest[cut - 1] + 1;
+      if (std::llabs(2 * at - run.length) < std::llabs(2 * best - run.length)) cut = k;
+    }
+    const int64_t rows = run.newest[cut - 1] + 1;
+    ChunkRun second;
+    second.ordinal = run.ordinal;
+    second.offset = run.offset + rows;
+    second.length = run.length - rows;
+    for (size_t k = cut; k < run.newest.size(); ++k) second.newest.push_back(run.newest[k] - rows);
+    run.length = rows;
+    run.newest.resize(cut);
+    runs.insert(runs.begin() + static_cast<std::ptrdiff_t>(longest) + 1, std::move(second));
+  }
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> Arranged::All() const {

@@ -40,6 +40,13 @@ struct Arranged {
   arrow::Result<std::shared_ptr<arrow::Table>> Rows(const ChunkRun& run) const;
   /// Every row, in order (for tests).
   arrow::Result<std::shared_ptr<arrow::Table>> All() const;
+
+  /// Cuts the longest runs of at least `min_rows` rows in two at a series boundary (where the
+  /// rows split most evenly) until the runs divide evenly among `workers`, or no run can be cut.
+  /// Each run is written as a file by one thread: seven chunks on two cores leave the seventh
+  /// alone on one core. The two runs of a cut chunk hold disjoint series, each sorted. Only runs
+  /// that know their series' newest rows (the counting-sort arrangement) are cut.
+  void BalanceRuns(int workers, int64_t min_rows);
 };
 
 /// Sorts `table` (storage schema) by (chunk, series key, time) and applies the contract's

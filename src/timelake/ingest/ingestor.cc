@@ -29,6 +29,9 @@ namespace timelake {
 
 namespace {
 
+// Runs shorter than this are never cut in two to keep every core busy (Arranged::BalanceRuns).
+constexpr int64_t kBalanceMinRows = 1 << 20;
+
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
@@ -284,6 +287,9 @@ arrow::Status Ingestor::Flush() {
   }
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   table.reset();  // the arrangement holds what it needs
+  // Every core writes files to the end: chunks that do not divide evenly among the cores are
+  // cut in two by series (large ones only: small files cost more than the idle core).
+  arranged.BalanceRuns(CpuParallelism(), kBalanceMinRows);
   struct Job {
     const ChunkRun* run = nullptr;
     std::string chunk;
