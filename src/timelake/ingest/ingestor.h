@@ -2,7 +2,8 @@
 //
 // Batches are aligned to the storage schema as they arrive and buffered up to a byte budget;
 // each time the budget fills (and at the end) the buffer is arranged (chunked, sorted,
-// deduplicated) and written as one file per chunk. Memory stays bounded by the budget whatever
+// deduplicated) and written as one file per chunk (two, cut by series, where that keeps every
+// core writing: Arranged::BalanceRuns). Memory stays bounded by the budget whatever
 // the input's size. Files are written before any commit; if the append fails or turns out to be
 // a duplicate, Abort() deletes them (a crash leaves them unreferenced, for vacuum).
 #pragma once
