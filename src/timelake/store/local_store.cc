@@ -115,6 +115,12 @@ class SyncWorkers {
   int idle_ = 0;     // waiting for a job
 };
 
+// Made when the library loads, before any thread of the process can use it: a fork() while
+// another thread was still inside the first Get() (its static initialization, and the
+// pthread_atfork registration in it) left the child waiting forever for an initialization that
+// no thread of the child would finish.
+[[maybe_unused]] const bool kSyncWorkersMade = (SyncWorkers::Get(), true);
+
 // Deferred fsyncs of one store (in-place outputs' fsyncs after Close), run by SyncWorkers.
 // Await(mark, scope) waits for every one of `scope` (a table's folder: syncs of other tables are
 // not waited for) started before Mark() returned `mark`; a put waits only for the files closed

@@ -60,9 +60,22 @@ void DrainAllUpkeep() {
   }
 }
 
-Upkeep::Upkeep() {
+void Upkeep::InitializeForFork() {
   static std::once_flag registered;
-  std::call_once(registered, [] { pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild); });
+  std::call_once(registered, [] {
+    (void)RegistryMutex();
+    (void)Registry();
+    (void)Unpinned();
+    pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
+  });
+}
+
+namespace {
+[[maybe_unused]] const bool kUpkeepReadyForFork = (Upkeep::InitializeForFork(), true);
+}  // namespace
+
+Upkeep::Upkeep() {
+  InitializeForFork();
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry().insert(this);
 }

@@ -50,6 +50,11 @@ class Upkeep {
   /// The failures since the last call, each "<name>: <message>" (at most the last 100).
   std::vector<std::string> TakeFailures();
 
+  /// Makes the registry of queues and registers the fork handlers. Runs when the library loads
+  /// (upkeep.cc), before any thread can construct an Upkeep: a fork() while another thread was
+  /// inside that first initialization would leave the child waiting for it forever.
+  static void InitializeForFork();
+
  private:
   friend void DrainAllUpkeep();
   /// True while a task is queued or running.

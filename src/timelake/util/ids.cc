@@ -7,6 +7,18 @@
 #include <random>
 
 namespace timelake {
+namespace {
+
+// OpenSSL sets up its random generator on first use, under locks of its own. A fork() while
+// another thread was doing that (the first file a lake writes) left the child waiting for those
+// locks forever: it is set up when the library loads instead, before threads can race for it.
+[[maybe_unused]] const bool kRandomReady = [] {
+  unsigned char byte = 0;
+  (void)RAND_bytes(&byte, 1);
+  return true;
+}();
+
+}  // namespace
 
 std::string NewUuid() {
   std::array<unsigned char, 16> b{};
