@@ -18,6 +18,12 @@
 #include "timelake/util/time.h"
 
 namespace timelake {
+
+namespace {
+// How long a group commit's leader waits for the appends it expects (Table::CommitInGroup).
+constexpr std::chrono::microseconds kGroupWait{1000};
+}  // namespace
+
 Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
     : mutex_("table handle '" + name + "'",
              "use a second handle for the table, from lake.table('" + name + "')"),
@@ -77,9 +83,9 @@ arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
   arrow::Status staging;
   {
     auto busy = mutex_.MarkBusy("append");
-    staging = StageAppend(plan, reader, options, &staged);
+    staging = StageAppend(plan, reader, options, &staged, kSharedFileMaxRows);
   }
-  if (!staging.ok() || (staged.files.empty() && !options.batch_id)) {
+  if (!staging.ok() || (staged.files.empty() && !staged.shared && !options.batch_id)) {
     ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append"));
     if (!staging.ok()) return DroppedOr(ctx_, staging);
     AppendResult empty;
@@ -106,6 +112,7 @@ arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
   Queued mine{staged, std::nullopt};
   std::unique_lock<std::mutex> group(group_mutex_);
   group_queue_.push_back(&mine);
+  group_grew_.notify_one();
   while (!mine.result) {
     if (group_leader_) {
       group_changed_.wait(group);
@@ -125,6 +132,10 @@ arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
         staged->ingestor->Abort();
         return lock.status();
       }
+      const auto deadline = std::chrono::steady_clock::now() + kGroupWait;
+      while (group_queue_.size() < group_expected_ &&
+             group_grew_.wait_until(group, deadline) == std::cv_status::no_timeout) {
+      }
       std::vector<Queued*> members;
       members.swap(group_queue_);
       group.unlock();
@@ -137,6 +148,7 @@ arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
       }
       group.lock();
       for (size_t i = 0; i < members.size(); ++i) members[i]->result = std::move(results[i]);
+      group_expected_ = members.size() + group_queue_.size();
     }
     group_leader_ = false;
     group_changed_.notify_all();

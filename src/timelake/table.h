@@ -108,6 +108,12 @@ class Table {
   /// commit): the first waiting thread leads, takes the handle's lock and commits every staged
   /// append queued by then as one Delta commit; the others wait for its answer. `interrupt` may
   /// stop the wait for the lock (cancelling this append only).
+  ///
+  /// Commit delay: threads appending in a loop come back right after their group's commit; a
+  /// leader that took the queue at once would commit without them and split the threads into
+  /// two groups taking turns, each waiting out the other's commit. So a leader holding the lock
+  /// waits (at most kGroupWait) until as many appends are queued as the last group had, with
+  /// those queued when it was committed.
   arrow::Result<AppendResult> CommitInGroup(StagedAppend* staged, const InterruptCheck& interrupt);
 
   /// While a group commit is in flight (the handle's lock is held for it), an append need not
@@ -127,6 +133,10 @@ class Table {
   std::condition_variable group_changed_;
   std::vector<Queued*> group_queue_;  // GUARDED_BY(group_mutex_)
   bool group_leader_ = false;         // GUARDED_BY(group_mutex_)
+  std::condition_variable group_grew_;  // an append joined the queue
+  // GUARDED_BY(group_mutex_): the appends of the last group and those queued when it was
+  // committed: the threads appending now, which a leader waits for a moment (CommitInGroup).
+  size_t group_expected_ = 1;
   std::shared_ptr<const AppendPlan> plan_;  // GUARDED_BY(group_mutex_): the last planned append
   bool plan_auto_maintain_ = false;         // GUARDED_BY(group_mutex_): the table's autoMaintain then
 };

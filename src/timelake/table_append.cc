@@ -50,7 +50,7 @@ arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const 
 }
 
 arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* reader,
-                          const AppendOptions& options, StagedAppend* out) {
+                          const AppendOptions& options, StagedAppend* out, int64_t share_max_rows) {
   IngestOptions ingest_options = plan.ingest_options;
   ingest_options.interrupt = options.interrupt;
   if (options.buffer_bytes) ingest_options.buffer_bytes = std::max<int64_t>(1, *options.buffer_bytes);
@@ -62,10 +62,17 @@ arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* read
                                              plan.storage, ingest_options);
   arrow::Status st = out->ingestor->Consume(reader);
   if (st.ok()) {
-    auto finished = out->ingestor->Finish();
-    if (finished.ok()) {
-      out->files = std::move(*finished);
+    auto kept = out->ingestor->FinishOrKeep(share_max_rows);
+    if (!kept.ok()) {
+      st = kept.status();
+    } else if (*kept) {
+      out->shared = true;
+      auto rows = out->ingestor->BufferedRowsAfterDedup();
+      if (rows.ok()) out->rows = *rows;
+      st = rows.status();
     } else {
+      auto finished = out->ingestor->Finish();  // returns what FinishOrKeep wrote
+      if (finished.ok()) out->files = std::move(*finished);
       st = finished.status();
     }
   }
@@ -74,8 +81,44 @@ arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* read
   return st;
 }
 
+arrow::Status WriteSharedFiles(const std::vector<StagedAppend*>& group,
+                               const std::vector<size_t>& members, SharedFiles* out) {
+  *out = SharedFiles{};
+  if (members.empty()) return arrow::Status::OK();
+  const auto& schema = group[members[0]]->ingestor->storage();
+  out->ingestor = group[members[0]]->ingestor->Sibling();
+  arrow::Status st;
+  for (size_t i : members) {
+    StagedAppend& member = *group[i];
+    if (!member.ingestor->storage()->Equals(*schema)) {
+      auto own = member.ingestor->Finish();
+      if (!own.ok()) {
+        st = own.status();
+        break;
+      }
+      member.files = std::move(*own);
+      member.shared = false;
+      continue;
+    }
+    st = out->ingestor->Add(member.ingestor->buffered());
+    if (!st.ok()) break;
+    out->members.push_back(i);
+  }
+  if (st.ok()) {
+    auto written = out->ingestor->Finish();
+    if (written.ok()) out->files = std::move(*written);
+    st = written.status();
+  }
+  if (!st.ok()) {
+    out->ingestor->Abort();
+    *out = SharedFiles{};
+  }
+  return st;
+}
+
 std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
-                                                      const std::vector<StagedAppend*>& group) {
+                                                      const std::vector<StagedAppend*>& group,
+                                                      SharedFiles shared) {
   std::vector<std::optional<arrow::Result<AppendResult>>> results(group.size());
   auto answer_duplicate = [&](size_t i, int64_t version) {
     group[i]->ingestor->Abort();
@@ -86,6 +129,12 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
   };
   const auto started = std::chrono::steady_clock::now();
   int attempts = 0;
+  // The shared files hold the rows of the live appends that kept theirs; rewritten when a round
+  // answers one of them as a duplicate.
+  auto drop_shared = [&] {
+    if (shared.ingestor) shared.ingestor->Abort();
+    shared = SharedFiles{};
+  };
   // Each round commits the appends not answered yet; a round is lost only when a concurrent
   // writer recorded one of their batch ids, which makes that append a duplicate.
   for (int round = 0; round < Committer::kMaxAttempts; ++round) {
@@ -105,6 +154,27 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     }
     if (live.empty()) break;
 
+    std::vector<size_t> sharing;
+    for (size_t i : live) {
+      if (group[i]->shared) sharing.push_back(i);
+    }
+    if (sharing != shared.members) {
+      drop_shared();
+      if (arrow::Status st = WriteSharedFiles(group, sharing, &shared); !st.ok()) {
+        st = DroppedOr(t, st);
+        for (size_t i : live) {
+          group[i]->ingestor->Abort();
+          results[i] = st;
+        }
+        for (size_t i : repeated) {
+          group[i]->ingestor->Abort();
+          results[i] = st;
+        }
+        break;
+      }
+      sharing = shared.members;
+    }
+
     Commit commit;
     CommitInfo info = NewCommitInfo("WRITE");
     info.operation_parameters = {{"mode", "Append"}};
@@ -113,7 +183,11 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     const int64_t now_ms = NowMillis();
     int order = 0;  // write order across the group: later appends win ties, as later commits do
     for (size_t i : live) {
-      for (auto& f : group[i]->files) {
+      // The shared files take the place of the first append whose rows they hold (appends
+      // grouped together are concurrent: none of them is later than another).
+      auto& own = group[i]->files;
+      auto& written = !sharing.empty() && i == sharing[0] ? shared.files : own;
+      for (auto& f : written) {
         f.order = order++;
         rows += f.rows;
         bytes += f.size;
@@ -146,6 +220,8 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     if (!st.ok()) {
       // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
       st = DroppedOr(t, st);
+      if (outcome.outcome_unknown) shared.ingestor.reset();  // keep the shared files too
+      drop_shared();
       for (size_t i : live) {
         if (!outcome.outcome_unknown) group[i]->ingestor->Abort();
         results[i] = st;
@@ -160,6 +236,7 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
       // A concurrent append recorded one of the batch ids: the next round answers it as a
       // duplicate and commits the others.
       if (outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn) continue;
+      drop_shared();
       for (size_t i : live) answer_duplicate(i, t.snapshot.version);
       for (size_t i : repeated) answer_duplicate(i, t.snapshot.version);
       break;
@@ -167,28 +244,43 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     const int64_t version = *outcome.version;
     const double commit_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    std::vector<WrittenFile> all;
+    std::vector<WrittenFile> all = shared.files;
     int64_t compact_files = 0;
+    int64_t shared_rows = 0, shared_bytes = 0;
+    for (size_t i : sharing) shared_rows += group[i]->rows;
+    for (const auto& f : shared.files) shared_bytes += f.size;
+    bool compact_shared = false;
     for (size_t i : live) {
       AppendResult r;
       r.version = version;
       r.attempts = attempts;
       r.commit_ms = commit_ms;
-      r.files = static_cast<int64_t>(group[i]->files.size());
-      for (const auto& f : group[i]->files) {
-        r.rows += f.rows;
-        r.bytes += f.size;
-        all.push_back(f);
+      if (group[i]->shared) {
+        // Each append sharing the files counts them, and its share of their bytes by rows.
+        r.files = static_cast<int64_t>(shared.files.size());
+        r.rows = group[i]->rows;
+        r.bytes = shared_rows > 0 ? shared_bytes * r.rows / shared_rows : 0;
+        compact_shared = compact_shared || group[i]->compact_after;
+      } else {
+        r.files = static_cast<int64_t>(group[i]->files.size());
+        for (const auto& f : group[i]->files) {
+          r.rows += f.rows;
+          r.bytes += f.size;
+          all.push_back(f);
+        }
+        if (group[i]->compact_after) compact_files += r.files;
       }
-      if (group[i]->compact_after) compact_files += r.files;
       results[i] = r;
     }
+    if (compact_shared) compact_files += static_cast<int64_t>(shared.files.size());
+    shared.ingestor.reset();  // committed: the files are the table's now
     for (size_t i : repeated) answer_duplicate(i, version);
     // Acknowledged: the checkpoint and the index record go to the upkeep thread.
     QueueAfterAppend(t, all, version);
     MaybeCompactInBackground(t, compact_files);
     break;
   }
+  drop_shared();  // unless committed (or maybe committed): every append was answered otherwise
   std::vector<arrow::Result<AppendResult>> out;
   for (auto& r : results) {
     out.push_back(r ? std::move(*r)

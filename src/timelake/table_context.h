@@ -227,11 +227,21 @@ struct AppendPlan {
   int64_t head_checked_ms = 0;  // when planning read the head commit (PendingCommit)
 };
 
-/// An append whose files are written and wait for their commit.
+/// Appends of at most this many rows, staged for a group commit, leave their rows to the commit:
+/// it writes the rows of all such appends of the group as one file per chunk (a file and its
+/// fsyncs per append would cost more than the rows' encoding).
+constexpr int64_t kSharedFileMaxRows = 4096;
+
+/// An append whose files are written (or whose rows are kept for a shared file) and wait for
+/// their commit.
 struct StagedAppend {
   std::optional<std::string> batch_id;
   std::unique_ptr<Ingestor> ingestor;  // deletes the files if they are not committed
   std::vector<WrittenFile> files;
+  // The rows wait in the ingestor's buffer for the group's shared file (files is empty); `rows`
+  // counts them after the append's own in-batch deduplication.
+  bool shared = false;
+  int64_t rows = 0;
   bool compact_after = true;  // may queue a background compaction pass (not maintain=False)
   int64_t head_checked_ms = 0;
 };
@@ -241,16 +251,35 @@ struct StagedAppend {
 /// (its batch id is in the table).
 arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const AppendOptions& options,
                                                          AppendPlan* plan);
-/// Writes the files of `reader` into `out` (no lock needed: touches no handle state). On failure
-/// what was written is deleted.
+/// Writes the files of `reader` into `out` (no lock needed: touches no handle state), or, for
+/// input of at most `share_max_rows` rows, keeps its rows for the group's shared file. On
+/// failure what was written is deleted.
 arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* reader,
-                          const AppendOptions& options, StagedAppend* out);
-/// Commits staged appends as ONE Delta commit (group commit): every file of every append, a `txn`
-/// per batch id. Appends whose batch id is already in the table, or earlier in `group`, are
-/// answered as duplicates and their files deleted. One result per staged append, in order. The
-/// commit's checkpoint and index record go to the upkeep thread.
+                          const AppendOptions& options, StagedAppend* out,
+                          int64_t share_max_rows = 0);
+/// The file(s), one per chunk, holding the rows of the appends of a group that kept theirs
+/// (StagedAppend::shared).
+struct SharedFiles {
+  std::unique_ptr<Ingestor> ingestor;  // wrote them; deletes them if they are not committed
+  std::vector<WrittenFile> files;
+  std::vector<size_t> members;  // the appends whose rows they hold: indices into the group
+};
+/// Writes the rows of `group[i]` for each i of `members` (appends that kept their rows) into
+/// `out` (no lock needed). An append planned with another storage schema than the first (a
+/// schema change between their plans) writes its own files instead and stops sharing. On failure
+/// nothing is left written.
+arrow::Status WriteSharedFiles(const std::vector<StagedAppend*>& group,
+                               const std::vector<size_t>& members, SharedFiles* out);
+
+/// Commits staged appends as ONE Delta commit (group commit): every file of every append, the
+/// shared file(s) holding the rows of the appends that kept theirs, a `txn` per batch id. Appends
+/// whose batch id is already in the table, or earlier in `group`, are answered as duplicates and
+/// their files deleted (and their rows left out of the shared file, rewritten without them).
+/// `shared` may hold the shared files written before the lock was taken. One result per staged
+/// append, in order. The commit's checkpoint and index record go to the upkeep thread.
 std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
-                                                      const std::vector<StagedAppend*>& group);
+                                                      const std::vector<StagedAppend*>& group,
+                                                      SharedFiles shared = {});
 
 /// Adds the failures of earlier appends' upkeep (and `failures`) to `result`'s maintenance error.
 void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -17,9 +18,12 @@
 #include <map>
 
 #include <gtest/gtest.h>
+#include <parquet/arrow/reader.h>
 
 #include "test_util.h"
 #include "timelake/lake.h"
+#include "timelake/log/schema.h"
+#include "timelake/table_context.h"
 #include "timelake/store/forwarding_store.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/util/time.h"
@@ -294,6 +298,179 @@ TEST_F(TableTest, CommitRaceLostToAnotherHandleIsRetried) {
   EXPECT_EQ(result.attempts, 2);
   EXPECT_EQ(LiveFiles(), DataFiles());
   EXPECT_EQ(DataFiles().size(), 2u);
+}
+
+// The `add` actions of each commit after the first, in version order.
+std::vector<int> AddsPerCommit(MemoryStore* store, const std::vector<std::string>& commits) {
+  std::vector<int> out;
+  for (size_t v = 1; v < commits.size(); ++v) {
+    const std::string body = store->Get(commits[v]).ValueOrDie()->ToString();
+    int adds = 0;
+    for (size_t at = body.find("{\"add\""); at != std::string::npos; at = body.find("{\"add\"", at + 1)) {
+      ++adds;
+    }
+    out.push_back(adds);
+  }
+  return out;
+}
+
+TEST_F(TableTest, GroupedSmallAppendsShareOneFilePerChunk) {
+  // While the first commit is in flight (slowed down), four threads stage small appends to one
+  // day; they are committed together, and their rows go into ONE data file, not one each.
+  std::promise<void> in_flight;
+  std::atomic<bool> fired{false};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put_if_absent" && path.find("_delta_log/") != std::string::npos && !fired.exchange(true)) {
+      in_flight.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return arrow::Status::OK();
+  });
+  std::thread first([&] { EXPECT_OK(AppendAt(table_.get(), {{1, 0}}, "first").status()); });
+  in_flight.get_future().wait();
+  std::vector<AppendResult> results(4);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      auto r = AppendAt(table_.get(), {{1, 1 + 2 * w}, {1, 2 + 2 * w}}, "w" + std::to_string(w));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) results[w] = *r;
+    });
+  }
+  first.join();
+  for (auto& t : threads) t.join();
+  store_->SetFaultHook(nullptr);
+
+  std::set<int64_t> versions;
+  int64_t bytes = 0;
+  for (const auto& r : results) {
+    EXPECT_FALSE(r.duplicate);
+    EXPECT_EQ(r.rows, 2);
+    EXPECT_EQ(r.files, 1);
+    bytes += r.bytes;
+    versions.insert(r.version);
+  }
+  EXPECT_LT(versions.size(), 4u) << "the four appends should have shared a commit";
+  // Every commit holds one chunk's rows, so one file, however many appends it carried.
+  for (int adds : AddsPerCommit(store_.get(), Commits())) EXPECT_EQ(adds, 1);
+  EXPECT_EQ(DataFiles().size(), 1 + versions.size());
+  EXPECT_EQ(DataFiles(), LiveFiles());
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 9);
+  // The appends' bytes are their shares of the shared files: together at most the files' bytes.
+  EXPECT_GT(bytes, 0);
+  EXPECT_LE(bytes, info.bytes);
+}
+
+TEST_F(TableTest, AGroupedAppendFoundDuplicateAtItsCommitIsLeftOutOfTheSharedFile) {
+  // Three appends staged while the first commit is in flight go into one commit with one shared
+  // file. Before that commit is put, another handle commits the batch id of one of them: the
+  // group loses the race, answers that append as a duplicate, and writes the shared file again
+  // without its rows (the first shared file is deleted).
+  auto other = OpenHandle();
+  std::promise<void> in_flight;
+  std::atomic<int> puts{0};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op != "put_if_absent" || path.find("_delta_log/") == std::string::npos) {
+      return arrow::Status::OK();
+    }
+    const int n = puts++;
+    if (n == 0) {  // version 1: hold it while the others queue
+      in_flight.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    } else if (n == 1) {  // the group's first try at version 2: the racing handle wins it
+      EXPECT_OK(AppendAt(other.get(), {{3, 0}}, "w1").status());
+    }
+    return arrow::Status::OK();
+  });
+  std::thread first([&] { EXPECT_OK(AppendAt(table_.get(), {{1, 0}}, "first").status()); });
+  in_flight.get_future().wait();
+  std::vector<AppendResult> results(3);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      auto r = AppendAt(table_.get(), {{2, w}}, "w" + std::to_string(w));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) results[w] = *r;
+    });
+  }
+  first.join();
+  for (auto& t : threads) t.join();
+  store_->SetFaultHook(nullptr);
+
+  ASSERT_GE(puts.load(), 3) << "the group never raced the other handle";
+  EXPECT_TRUE(results[1].duplicate);
+  EXPECT_FALSE(results[0].duplicate);
+  EXPECT_FALSE(results[2].duplicate);
+  EXPECT_EQ(results[0].version, 3);
+  EXPECT_EQ(results[2].version, 3);
+  EXPECT_EQ(results[0].rows, 1);
+  EXPECT_EQ(DataFiles(), LiveFiles()) << "the first shared file must be deleted";
+  EXPECT_EQ(DataFiles().size(), 3u);
+  // Day 2 holds the rows of w0 and w2 only; w1's row is the racing handle's, on day 3.
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 4);
+  for (const auto& path : LiveFiles()) {
+    if (path.find("2025-01-02") == std::string::npos) continue;
+    auto input = store_->OpenInput(path).ValueOrDie();
+    auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
+    std::shared_ptr<arrow::Table> rows;
+    ASSERT_OK(reader->ReadTable(&rows));
+    EXPECT_EQ(rows->num_rows(), 2);
+  }
+}
+
+TEST(SharedFilesTest, AnAppendPlannedUnderAnotherSchemaWritesItsOwnFiles) {
+  // The appends of a group were planned at different times: one under the schema after a column
+  // was added. Its rows cannot share the others' file; it writes its own.
+  auto store = std::make_shared<MemoryStore>("lake");
+  Contract contract;
+  contract.time_column = "ts";
+  contract.series_key = {"sensor"};
+  contract.chunk = ChunkWidth::kDay;
+  auto ts = field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false);
+  auto v1 = arrow::schema({ts, field("sensor", arrow::utf8()), field("value", arrow::float64())});
+  auto v2 = arrow::schema({ts, field("sensor", arrow::utf8()), field("value", arrow::float64()),
+                           field("note", arrow::utf8())});
+  auto stage = [&](const std::shared_ptr<arrow::Schema>& schema, int hour,
+                   std::vector<std::string> columns, StagedAppend* out) -> arrow::Status {
+    columns.insert(columns.begin(), "[" + std::to_string(Micros(2025, 1, 1, hour)) + "]");
+    ARROW_ASSIGN_OR_RAISE(auto storage, StorageSchemaOf(*schema));
+    out->ingestor = std::make_unique<Ingestor>(store, "t", contract, schema, storage);
+    auto reader = Reader(schema, {Batch(schema, columns)});
+    ARROW_RETURN_NOT_OK(out->ingestor->Consume(reader.get()));
+    ARROW_ASSIGN_OR_RAISE(out->shared, out->ingestor->FinishOrKeep(kSharedFileMaxRows));
+    out->rows = 1;
+    return arrow::Status::OK();
+  };
+  StagedAppend a, b, c;
+  ASSERT_OK(stage(v1, 0, {R"(["a"])", "[1.0]"}, &a));
+  ASSERT_OK(stage(v2, 1, {R"(["b"])", "[2.0]", R"(["x"])"}, &b));
+  ASSERT_OK(stage(v1, 2, {R"(["c"])", "[3.0]"}, &c));
+  ASSERT_TRUE(a.shared && b.shared && c.shared);
+  SharedFiles shared;
+  ASSERT_OK(WriteSharedFiles({&a, &b, &c}, {0, 1, 2}, &shared));
+  EXPECT_EQ(shared.members, (std::vector<size_t>{0, 2}));
+  ASSERT_EQ(shared.files.size(), 1u);
+  EXPECT_EQ(shared.files[0].rows, 2);
+  EXPECT_FALSE(b.shared);
+  ASSERT_EQ(b.files.size(), 1u);
+  EXPECT_EQ(b.files[0].rows, 1);
+  // Read back: the shared file holds a's and c's rows in the arranged order, b's file its own.
+  auto read = [&](const std::string& path) {
+    auto input = store->OpenInput("t/" + path).ValueOrDie();
+    auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
+    std::shared_ptr<arrow::Table> rows;
+    EXPECT_OK(reader->ReadTable(&rows));
+    return rows;
+  };
+  auto both = read(shared.files[0].path);
+  ASSERT_EQ(both->num_rows(), 2);
+  EXPECT_TRUE(both->GetColumnByName("value")->Equals(arrow::ChunkedArray(Json(arrow::float64(), "[1.0, 3.0]"))));
+  EXPECT_EQ(read(b.files[0].path)->num_columns(), 4);
+  shared.ingestor->Abort();
+  b.ingestor->Abort();
+  EXPECT_TRUE(store->List("t/").ValueOrDie().empty()) << "Abort deletes every file written";
 }
 
 TEST_F(TableTest, BatchCommittedByARacingHandleMakesTheAppendDuplicate) {

@@ -495,6 +495,41 @@ arrow::Result<std::vector<WrittenFile>> Ingestor::Finish() {
   return written_;
 }
 
+arrow::Result<bool> Ingestor::FinishOrKeep(int64_t max_rows) {
+  if (written_.empty() && !buffer_.empty() && rows_in_ <= max_rows) return true;
+  ARROW_RETURN_NOT_OK(Finish().status());
+  return false;
+}
+
+arrow::Result<int64_t> Ingestor::BufferedRowsAfterDedup() const {
+  int64_t rows = 0;
+  for (const auto& batch : buffer_) rows += batch->num_rows();
+  if (contract_.dedup == DedupPolicy::kNone || buffer_.empty()) return rows;
+  ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
+  ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
+  ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
+  rows = 0;
+  for (const auto& run : arranged.runs) rows += run.length;
+  return rows;
+}
+
+std::unique_ptr<Ingestor> Ingestor::Sibling() const {
+  IngestOptions options = options_;
+  options.interrupt = nullptr;
+  return std::make_unique<Ingestor>(store_, table_path_, contract_, declared_, storage_, options);
+}
+
+arrow::Status Ingestor::Add(const std::vector<std::shared_ptr<arrow::RecordBatch>>& aligned) {
+  PhaseTimer wall(&profile_.wall);
+  for (const auto& batch : aligned) {
+    rows_in_ += batch->num_rows();
+    buffered_bytes_ += arrow::util::TotalBufferSize(*batch);
+    buffer_.push_back(batch);
+    if (buffered_bytes_ >= options_.buffer_bytes) ARROW_RETURN_NOT_OK(Flush());
+  }
+  return arrow::Status::OK();
+}
+
 void Ingestor::Abort() {
   buffer_.clear();
   std::vector<std::string> paths;

@@ -83,7 +83,23 @@ class Ingestor {
   /// deduplicated) apart, into different files.
   arrow::Status Flush();
 
+  /// Ends the input like Finish(), except that input of at most `max_rows` rows that no flush has
+  /// written yet stays buffered and nothing is written (returns true): a group commit writes the
+  /// rows of several such appends as one file per chunk (Sibling, Add). False when the files are
+  /// written.
+  arrow::Result<bool> FinishOrKeep(int64_t max_rows);
+  /// The aligned batches buffered and not written yet, in arrival order.
+  const std::vector<std::shared_ptr<arrow::RecordBatch>>& buffered() const { return buffer_; }
+  /// The rows the buffer holds after in-batch deduplication (what writing it would write).
+  arrow::Result<int64_t> BufferedRowsAfterDedup() const;
+  /// A new ingestor writing into the same table with the same settings (no interrupt check).
+  std::unique_ptr<Ingestor> Sibling() const;
+  /// Appends another ingestor's `buffered()` batches to this one's buffer, flushing as Consume
+  /// does when the budget fills.
+  arrow::Status Add(const std::vector<std::shared_ptr<arrow::RecordBatch>>& aligned);
+
   int64_t rows_in() const { return rows_in_; }
+  const std::shared_ptr<arrow::Schema>& storage() const { return storage_; }
   size_t files_written() const { return written_.size(); }
   const IngestProfile& profile() const { return profile_; }
 
