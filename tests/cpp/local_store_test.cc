@@ -269,6 +269,44 @@ TEST_F(LocalStoreTest, PutIfMatchLeavesNoTemporaryFilesWhetherItWinsOrNot) {
   EXPECT_EQ(ReadFile("i/base"), "v2");
 }
 
+TEST_F(LocalStoreTest, AStagedPutIsALinkThatMayTryOneNameAfterAnother) {
+  // A commit's bytes are written before its version is known; each try links them under the
+  // next name, and a lost one keeps them for the next.
+  ASSERT_OK(store_->PutIfAbsent("t/_delta_log/1.json", Buf("theirs")));
+  ASSERT_OK_AND_ASSIGN(auto staged, store_->Stage("t/_delta_log/1.json", Buf("mine")));
+  EXPECT_EQ(TempFilesBelowRoot().size(), 1u) << "staging writes the bytes into the folder";
+  int seen = 0;
+  ASSERT_OK_AND_ASSIGN(bool first, store_->PutStagedIfAbsent("t/_delta_log/1.json", staged.get(), [&] { ++seen; }));
+  EXPECT_FALSE(first);
+  EXPECT_EQ(ReadFile("t/_delta_log/1.json"), "theirs");
+  EXPECT_EQ(TempFilesBelowRoot().size(), 1u) << "a lost try keeps the staged bytes";
+  ASSERT_OK_AND_ASSIGN(bool second, store_->PutStagedIfAbsent("t/_delta_log/2.json", staged.get(), [&] { ++seen; }));
+  EXPECT_TRUE(second);
+  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(ReadFile("t/_delta_log/2.json"), "mine");
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  // Published bytes stay published when the staged object goes.
+  staged.reset();
+  EXPECT_EQ(ReadFile("t/_delta_log/2.json"), "mine");
+}
+
+TEST_F(LocalStoreTest, StagedBytesNeverPutLeaveNothingBehind) {
+  ASSERT_OK_AND_ASSIGN(auto staged, store_->Stage("t/_delta_log/1.json", Buf("mine")));
+  EXPECT_EQ(TempFilesBelowRoot().size(), 1u);
+  staged.reset();
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/_delta_log/1.json"));
+}
+
+TEST_F(LocalStoreTest, AStagedPutIntoAnotherFolderWritesTheBytesThere) {
+  ASSERT_OK_AND_ASSIGN(auto staged, store_->Stage("t/_delta_log/1.json", Buf("mine")));
+  ASSERT_OK_AND_ASSIGN(bool put, store_->PutStagedIfAbsent("u/_delta_log/1.json", staged.get(), [] {}));
+  EXPECT_TRUE(put);
+  EXPECT_EQ(ReadFile("u/_delta_log/1.json"), "mine");
+  staged.reset();
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+}
+
 TEST_F(LocalStoreTest, FileRewrittenInPlaceByAnotherProgramChangesItsTag) {
   ASSERT_OK(store_->Put("i/base", Buf("v1")));
   ASSERT_OK_AND_ASSIGN(auto before, store_->Head("i/base"));
@@ -524,6 +562,28 @@ TEST_F(LocalStoreTest, AFailedDeferredSyncFailsTheNextPutsAndIsNeverForgotten) {
   EXPECT_FALSE(store->Put("ns/u/_delta_log/1.json", Buf("{}")).ok());
   EXPECT_FALSE(store->PutIfAbsent("ns/u/_delta_log/1.json", Buf("{}")).ok());
   EXPECT_FALSE(fs::exists(dir_.path() + "/ns/u/_delta_log/1.json"));
+  EXPECT_TRUE(TempFilesBelowRoot().empty());
+}
+
+TEST_F(LocalStoreTest, StagingWaitsForTheDataFilesClosedBeforeIt) {
+  // A commit names data files whose fsyncs run after their Close: staging it waits for them, so
+  // that the put under the commit turn does not; a failed one fails the staging.
+  std::atomic<int> failures{0};
+  ASSERT_OK_AND_ASSIGN(
+      auto store,
+      LocalStore::Make(dir_.path(), /*fixed_depth=*/2,
+                       FailingSync([](const std::string& p) { return EndsWith(p, "/bad.parquet"); },
+                                   &failures)));
+  ASSERT_OK(store->MakeFolders("ns/t/"));
+  OutputOptions in_place;
+  in_place.in_place = true;
+  ASSERT_OK_AND_ASSIGN(auto output, store->OpenOutput("ns/t/data/bad.parquet", in_place));
+  ASSERT_OK(output->Write("abc", 3));
+  ASSERT_OK(output->Close());
+  auto staged = store->Stage("ns/t/_delta_log/0.json", Buf("{}"));
+  ASSERT_FALSE(staged.ok()) << "bytes naming a file that is not durable were staged";
+  EXPECT_NE(staged.status().message().find("bad.parquet"), std::string::npos) << staged.status().ToString();
+  EXPECT_EQ(failures.load(), 1);
   EXPECT_TRUE(TempFilesBelowRoot().empty());
 }
 

@@ -473,6 +473,35 @@ TEST(SharedFilesTest, AnAppendPlannedUnderAnotherSchemaWritesItsOwnFiles) {
   EXPECT_TRUE(store->List("t/").ValueOrDie().empty()) << "Abort deletes every file written";
 }
 
+TEST_F(TableTest, AnAppendsCommitHoldsNoVersionAndReadersStampItsFilesWithTheirs) {
+  // An append's commit is written before its version is known (the commit turn then only links
+  // it): its files carry no sequence tag; every reader gives them the version it finds them at,
+  // and checkpoints keep that.
+  auto other = OpenHandle();
+  BeforeCommitOf(1, [&] { EXPECT_OK(AppendAt(other.get(), {{2, 0}}, "racer").status()); });
+  ASSERT_OK_AND_ASSIGN(auto mine, AppendAt(table_.get(), {{1, 0}}, "mine"));
+  store_->SetFaultHook(nullptr);
+  ASSERT_EQ(mine.version, 2) << "the append lost version 1 to the racer and was rebased";
+  for (size_t v = 1; v < Commits().size(); ++v) {
+    const std::string body = store_->Get(Commits()[v]).ValueOrDie()->ToString();
+    EXPECT_EQ(body.find("timelake.seq"), std::string::npos) << body;
+    EXPECT_NE(body.find("timelake.order"), std::string::npos) << body;
+  }
+  auto seqs = [&](const std::shared_ptr<Table>& handle) {
+    std::map<std::string, int64_t> by_day;  // the day of a file's rows -> its seq
+    for (const auto& f : handle->Scan().ValueOrDie().files) by_day[f.chunk] = f.seq;
+    return std::vector<int64_t>{by_day.at("2025-01-01"), by_day.at("2025-01-02")};
+  };
+  EXPECT_EQ(seqs(table_), (std::vector<int64_t>{2, 1}));  // the writer's own snapshot
+  EXPECT_EQ(seqs(OpenHandle()), (std::vector<int64_t>{2, 1}));
+  // Read back from a checkpoint: its add entries carry the stamped tags.
+  for (int i = 3; i <= 10; ++i) ASSERT_OK(AppendAt(table_.get(), {{3, i}}).status());
+  ASSERT_OK(table_->WaitForUpkeep());
+  ASSERT_TRUE(store_->Head("default/t/_delta_log/" + CheckpointFileName(10)).ok());
+  for (int v = 1; v <= 10; ++v) ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(v)));
+  EXPECT_EQ(seqs(OpenHandle()), (std::vector<int64_t>{2, 1}));
+}
+
 TEST_F(TableTest, BatchCommittedByARacingHandleMakesTheAppendDuplicate) {
   auto other = OpenHandle();
   BeforeCommitOf(1, [&] { EXPECT_OK(AppendAt(other.get(), {{2, 0}}, "shared").status()); });

@@ -31,6 +31,8 @@ namespace {
 
 // Runs shorter than this are never cut in two to keep every core busy (Arranged::BalanceRuns).
 constexpr int64_t kBalanceMinRows = 1 << 20;
+// A flush of at least this much buffered data hands the allocator's free pages back after.
+constexpr int64_t kReleaseAfterBytes = 64LL << 20;
 
 using Clock = std::chrono::steady_clock;
 
@@ -271,6 +273,9 @@ arrow::Status Ingestor::Flush() {
   if (buffer_.empty()) return arrow::Status::OK();
   const auto arrange_start = Clock::now();
   ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
+  // Handing freed pages back to the system bounds resident memory after a large flush; after a
+  // small one it only costs the madvise calls and the page faults of using them again.
+  const bool release_pages = buffered_bytes_ >= kReleaseAfterBytes;
   buffer_.clear();
   buffered_bytes_ = 0;
   // The sort wants each column as one array. Concatenating them column by column, and dropping
@@ -283,7 +288,7 @@ arrow::Status Ingestor::Flush() {
                                                   std::make_shared<arrow::ChunkedArray>(whole)));
     // The allocator keeps freed pages for reuse a while; the batch chunks just freed are many
     // small blocks the large copies cannot reuse: hand them back, or resident memory holds both.
-    arrow::default_memory_pool()->ReleaseUnused();
+    if (release_pages) arrow::default_memory_pool()->ReleaseUnused();
   }
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   table.reset();  // the arrangement holds what it needs
@@ -361,7 +366,7 @@ arrow::Status Ingestor::Flush() {
     if (!job.closed.valid()) continue;
     if (arrow::Status st = job.closed.get(); !st.ok()) job.file = st;
   }
-  arrow::default_memory_pool()->ReleaseUnused();  // the arrangement's pages, before buffering again
+  if (release_pages) arrow::default_memory_pool()->ReleaseUnused();  // the arrangement's pages
   arrow::Status status;
   for (auto& job : jobs) {
     profile_.gather += job.profile.gather;

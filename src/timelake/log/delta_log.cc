@@ -10,6 +10,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/log/checkpoint.h"
+#include "timelake/log/file_tags.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -286,14 +287,29 @@ arrow::Result<std::unique_ptr<StoreLock>> DeltaLog::CommitTurn() {
   return store_->LockExclusive(table_path_ + "/_timelake/commit.lock", kTurnWaitMs);
 }
 
-arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body,
-                                        const std::function<void()>& visible) {
-  // Readers take a commit without actions for damage: never write one.
+namespace {
+// Readers take a commit without actions for damage: never write one.
+arrow::Status CheckCommitBody(const std::string& body, int64_t version, const std::string& table_path) {
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
-    return arrow::Status::Invalid("refusing to write commit ", version,
-                                  " of '", table_path_, "' with no actions");
+    return arrow::Status::Invalid("refusing to write commit ", version, " of '", table_path,
+                                  "' with no actions");
   }
+  return arrow::Status::OK();
+}
+}  // namespace
+
+arrow::Result<bool> DeltaLog::TryCommit(int64_t version, const std::string& body,
+                                        const std::function<void()>& visible,
+                                        ObjectStore::Staged* staged) {
+  ARROW_RETURN_NOT_OK(CheckCommitBody(body, version, table_path_));
+  if (staged) return log_store_.PutStagedCommit(version, staged, visible);
   return log_store_.PutCommit(version, body, visible);
+}
+
+arrow::Result<std::unique_ptr<ObjectStore::Staged>> DeltaLog::StageCommit(int64_t version,
+                                                                         const std::string& body) {
+  ARROW_RETURN_NOT_OK(CheckCommitBody(body, version, table_path_));
+  return log_store_.StageCommit(version, body);
 }
 
 arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprint) {
@@ -303,6 +319,7 @@ arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprin
                                static_cast<size_t>(data->size()));
   ARROW_ASSIGN_OR_RAISE(auto commit, ParseCommit(bytes, path));
   if (fingerprint) *fingerprint = CommitFingerprint(bytes);
+  StampSequence(&commit, version);
   return commit;
 }
 

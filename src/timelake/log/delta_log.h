@@ -72,7 +72,12 @@ class DeltaLog {
   /// A body without actions is refused (Status::Invalid): readers would take it for damage.
   /// `visible` as LogStore::PutCommit.
   arrow::Result<bool> TryCommit(int64_t version, const std::string& body,
-                                const std::function<void()>& visible = {});
+                                const std::function<void()>& visible = {},
+                                ObjectStore::Staged* staged = nullptr);
+  /// Makes `body` ready to be put as a commit of any version (ObjectStore::Stage): TryCommit with
+  /// the result then only publishes it. `version` is the one expected (for the folder).
+  arrow::Result<std::unique_ptr<ObjectStore::Staged>> StageCommit(int64_t version,
+                                                                 const std::string& body);
 
   /// The turn to commit among this machine's writers of the table (a lock on
   /// `_timelake/commit.lock` on local disks; nullptr on object stores, where put-if-absent alone

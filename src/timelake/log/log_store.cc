@@ -36,6 +36,16 @@ arrow::Result<bool> LogStore::PutCommit(int64_t version, const std::string& body
   return store_->PutIfAbsent(Path(CommitFileName(version)), arrow::Buffer::FromString(body));
 }
 
+arrow::Result<std::unique_ptr<ObjectStore::Staged>> LogStore::StageCommit(int64_t version,
+                                                                         const std::string& body) {
+  return store_->Stage(Path(CommitFileName(version)), arrow::Buffer::FromString(body));
+}
+
+arrow::Result<bool> LogStore::PutStagedCommit(int64_t version, ObjectStore::Staged* staged,
+                                              const std::function<void()>& visible) {
+  return store_->PutStagedIfAbsent(Path(CommitFileName(version)), staged, visible ? visible : [] {});
+}
+
 arrow::Result<std::shared_ptr<arrow::Buffer>> LogStore::GetCommit(int64_t version) {
   return store_->Get(Path(CommitFileName(version)));
 }

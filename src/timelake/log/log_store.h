@@ -36,6 +36,11 @@ class LogStore {
   /// (ObjectStore::PutIfAbsentVisible).
   arrow::Result<bool> PutCommit(int64_t version, const std::string& body,
                                 const std::function<void()>& visible = {});
+  /// `body` staged for a commit (ObjectStore::Stage) in the log's folder; `version` the one
+  /// expected. PutStagedCommit puts it as any version, as PutCommit would.
+  arrow::Result<std::unique_ptr<ObjectStore::Staged>> StageCommit(int64_t version, const std::string& body);
+  arrow::Result<bool> PutStagedCommit(int64_t version, ObjectStore::Staged* staged,
+                                      const std::function<void()>& visible = {});
   /// The bytes of commit `version`; a NotFound status if there is none.
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetCommit(int64_t version);
   /// The metadata of commit `version` (NotFound if there is none).

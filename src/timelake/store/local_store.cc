@@ -712,6 +712,51 @@ arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
     ::unlink(temp.c_str());
     return synced;
   }
+  return LinkIfAbsent(temp, full, visible, /*keep_temp=*/false);
+}
+
+namespace {
+
+// A commit's bytes in a durable temporary file of the folder they will be linked into.
+class StagedFile : public ObjectStore::Staged {
+ public:
+  StagedFile(std::shared_ptr<arrow::Buffer> data, std::string temp, std::string dir)
+      : Staged(std::move(data)), temp(std::move(temp)), dir(std::move(dir)) {}
+  ~StagedFile() override {
+    if (!temp.empty()) ::unlink(temp.c_str());
+  }
+  std::string temp;  // empty once linked
+  std::string dir;
+};
+
+}  // namespace
+
+arrow::Result<std::unique_ptr<ObjectStore::Staged>> LocalStore::Stage(
+    const std::string& path, std::shared_ptr<arrow::Buffer> data) {
+  const uint64_t mark = syncs_->Mark();
+  const std::string full = FullPath(path);
+  ARROW_ASSIGN_OR_RAISE(std::string temp, WriteTemp(full, data));
+  auto staged = std::make_unique<StagedFile>(std::move(data), std::move(temp), ParentDir(full));
+  // What the put would wait for, waited for now: the data files the commit names.
+  ARROW_RETURN_NOT_OK(syncs_->Await(mark, ScopeOf(path)));
+  return staged;
+}
+
+arrow::Result<bool> LocalStore::PutStagedIfAbsent(const std::string& path, Staged* staged,
+                                                  const std::function<void()>& visible) {
+  auto* file = dynamic_cast<StagedFile*>(staged);
+  const std::string full = FullPath(path);
+  if (file == nullptr || file->temp.empty() || file->dir != ParentDir(full)) {
+    return PutIfAbsentVisible(path, staged->data, visible);
+  }
+  auto linked = LinkIfAbsent(file->temp, full, visible, /*keep_temp=*/true);
+  // Kept only after a lost race (for a put under the next name); gone otherwise.
+  if (!linked.ok() || *linked) file->temp.clear();
+  return linked;
+}
+
+arrow::Result<bool> LocalStore::LinkIfAbsent(const std::string& temp, const std::string& full,
+                                             const std::function<void()>& visible, bool keep_temp) {
   // The folder is opened before the link: should it be renamed away after (a dropped table),
   // its fsync still works on the folder, and a folder gone before is a NotFound.
   const std::string dir = ParentDir(full);
@@ -723,16 +768,18 @@ arrow::Result<bool> LocalStore::PutIfAbsentVisible(const std::string& path,
   }
   int rc = ::link(temp.c_str(), full.c_str());
   int err = errno;
-  ::unlink(temp.c_str());
   if (rc != 0) {
     ::close(dir_fd);
     if (err == EEXIST) {
+      if (!keep_temp) ::unlink(temp.c_str());
       visible();
       return false;
     }
+    ::unlink(temp.c_str());
     if (err == ENOENT) return NotFound(dir + "/");
     return ErrnoStatus("cannot link into", full, err);
   }
+  ::unlink(temp.c_str());
   visible();
   rc = SyncFd(sync_, dir_fd, dir);
   err = errno;

@@ -81,6 +81,12 @@ class LocalStore : public ObjectStore {
   arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
                                          const std::shared_ptr<arrow::Buffer>& data,
                                          const std::function<void()>& visible) override;
+  /// Writes and fsyncs `data` into a temporary file of the folder and waits for the data files
+  /// closed before (the put's own wait): the put is then a link and its folder's fsync.
+  arrow::Result<std::unique_ptr<Staged>> Stage(const std::string& path,
+                                               std::shared_ptr<arrow::Buffer> data) override;
+  arrow::Result<bool> PutStagedIfAbsent(const std::string& path, Staged* staged,
+                                        const std::function<void()>& visible) override;
   arrow::Result<bool> PutIfMatch(const std::string& path,
                                  const std::shared_ptr<arrow::Buffer>& data,
                                  const std::string& etag) override;
@@ -124,6 +130,10 @@ class LocalStore : public ObjectStore {
                      std::vector<ObjectMeta>* out);
   /// Writes `data` to a fresh temporary file next to `full` and fsyncs it unless `durable` is
   /// false; returns its path.
+  /// Links the durable temporary file `temp` as `full` if nothing is there (PutIfAbsentVisible
+  /// after the write). The temporary file is removed, except after `false` with `keep_temp`.
+  arrow::Result<bool> LinkIfAbsent(const std::string& temp, const std::string& full,
+                                   const std::function<void()>& visible, bool keep_temp);
   arrow::Result<std::string> WriteTemp(const std::string& full,
                                        const std::shared_ptr<arrow::Buffer>& data,
                                        bool durable = true);

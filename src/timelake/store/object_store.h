@@ -173,6 +173,30 @@ class ObjectStore {
     if (written.ok()) visible();
     return written;
   }
+  /// Bytes made ready for a put-if-absent whose name is not decided yet (a log's next version,
+  /// which a writer learns only once it has its turn): LocalStore writes and fsyncs them into a
+  /// temporary file of the folder, so that the put under the turn is only a link. Other stores
+  /// keep the bytes.
+  class Staged {
+   public:
+    explicit Staged(std::shared_ptr<arrow::Buffer> bytes) : data(std::move(bytes)) {}
+    virtual ~Staged() = default;
+    Staged(const Staged&) = delete;
+    Staged& operator=(const Staged&) = delete;
+    std::shared_ptr<arrow::Buffer> data;
+  };
+  /// Stages `data` for a put into the folder of `path` (the name expected; PutStagedIfAbsent may
+  /// put it under another name of that folder).
+  virtual arrow::Result<std::unique_ptr<Staged>> Stage(const std::string& path,
+                                                       std::shared_ptr<arrow::Buffer> data) {
+    return std::make_unique<Staged>(std::move(data));
+  }
+  /// PutIfAbsentVisible of staged bytes. After `false` (or an error) the same staged bytes may be
+  /// put again, under another name of the folder.
+  virtual arrow::Result<bool> PutStagedIfAbsent(const std::string& path, Staged* staged,
+                                                const std::function<void()>& visible) {
+    return PutIfAbsentVisible(path, staged->data, visible);
+  }
   /// Replaces the object only if it exists and its entity tag is `etag` (from Head or a listing);
   /// returns false (and writes nothing) if the object is missing or has changed. Invalid if
   /// `etag` is empty.

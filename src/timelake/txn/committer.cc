@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "timelake/log/file_tags.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -49,6 +50,24 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     }
     return std::nullopt;
   };
+  // Bind the commit to this table's incarnation, so that if the table is dropped and created
+  // again at the same path meanwhile, readers of the new table ignore it (IsStrayCommit).
+  CommitInfo& info = *pending->commit.commit_info;
+  const std::string table_id = pending->commit.metadata ? pending->commit.metadata->id
+                                                        : snapshot->metadata.id;
+  if (!table_id.empty()) info.table_id = table_id;
+  // A commit whose bytes do not depend on its version (an append: its files' sequence tag is
+  // the version readers find it at, StampSequence) is written, fsynced and its data files waited
+  // for before the turn, which then only links it: writers of one disk hold each other up for a
+  // link instead of a write and an fsync.
+  std::string body;
+  std::unique_ptr<ObjectStore::Staged> staged;
+  if (!pending->prepare) {
+    if (snapshot->version >= 0) info.read_version = snapshot->version;
+    info.timestamp = NowMillis();
+    body = SerializeCommit(pending->commit);
+    ARROW_ASSIGN_OR_RAISE(staged, log_->StageCommit(snapshot->version + 1, body));
+  }
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
     // Writers of one disk take turns: with the turn, read what was committed since the snapshot
@@ -64,16 +83,12 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       if (auto done = settle(std::move(verdict), snapshot->version + 1)) return *done;
     }
     const int64_t version = snapshot->version + 1;
-    CommitInfo& info = *pending->commit.commit_info;
-    if (snapshot->version >= 0) info.read_version = snapshot->version;
-    // Bind the commit to this table's incarnation, so that if the table is dropped and created
-    // again at the same path meanwhile, readers of the new table ignore it (IsStrayCommit).
-    const std::string table_id = pending->commit.metadata ? pending->commit.metadata->id
-                                                          : snapshot->metadata.id;
-    if (!table_id.empty()) info.table_id = table_id;
-    info.timestamp = NowMillis();
-    if (pending->prepare) pending->prepare(&pending->commit, version);
-    const std::string body = SerializeCommit(pending->commit);
+    if (pending->prepare) {
+      if (snapshot->version >= 0) info.read_version = snapshot->version;
+      info.timestamp = NowMillis();
+      pending->prepare(&pending->commit, version);
+      body = SerializeCommit(pending->commit);
+    }
     // Never put a version into a folder whose version - 1 is not this handle's head: after a
     // drop (and a create at the same path) that would leave a stray version, and a gap, in
     // another table's log for as long as it takes to notice. The check after the put covers
@@ -87,7 +102,8 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     // The turn ends as soon as the put's outcome is visible: the next writer can read this
     // commit and link its own while this one's folder fsync runs (that fsync, or the next
     // writer's of the same folder, makes both names durable, in order).
-    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, txn_id, table_id, Describe(*pending, version), &fingerprint, out,
+    ARROW_ASSIGN_OR_RAISE(PutResult put, Put(version, body, staged.get(), txn_id, table_id,
+                                             Describe(*pending, version), &fingerprint, out,
                                              [&turn] { turn.reset(); }));
     turn.reset();
     if (put == PutResult::kWon) {
@@ -121,6 +137,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
               same_table.message(), "); it may have committed: retry with the same batch_id"));
         }
       }
+      StampSequence(&pending->commit, version);
       snapshot->Apply(pending->commit, version);
       snapshot->head_fingerprint = fingerprint;
       out->version = version;
@@ -145,6 +162,7 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
 }
 
 arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::string& body,
+                                                   ObjectStore::Staged* staged,
                                                    const std::string& txn_id,
                                                    const std::string& table_id,
                                                    const std::string& what, uint64_t* fingerprint,
@@ -152,7 +170,7 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
                                                    const std::function<void()>& visible) {
   bool maybe_landed = false;
   for (int errors = 0;;) {
-    auto written = log_->TryCommit(version, body, visible);
+    auto written = log_->TryCommit(version, body, visible, staged);
     if (written.ok() && *written) {
       *fingerprint = CommitFingerprint(body);
       return PutResult::kWon;

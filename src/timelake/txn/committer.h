@@ -33,7 +33,8 @@ namespace timelake {
 struct PendingCommit {
   Commit commit;  // its actions; commit_info must be set, with a txn_id no other commit has
   CommitIntent intent;
-  /// Fills in what depends on the version the commit is tried at (unset: nothing does).
+  /// Fills in what depends on the version the commit is tried at (unset: nothing does, and the
+  /// commit's bytes are written once, before the first attempt: see Committer::Commit).
   std::function<void(Commit*, int64_t version)> prepare;
   /// False: only the version after the snapshot will do (creating a table at version 0); a lost
   /// race abandons instead of rebasing.
@@ -88,7 +89,8 @@ class Committer {
   enum class PutResult { kWon, kLost };
   /// Puts `body` as `version` and settles what happened (see the top of this file); `visible`
   /// runs once a put's outcome is visible, before it is durable (DeltaLog::TryCommit).
-  arrow::Result<PutResult> Put(int64_t version, const std::string& body, const std::string& txn_id,
+  arrow::Result<PutResult> Put(int64_t version, const std::string& body, ObjectStore::Staged* staged,
+                               const std::string& txn_id,
                                const std::string& table_id, const std::string& what,
                                uint64_t* fingerprint, CommitOutcome* out,
                                const std::function<void()>& visible);
