@@ -307,6 +307,31 @@ TEST_F(LocalStoreTest, AStagedPutIntoAnotherFolderWritesTheBytesThere) {
   EXPECT_TRUE(TempFilesBelowRoot().empty());
 }
 
+TEST_F(LocalStoreTest, AbandonedTemporaryFilesOlderThanTheCutoffAreDeleted) {
+  // What a writer killed between staging its commit and linking it leaves behind.
+  WriteFile("t/_delta_log/.tmp-old", "{}");
+  WriteFile("t/data/2025-01-01/.tmp-old", "x");
+  WriteFile("t/_delta_log/.tmp-new", "{}");
+  WriteFile("t/_delta_log/00000000000000000000.json", "{}");
+  WriteFile("u/_delta_log/.tmp-other-table", "{}");
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(dir_.path() + "/t/_delta_log/.tmp-old", hour_ago);
+  fs::last_write_time(dir_.path() + "/t/data/2025-01-01/.tmp-old", hour_ago);
+  fs::last_write_time(dir_.path() + "/t/_delta_log/00000000000000000000.json", hour_ago);
+  fs::last_write_time(dir_.path() + "/u/_delta_log/.tmp-other-table", hour_ago);
+  ASSERT_OK_AND_ASSIGN(int64_t deleted,
+                       store_->DeleteAbandonedTemporaries("t/", NowMillis() - 3600 * 1000));
+  EXPECT_EQ(deleted, 2);
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/_delta_log/.tmp-old"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/t/data/2025-01-01/.tmp-old"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/t/_delta_log/.tmp-new")) << "maybe a live writer's";
+  EXPECT_TRUE(fs::exists(dir_.path() + "/t/_delta_log/00000000000000000000.json"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/u/_delta_log/.tmp-other-table")) << "another table's";
+  ASSERT_OK_AND_ASSIGN(int64_t none, store_->DeleteAbandonedTemporaries("gone/", NowMillis()));
+  EXPECT_EQ(none, 0);
+  EXPECT_FALSE(store_->DeleteAbandonedTemporaries("t", NowMillis()).ok());
+}
+
 TEST_F(LocalStoreTest, FileRewrittenInPlaceByAnotherProgramChangesItsTag) {
   ASSERT_OK(store_->Put("i/base", Buf("v1")));
   ASSERT_OK_AND_ASSIGN(auto before, store_->Head("i/base"));

@@ -98,6 +98,12 @@ arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table
   // Data files are independent of each other: one bulk delete, in any order.
   ARROW_RETURN_NOT_OK(store->DeleteMany(doomed));
   result.objects_deleted = static_cast<int64_t>(doomed.size());
+  // A writer holds a temporary file for the seconds of a put at most (a staged commit: until its
+  // turn): one an hour old belongs to a writer that died.
+  constexpr int64_t kAbandonedTemporaryMs = 3600 * 1000;
+  ARROW_ASSIGN_OR_RAISE(int64_t temporaries,
+                        store->DeleteAbandonedTemporaries(table_path + "/", now_ms - kAbandonedTemporaryMs));
+  result.objects_deleted += temporaries;
   return result;
 }
 

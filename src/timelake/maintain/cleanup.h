@@ -32,7 +32,9 @@ struct CleanupResult {
 arrow::Result<CleanupResult> ExpireLog(ObjectStore* store, const std::string& table_path,
                                        const Snapshot& snapshot, int64_t now_ms);
 
-/// Deletes data files under `<table_path>/data/` that `snapshot` no longer needs.
+/// Deletes data files under `<table_path>/data/` that `snapshot` no longer needs, and the
+/// temporary files (ObjectStore::DeleteAbandonedTemporaries) of writers that died an hour ago or
+/// more anywhere in the table's folder.
 arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table_path,
                                     const Snapshot& snapshot, int64_t now_ms);
 

@@ -3,8 +3,9 @@
 // The base of decorators (fault injection, counting, tracing), like LevelDB's EnvWrapper: a
 // decorator derives from it and overrides only the calls it changes. Every method, including
 // those with defaults in ObjectStore (ListAfter, DeleteMany, MakeFolders, RenamePrefix), forwards to the
-// target's own, so a decorator keeps the target's better implementations. Except two: PutDerived
-// and PutIfAbsentVisible keep ObjectStore's defaults, which call this store's Put and PutIfAbsent,
+// target's own, so a decorator keeps the target's better implementations. Except these: PutDerived,
+// PutIfAbsentVisible, Stage and PutStagedIfAbsent keep ObjectStore's defaults, which call this
+// store's Put and PutIfAbsent,
 // so that a decorator overriding those sees every index write and every commit (a decorator that
 // wants the target's own forwards them itself, as FaultStore does). Thread-safe if the
 // target is.
@@ -82,6 +83,10 @@ class ForwardingStore : public ObjectStore {
   }
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override {
     return target_->RenamePrefix(prefix, to);
+  }
+  arrow::Result<int64_t> DeleteAbandonedTemporaries(const std::string& prefix,
+                                                     int64_t older_than_ms) override {
+    return target_->DeleteAbandonedTemporaries(prefix, older_than_ms);
   }
   std::string RootUrl() const override { return target_->RootUrl(); }
   std::string ExternalPath(const std::string& path) const override {

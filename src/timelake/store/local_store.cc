@@ -794,6 +794,32 @@ arrow::Result<bool> LocalStore::LinkIfAbsent(const std::string& temp, const std:
   return true;
 }
 
+arrow::Result<int64_t> LocalStore::DeleteAbandonedTemporaries(const std::string& prefix,
+                                                                int64_t older_than_ms) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return arrow::Status::Invalid("DeleteAbandonedTemporaries needs a folder ending in '/', got '",
+                                  prefix, "'");
+  }
+  int64_t deleted = 0;
+  std::error_code ec;
+  const std::string root = FullPath(prefix.substr(0, prefix.size() - 1));
+  // Symlinked folders are not followed (as List does not descend them).
+  for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kTempPrefix, 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const int64_t modified_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+    if (modified_ms >= older_than_ms) continue;  // maybe a writer's, still in flight
+    if (::unlink(it->path().c_str()) == 0) ++deleted;
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return arrow::Status::IOError("cannot list ", root, " for abandoned temporary files: ", ec.message());
+  }
+  return deleted;
+}
+
 arrow::Result<bool> LocalStore::PutIfMatch(const std::string& path,
                                            const std::shared_ptr<arrow::Buffer>& data,
                                            const std::string& etag) {

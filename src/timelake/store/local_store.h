@@ -81,6 +81,8 @@ class LocalStore : public ObjectStore {
   arrow::Result<bool> PutIfAbsentVisible(const std::string& path,
                                          const std::shared_ptr<arrow::Buffer>& data,
                                          const std::function<void()>& visible) override;
+  arrow::Result<int64_t> DeleteAbandonedTemporaries(const std::string& prefix,
+                                                     int64_t older_than_ms) override;
   /// Writes and fsyncs `data` into a temporary file of the folder and waits for the data files
   /// closed before (the put's own wait): the put is then a link and its folder's fsync.
   arrow::Result<std::unique_ptr<Staged>> Stage(const std::string& path,

@@ -253,6 +253,16 @@ class ObjectStore {
   /// that cannot do this atomically (object stores), where callers need another protocol.
   virtual arrow::Status RenamePrefix(const std::string& prefix, const std::string& to);
 
+  /// Deletes the temporary files a writer that died left under the folder `prefix` (ending in
+  /// '/'): those written before `older_than_ms` (NowMillis scale). Returns how many. Stores
+  /// without temporary objects have nothing to do.
+  virtual arrow::Result<int64_t> DeleteAbandonedTemporaries(const std::string& prefix,
+                                                             int64_t older_than_ms) {
+    (void)prefix;
+    (void)older_than_ms;
+    return 0;
+  }
+
   /// The URL of the store root, without a trailing slash (file:///abs/path, memory://name, …).
   virtual std::string RootUrl() const = 0;
   /// What tells this store's objects apart from another store's with the same RootUrl (the
