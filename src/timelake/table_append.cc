@@ -211,6 +211,9 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     if (round > 0) pending.head_checked_ms = 0;
     pending.own_head = [&t] { return BackgroundCompactionVersion(t); };
     for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
+    pending.prepare = [](Commit* c, int64_t version) {
+      for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
+    };
     CommitOutcome outcome;
     arrow::Status st = CommitPending(t, &pending, &outcome);
     attempts += outcome.attempts;

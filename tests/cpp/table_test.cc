@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -25,7 +26,10 @@
 #include "timelake/log/schema.h"
 #include "timelake/table_context.h"
 #include "timelake/store/forwarding_store.h"
+#include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
+#include "temp_dir.h"
+#include "timelake/log/file_tags.h"
 #include "timelake/util/time.h"
 
 namespace timelake::testing {
@@ -473,33 +477,89 @@ TEST(SharedFilesTest, AnAppendPlannedUnderAnotherSchemaWritesItsOwnFiles) {
   EXPECT_TRUE(store->List("t/").ValueOrDie().empty()) << "Abort deletes every file written";
 }
 
-TEST_F(TableTest, AnAppendsCommitHoldsNoVersionAndReadersStampItsFilesWithTheirs) {
-  // An append's commit is written before its version is known (the commit turn then only links
-  // it): its files carry no sequence tag; every reader gives them the version it finds them at,
-  // and checkpoints keep that.
+// The timelake.seq tag of every add of commit `path` ("" for an add without one).
+std::vector<std::string> SeqTags(ObjectStore* store, const std::string& path) {
+  std::vector<std::string> out;
+  auto commit = ParseCommit(store->Get(path).ValueOrDie()->ToString(), path).ValueOrDie();
+  for (const auto& add : commit.adds) {
+    auto it = add.tags.find(kSeqTag);
+    out.push_back(it == add.tags.end() ? "" : it->second);
+  }
+  return out;
+}
+
+TEST_F(TableTest, ARebasedAppendsCommitCarriesTheVersionItLandedAt) {
+  // The files' sequence tags are in the commit itself, so that any Delta writer's checkpoint
+  // (which copies tags and nothing else) keeps them: an append staged for version 1 that loses
+  // it to a racer is staged again and lands at 2 with "2" in its tags.
   auto other = OpenHandle();
   BeforeCommitOf(1, [&] { EXPECT_OK(AppendAt(other.get(), {{2, 0}}, "racer").status()); });
   ASSERT_OK_AND_ASSIGN(auto mine, AppendAt(table_.get(), {{1, 0}}, "mine"));
   store_->SetFaultHook(nullptr);
-  ASSERT_EQ(mine.version, 2) << "the append lost version 1 to the racer and was rebased";
-  for (size_t v = 1; v < Commits().size(); ++v) {
-    const std::string body = store_->Get(Commits()[v]).ValueOrDie()->ToString();
-    EXPECT_EQ(body.find("timelake.seq"), std::string::npos) << body;
-    EXPECT_NE(body.find("timelake.order"), std::string::npos) << body;
+  ASSERT_EQ(mine.version, 2);
+  const auto commits = Commits();
+  ASSERT_EQ(commits.size(), 3u);
+  EXPECT_EQ(SeqTags(store_.get(), commits[1]), std::vector<std::string>{"1"});
+  EXPECT_EQ(SeqTags(store_.get(), commits[2]), std::vector<std::string>{"2"});
+}
+
+// A local store whose Stage runs `before_stage` first (once): another writer commits while this
+// one's bytes are staged for the version it expects.
+class StageHookStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  arrow::Result<std::unique_ptr<Staged>> Stage(const std::string& path,
+                                               std::shared_ptr<arrow::Buffer> data) override {
+    if (before_stage) {
+      auto hook = std::move(before_stage);
+      before_stage = nullptr;
+      hook();
+    }
+    ++stages;
+    return target()->Stage(path, std::move(data));
   }
-  auto seqs = [&](const std::shared_ptr<Table>& handle) {
-    std::map<std::string, int64_t> by_day;  // the day of a file's rows -> its seq
-    for (const auto& f : handle->Scan().ValueOrDie().files) by_day[f.chunk] = f.seq;
-    return std::vector<int64_t>{by_day.at("2025-01-01"), by_day.at("2025-01-02")};
+  arrow::Result<bool> PutStagedIfAbsent(const std::string& path, Staged* staged,
+                                        const std::function<void()>& visible) override {
+    return target()->PutStagedIfAbsent(path, staged, visible);
+  }
+  std::function<void()> before_stage;
+  int stages = 0;
+};
+
+TEST(StagedCommitTest, AVersionTakenWhileTheBytesWereStagedIsStagedAgainOutsideTheTurn) {
+  // On a local disk the commit's bytes are written and fsynced before the commit turn. When
+  // another writer takes that version meanwhile, the turn finds it, lets go, and the bytes are
+  // staged again for the next version: the append lands there, at its first attempt, with that
+  // version in its tags, and no staged bytes are left behind.
+  TempDir dir;
+  auto local = LocalStore::Make(dir.path()).ValueOrDie();
+  auto hooked = std::make_shared<StageHookStore>(local);
+  auto lake = Lake::OverStore(hooked);
+  auto schema = arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                               field("sensor", arrow::utf8()), field("value", arrow::float64())});
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  auto table = lake->CreateTable("t", schema, options).ValueOrDie();
+  auto racer = Lake::OverStore(local)->OpenTable("t").ValueOrDie();
+  auto append = [&](Table* t, int hour, const std::string& batch) {
+    auto reader = Reader(schema, {Batch(schema, {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                                 R"(["a"])", "[1.0]"})});
+    AppendOptions o;
+    o.batch_id = batch;
+    return t->Append(reader.get(), o);
   };
-  EXPECT_EQ(seqs(table_), (std::vector<int64_t>{2, 1}));  // the writer's own snapshot
-  EXPECT_EQ(seqs(OpenHandle()), (std::vector<int64_t>{2, 1}));
-  // Read back from a checkpoint: its add entries carry the stamped tags.
-  for (int i = 3; i <= 10; ++i) ASSERT_OK(AppendAt(table_.get(), {{3, i}}).status());
-  ASSERT_OK(table_->WaitForUpkeep());
-  ASSERT_TRUE(store_->Head("default/t/_delta_log/" + CheckpointFileName(10)).ok());
-  for (int v = 1; v <= 10; ++v) ASSERT_OK(store_->Delete("default/t/_delta_log/" + CommitFileName(v)));
-  EXPECT_EQ(seqs(OpenHandle()), (std::vector<int64_t>{2, 1}));
+  hooked->before_stage = [&] { EXPECT_OK(append(racer.get(), 1, "racer").status()); };
+  const int stages_before = hooked->stages;
+  ASSERT_OK_AND_ASSIGN(auto mine, append(table.get(), 2, "mine"));
+  EXPECT_EQ(mine.version, 2);
+  EXPECT_EQ(mine.attempts, 1) << "staging again is not a lost race";
+  EXPECT_EQ(hooked->stages - stages_before, 2);
+  EXPECT_EQ(SeqTags(local.get(), "default/t/_delta_log/" + CommitFileName(2)), std::vector<std::string>{"2"});
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/default/t/_delta_log")) {
+    EXPECT_NE(entry.path().filename().string().rfind(".tmp-", 0), 0u) << entry.path();
+  }
+  ASSERT_OK_AND_ASSIGN(auto info, lake->OpenTable("t").ValueOrDie()->Info());
+  EXPECT_EQ(info.rows, 2);
 }
 
 TEST_F(TableTest, BatchCommittedByARacingHandleMakesTheAppendDuplicate) {

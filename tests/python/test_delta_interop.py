@@ -405,3 +405,24 @@ def test_timelake_append_to_deltalake_table_is_read_by_deltalake(lake, lake_path
     got, meta = delta_read(path, tmp_path)
     assert meta["version"] == 1
     assert sorted_rows(got) == [{"device_id": "a", "temp": 1.0}, {"device_id": "b", "temp": 2.0}]
+
+
+@pytest.mark.parametrize("dedup", ["last", "first"])
+def test_a_checkpoint_another_engine_writes_keeps_which_append_wins(lake_path, dedup):
+    """delta-rs writes a checkpoint of a dedup table (legal Delta: it copies each add's tags and
+    nothing else). The order of the appends must survive it: their sequence tags are in the
+    commits themselves, so sql(), latest() and maintain() still agree on the winner."""
+    import deltalake
+
+    lake = timelake.Lake(str(lake_path))
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], dedup=dedup, properties=NO_BACKGROUND)
+    for i in range(5):
+        t.append(iot_table([(T0, "a", float(i)), (T0, "b", float(i))]), batch_id=f"x{i}", maintain=False)
+    want = {"a": 4.0, "b": 4.0} if dedup == "last" else {"a": 0.0, "b": 0.0}
+    deltalake.DeltaTable(str(table_dir(t))).create_checkpoint()
+    fresh = timelake.Lake(str(lake_path))
+    assert {r["device_id"]: r["temp"] for r in fresh.sql("SELECT device_id, temp FROM readings").to_pylist()} == want
+    assert {r["device_id"]: r["temp"] for r in fresh.latest("readings").to_pylist()} == want
+    fresh.table("readings").maintain()
+    again = timelake.Lake(str(lake_path))
+    assert {r["device_id"]: r["temp"] for r in again.sql("SELECT device_id, temp FROM readings").to_pylist()} == want

@@ -10,7 +10,6 @@
 #include <rapidjson/document.h>
 
 #include "timelake/log/checkpoint.h"
-#include "timelake/log/file_tags.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -319,7 +318,6 @@ arrow::Result<Commit> DeltaLog::ReadCommit(int64_t version, uint64_t* fingerprin
                                static_cast<size_t>(data->size()));
   ARROW_ASSIGN_OR_RAISE(auto commit, ParseCommit(bytes, path));
   if (fingerprint) *fingerprint = CommitFingerprint(bytes);
-  StampSequence(&commit, version);
   return commit;
 }
 

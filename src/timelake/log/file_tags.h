@@ -34,16 +34,6 @@ inline constexpr const char* kRemovedByTag = "timelake.removedBy";
 inline constexpr const char* kRemovedByCompaction = "compaction";
 inline constexpr const char* kRemovedByRetention = "retention";
 
-/// Gives each timelake file `commit` adds without a sequence tag (an append's: its bytes are
-/// written before the commit's version is known, see txn/committer.cc) the tag `version`, the
-/// version the commit has in the log. timelake's files are those with an order tag; another
-/// engine's files stay without one.
-inline void StampSequence(Commit* commit, int64_t version) {
-  for (auto& add : commit->adds) {
-    if (add.tags.count(kOrderTag) && !add.tags.count(kSeqTag)) add.tags[kSeqTag] = std::to_string(version);
-  }
-}
-
 /// A decimal integer, or nullopt for anything else (never throws).
 inline std::optional<int64_t> ParseInt64(const std::string& text) {
   int64_t value = 0;

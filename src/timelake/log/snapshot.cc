@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "timelake/log/file_tags.h"
 #include "timelake/util/time.h"
 
 namespace timelake {
@@ -17,10 +16,7 @@ void Snapshot::Apply(const Commit& commit, int64_t commit_version) {
   }
   for (const auto& a : commit.adds) {
     tombstones.erase(a.path);
-    AddFile& file = files[a.path] = a;
-    if (file.tags.count(kOrderTag) && !file.tags.count(kSeqTag)) {
-      file.tags[kSeqTag] = std::to_string(commit_version);  // StampSequence
-    }
+    files[a.path] = a;
   }
   version = commit_version;
 }

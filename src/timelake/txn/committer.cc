@@ -6,7 +6,6 @@
 #include <random>
 #include <thread>
 
-#include "timelake/log/file_tags.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -56,18 +55,29 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
   const std::string table_id = pending->commit.metadata ? pending->commit.metadata->id
                                                         : snapshot->metadata.id;
   if (!table_id.empty()) info.table_id = table_id;
-  // A commit whose bytes do not depend on its version (an append: its files' sequence tag is
-  // the version readers find it at, StampSequence) is written, fsynced and its data files waited
-  // for before the turn, which then only links it: writers of one disk hold each other up for a
-  // link instead of a write and an fsync.
+  // The commit's bytes are written (on a local disk: fsynced, with its data files waited for)
+  // before the turn, for the version after the snapshot, so that the turn only links them:
+  // writers of one disk hold each other up for a link instead of a write and an fsync. The bytes
+  // hold the version (an append's files' sequence tags: they must survive any Delta writer's
+  // checkpoint, which copies tags and nothing else), so a turn that finds another version next
+  // stages them again for it: twice outside the turn (letting the others go meanwhile), then
+  // inside it, so that a writer always gets through.
   std::string body;
   std::unique_ptr<ObjectStore::Staged> staged;
-  if (!pending->prepare) {
+  int64_t staged_version = -1;
+  int restaged_outside = 0;
+  constexpr int kRestagesOutsideTurn = 2;
+  auto stage = [&](int64_t version) -> arrow::Status {
     if (snapshot->version >= 0) info.read_version = snapshot->version;
     info.timestamp = NowMillis();
+    if (pending->prepare) pending->prepare(&pending->commit, version);
     body = SerializeCommit(pending->commit);
-    ARROW_ASSIGN_OR_RAISE(staged, log_->StageCommit(snapshot->version + 1, body));
-  }
+    staged.reset();
+    ARROW_ASSIGN_OR_RAISE(staged, log_->StageCommit(version, body));
+    staged_version = version;
+    return arrow::Status::OK();
+  };
+  ARROW_RETURN_NOT_OK(stage(snapshot->version + 1));
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
     // Writers of one disk take turns: with the turn, read what was committed since the snapshot
@@ -83,11 +93,15 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       if (auto done = settle(std::move(verdict), snapshot->version + 1)) return *done;
     }
     const int64_t version = snapshot->version + 1;
-    if (pending->prepare) {
-      if (snapshot->version >= 0) info.read_version = snapshot->version;
-      info.timestamp = NowMillis();
-      pending->prepare(&pending->commit, version);
-      body = SerializeCommit(pending->commit);
+    if (version != staged_version && pending->prepare) {
+      if (turn && restaged_outside < kRestagesOutsideTurn) {
+        turn.reset();
+        ++restaged_outside;
+        ARROW_RETURN_NOT_OK(stage(version));
+        --attempt;  // not a lost race: the turn is taken again for the new bytes
+        continue;
+      }
+      ARROW_RETURN_NOT_OK(stage(version));
     }
     // Never put a version into a folder whose version - 1 is not this handle's head: after a
     // drop (and a create at the same path) that would leave a stray version, and a gap, in
@@ -137,7 +151,6 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
               same_table.message(), "); it may have committed: retry with the same batch_id"));
         }
       }
-      StampSequence(&pending->commit, version);
       snapshot->Apply(pending->commit, version);
       snapshot->head_fingerprint = fingerprint;
       out->version = version;

@@ -34,7 +34,7 @@ struct PendingCommit {
   Commit commit;  // its actions; commit_info must be set, with a txn_id no other commit has
   CommitIntent intent;
   /// Fills in what depends on the version the commit is tried at (unset: nothing does, and the
-  /// commit's bytes are written once, before the first attempt: see Committer::Commit).
+  /// bytes written before the first attempt serve every attempt: see Committer::Commit).
   std::function<void(Commit*, int64_t version)> prepare;
   /// False: only the version after the snapshot will do (creating a table at version 0); a lost
   /// race abandons instead of rebasing.
