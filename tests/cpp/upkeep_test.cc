@@ -96,6 +96,41 @@ TEST(UpkeepTest, DrainAllWaitsForEveryLiveQueue) {
 // At exit, a background compaction pass opens a table of its own while every queue is being
 // drained: its new Upkeep registers itself. The drain must not hold the registry while it waits
 // (it deadlocked: CI hung in a writer's atexit). Run in a child so that a hang fails the test.
+TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
+  // A drop drains every queue of the process while appends of other threads keep posting to
+  // them: each drain waits for what was posted before it, not for the queue to run dry.
+  Upkeep upkeep;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ran{0};
+  std::thread feeder([&] {
+    while (!stop) {
+      upkeep.Post("task", [&ran] {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ++ran;
+        return arrow::Status::OK();
+      });
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // posts faster than tasks run
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int before = 0;
+  {
+    upkeep.Post("marker", [&before, &ran] {
+      before = ran.load();
+      return arrow::Status::OK();
+    });
+    const auto started = std::chrono::steady_clock::now();
+    upkeep.Drain();
+    DrainAllUpkeep();
+    // Bounded by the queue at the call (about 100 tasks of 0.2 ms): far below this.
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+  }
+  EXPECT_GT(before, 0) << "the marker, posted before the drain, ran";
+  stop = true;
+  feeder.join();
+  upkeep.Drain();
+}
+
 TEST(UpkeepTest, DrainAllLetsATaskCreateAnotherQueue) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);

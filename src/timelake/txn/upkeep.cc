@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 
 #include <new>
@@ -37,13 +38,15 @@ void DrainAllUpkeep() {
   // The registry lock is never held while waiting: a task may open a table (a background
   // compaction pass does), whose new Upkeep registers itself; it would wait for the lock while
   // the drain waited for the task. An Upkeep is pinned instead, so that it outlives the wait, and
-  // the registry is walked again until every queue is idle, the ones created meanwhile included.
+  // the registry is walked again for the queues not drained yet, the ones created meanwhile
+  // included. Each queue is drained once: appends that keep posting cannot hold the drain up.
+  std::set<uint64_t> drained;
   for (;;) {
     Upkeep* busy = nullptr;
     {
       std::lock_guard<std::mutex> lock(RegistryMutex());
       for (Upkeep* upkeep : Registry()) {
-        if (upkeep->Busy()) {
+        if (!drained.count(upkeep->id_) && upkeep->Busy()) {
           busy = upkeep;
           ++busy->pins_;
           break;
@@ -51,6 +54,7 @@ void DrainAllUpkeep() {
       }
     }
     if (!busy) return;
+    drained.insert(busy->id_);
     busy->Drain();
     {
       std::lock_guard<std::mutex> lock(RegistryMutex());
@@ -74,7 +78,11 @@ namespace {
 [[maybe_unused]] const bool kUpkeepReadyForFork = (Upkeep::InitializeForFork(), true);
 }  // namespace
 
-Upkeep::Upkeep() {
+namespace {
+std::atomic<uint64_t> next_upkeep_id{1};
+}  // namespace
+
+Upkeep::Upkeep() : id_(next_upkeep_id++) {
   InitializeForFork();
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry().insert(this);
@@ -99,6 +107,7 @@ void Upkeep::ForkChild() {
     new (&upkeep->thread_) std::thread();  // the parent's thread does not exist here
     new (&upkeep->changed_) std::condition_variable();
     upkeep->queue_.clear();
+    upkeep->finished_ = upkeep->posted_;  // the parent runs them
     upkeep->running_task_ = false;
     upkeep->stopping_ = false;
     upkeep->mutex_.unlock();
@@ -124,6 +133,7 @@ Upkeep::~Upkeep() {
 void Upkeep::Post(std::string name, Task task) {
   std::unique_lock<std::mutex> lock(mutex_);
   queue_.emplace_back(std::move(name), std::move(task));
+  ++posted_;
   if (!thread_.joinable()) {
     try {
       thread_ = std::thread([this] { Run(); });
@@ -143,7 +153,8 @@ bool Upkeep::Busy() {
 
 void Upkeep::Drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return queue_.empty() && !running_task_; });
+  const uint64_t target = posted_;
+  changed_.wait(lock, [this, target] { return finished_ >= target; });
 }
 
 std::vector<std::string> Upkeep::TakeFailures() {
@@ -181,6 +192,7 @@ void Upkeep::RunFront(std::unique_lock<std::mutex>& lock) {
   arrow::Status status = task();
   lock.lock();
   running_task_ = false;
+  ++finished_;
   if (!status.ok()) Record(name, status);
   changed_.notify_all();
 }

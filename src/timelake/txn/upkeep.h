@@ -44,7 +44,8 @@ class Upkeep {
   /// thread can be started the task runs here and now.
   void Post(std::string name, Task task);
 
-  /// Waits until every task posted before the call has run.
+  /// Waits until every task posted before the call has run (not those posted meanwhile: a
+  /// drain of a queue that appends keep feeding still returns).
   void Drain();
 
   /// The failures since the last call, each "<name>: <message>" (at most the last 100).
@@ -72,6 +73,9 @@ class Upkeep {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::pair<std::string, Task>> queue_;
+  uint64_t posted_ = 0;    // tasks ever posted
+  uint64_t finished_ = 0;  // tasks that ran (they run in order: the first `finished_` posted)
+  const uint64_t id_;      // tells queues apart (DrainAllUpkeep), unlike addresses, never reused
   bool running_task_ = false;
   bool stopping_ = false;
   std::thread thread_;
@@ -79,8 +83,10 @@ class Upkeep {
   int pins_ = 0;  // drains waiting on this one (DrainAllUpkeep); guarded by the registry's mutex
 };
 
-/// Drains every Upkeep of the process: called before the interpreter exits, so that no task is
-/// cut off halfway by the exit (that would be safe, only wasteful) or runs during it.
+/// Drains every Upkeep of the process (Drain: the tasks posted before the call, and those of
+/// queues the tasks create meanwhile): called before the interpreter exits, so that no task is
+/// cut off halfway by the exit (that would be safe, only wasteful) or runs during it, and before
+/// a table is dropped.
 void DrainAllUpkeep();
 
 }  // namespace timelake
