@@ -283,6 +283,17 @@ arrow::Status WriteCheckpoint(DeltaLog& log, const Snapshot& snapshot) {
   return arrow::Status::OK();
 }
 
+}  // namespace
+
+arrow::Status WriteCheckpointUnlessSuperseded(DeltaLog& log, const Snapshot& snapshot) {
+  if (auto newest = log.store().LastCheckpointHint(); newest && *newest >= snapshot.version) {
+    return arrow::Status::OK();
+  }
+  return WriteCheckpoint(log, snapshot);
+}
+
+namespace {
+
 // The index record of commit `version`: the newest rows of `newest` (one table per file, null
 // when a file's are unknown) tagged with sequence number `seq`; null when any is unknown (then
 // latest() reads those files).
@@ -313,6 +324,8 @@ int64_t FoldInterval(int64_t record_rows) {
   return std::clamp<int64_t>(kIndexFoldRows / std::max<int64_t>(1, record_rows), 2, kIndexFoldInterval);
 }
 
+}  // namespace
+
 // Writes the index record (unless null), then folds the index at `snapshot` (unless null).
 // Like checkpoints for the log: every few commits the records are folded into one base, so
 // latest() never reads more than that many records or unrecorded commits' files.
@@ -322,13 +335,16 @@ arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
                             const Snapshot* snapshot) {
   if (record) ARROW_RETURN_NOT_OK(index.Record(version, paths, record));
   if (snapshot != nullptr) {
+    // Writer processes fold at versions they commit, each on its own upkeep thread: one that
+    // lags finds a newer base and has nothing to add (folding an older snapshot would read every
+    // file the newer base already summarises).
+    ARROW_ASSIGN_OR_RAISE(int64_t newest_base, index.NewestBase());
+    if (newest_base >= snapshot->version) return arrow::Status::OK();
     ARROW_ASSIGN_OR_RAISE(auto state, index.Read(*snapshot));
     ARROW_RETURN_NOT_OK(index.Fold(state).status());
   }
   return arrow::Status::OK();
 }
-
-}  // namespace
 
 arrow::Status MaybeCheckpoint(TableContext& t) {
   if (!CheckpointDue(t.snapshot)) return arrow::Status::OK();
@@ -379,7 +395,7 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
     t.upkeep->Post("checkpoint", [store = t.store, path = t.table_path, snapshot,
                                   checkpointed = t.checkpointed] {
       DeltaLog log(store, path);  // the handle's own log belongs to the handle's thread
-      ARROW_RETURN_NOT_OK(WriteCheckpoint(log, *snapshot));
+      ARROW_RETURN_NOT_OK(WriteCheckpointUnlessSuperseded(log, *snapshot));
       int64_t seen = checkpointed->load();
       while (seen < snapshot->version && !checkpointed->compare_exchange_weak(seen, snapshot->version)) {
       }

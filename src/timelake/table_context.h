@@ -183,11 +183,22 @@ arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutco
 /// Post-commit hook of every commit: a checkpoint when one is due (taken back if the table was
 /// dropped meanwhile).
 arrow::Status MaybeCheckpoint(TableContext& t);
+/// The checkpoint of `snapshot`, written by a handle's upkeep thread after the commit was
+/// acknowledged. Writer processes each checkpoint the versions they commit: one whose upkeep lags
+/// behind finds a newer checkpoint named in `_last_checkpoint` and writes none (it would cost as
+/// much as the newer one and point `_last_checkpoint` back to an older version).
+arrow::Status WriteCheckpointUnlessSuperseded(DeltaLog& log, const Snapshot& snapshot);
 /// Post-commit hook of commits that add files: writes the index record of commit `version` for
 /// `files` (whose rows carry sequence number `seq`) and folds the index when due. A missing
 /// record only makes latest() read those files.
 arrow::Status RecordNewest(TableContext& t, const std::vector<WrittenFile>& files, int64_t version,
                            int64_t seq);
+/// Writes the index record of commit `version` (`record`, unless null) for the files `paths` it
+/// added, then folds the index at `snapshot` (unless null; skipped when a base at least as new
+/// exists).
+arrow::Status RecordAndFold(LastValueIndex& index, int64_t version,
+                            const std::vector<std::string>& paths,
+                            const std::shared_ptr<arrow::Table>& record, const Snapshot* snapshot);
 /// The hooks a commit runs once acknowledged (see txn/post_commit.h): the checkpoint, and the
 /// index record when it added `files` (which must outlive the hooks).
 PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files, int64_t version,

@@ -16,6 +16,7 @@
 #include "timelake/log/delta_log.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
+#include "timelake/table_context.h"
 #include "timelake/util/ids.h"
 
 namespace timelake::testing {
@@ -411,6 +412,43 @@ TEST_F(LastValueIndexTest, RecordsOfManySeriesAreFoldedSooner) {
   EXPECT_LE(records, 2);
   auto fresh = lake_->OpenTable("t").ValueOrDie();
   EXPECT_EQ(fresh->Latest().ValueOrDie()->num_rows(), kSeries);
+}
+
+// Writer processes fold at versions they commit, each on its own upkeep thread. One whose
+// upkeep lags behind (its fold of version 32 runs after another writer's fold of 64) must not
+// read every file the newer base summarises only to write a base that is already out of date.
+TEST_F(LastValueIndexTest, AFoldOlderThanTheNewestBaseIsSkipped) {
+  std::vector<int64_t> versions;
+  for (int hour = 0; hour < 70; ++hour) {
+    versions.push_back(Append("d", 1 + hour / 24, hour % 24, hour, nullptr, /*small=*/true));
+  }
+  auto bases = [&] {
+    std::set<std::string> out;
+    for (const auto& path : Objects(IndexDir())) {
+      if (path.find("base-") != std::string::npos) out.insert(path);
+    }
+    return out;
+  };
+  const std::set<std::string> before = bases();
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_NE(before.begin()->find(CommitFileName(64).substr(0, 20)), std::string::npos) << *before.begin();
+  auto at32 = DeltaLog(store_, "default/t").LoadAt(32).ValueOrDie();
+  LastValueIndex index(store_, "default/t", at32.metadata.id,
+                       ContractFromConfiguration(at32.metadata.configuration).ValueOrDie(),
+                       StorageSchemaOf(*table_->schema()).ValueOrDie());
+  int data_gets = 0;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    const bool data = path.size() > 8 && path.compare(path.size() - 8, 8, ".parquet") == 0 &&
+                      path.find("_timelake") == std::string::npos;
+    if (op == "get" && data) ++data_gets;
+    return arrow::Status::OK();
+  });
+  ASSERT_OK(RecordAndFold(index, 32, {}, nullptr, &at32));
+  store_->SetFaultHook(nullptr);
+  EXPECT_EQ(data_gets, 0) << "the lagging fold read data files";
+  EXPECT_EQ(bases(), before) << "the lagging fold wrote an out-of-date base";
+  EXPECT_EQ(Latest(lake_->OpenTable("t").ValueOrDie().get()),
+            (std::map<std::string, double>{{"d", 69}}));
 }
 
 // A small append gets no record: its files are as cheap to read as a record would be, and one

@@ -666,6 +666,25 @@ TEST_F(TableTest, CheckpointAppearsAfterCommitTen) {
   EXPECT_EQ(info.manifests, 1);
 }
 
+// Writer processes each checkpoint the versions they commit, on their own upkeep threads. One
+// that lags (its checkpoint of 10 comes after another's of 20) must neither write the older
+// checkpoint nor point `_last_checkpoint` back to it.
+TEST_F(TableTest, ACheckpointOlderThanTheNewestIsNotWritten) {
+  for (int i = 0; i < 20; ++i) ASSERT_OK(AppendAt(table_.get(), {{1, i}}).status());
+  ASSERT_OK(table_->WaitForUpkeep());
+  ASSERT_OK(store_->Delete("default/t/_delta_log/00000000000000000010.checkpoint.parquet"));
+  ASSERT_EQ(Objects("default/t/_delta_log/00000000000000000020.checkpoint").size(), 1u);
+  DeltaLog log(store_, "default/t");
+  ASSERT_OK_AND_ASSIGN(auto at10, log.LoadAt(10));
+  ASSERT_OK(WriteCheckpointUnlessSuperseded(log, at10));
+  EXPECT_TRUE(Objects("default/t/_delta_log/00000000000000000010.checkpoint").empty());
+  EXPECT_EQ(log.store().LastCheckpointHint(), std::optional<int64_t>(20));
+  // Without a newer one it is written.
+  ASSERT_OK(store_->Delete("default/t/_delta_log/_last_checkpoint"));
+  ASSERT_OK(WriteCheckpointUnlessSuperseded(log, at10));
+  EXPECT_EQ(Objects("default/t/_delta_log/00000000000000000010.checkpoint").size(), 1u);
+}
+
 // A checkpoint costs O(files): a table of many files gets one every 20, 40, ... commits instead
 // of every 10, so that the checkpoint work per commit stays bounded (table_context.cc,
 // CheckpointStride). Small tables keep the interval.

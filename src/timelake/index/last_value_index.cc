@@ -521,6 +521,15 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   return state;
 }
 
+arrow::Result<int64_t> LastValueIndex::NewestBase() {
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->List(dir_));
+  int64_t newest = -1;
+  for (const auto& meta : listing) {
+    if (auto b = RecordVersion(FileName(meta.path), kBasePrefix)) newest = std::max(newest, *b);
+  }
+  return newest;
+}
+
 arrow::Result<int64_t> LastValueIndex::Fold(const IndexState& state) {
   ARROW_ASSIGN_OR_RAISE(auto data, ToParquet(*state.tagged_rows, state.tagged_files));
   ARROW_RETURN_NOT_OK(store_->PutDerived(dir_ + RecordName(state.version, kBasePrefix), data));

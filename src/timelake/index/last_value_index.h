@@ -94,6 +94,10 @@ class LastValueIndex {
   /// The index exact for `snapshot` (see the rules above).
   arrow::Result<IndexState> Read(const Snapshot& snapshot);
 
+  /// The version of the newest base in the index folder (-1: none). A fold at or below it is
+  /// wasted work: that base already summarises more (a writer's upkeep can lag behind others').
+  arrow::Result<int64_t> NewestBase();
+
   /// Writes `state` as the base at its version and deletes the objects it replaces (older
   /// records and bases, and anything left by an earlier table at this path). Returns the number
   /// of objects deleted.
