@@ -141,7 +141,7 @@ arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
       group.unlock();
       std::vector<StagedAppend*> staged_members;
       for (auto* q : members) staged_members.push_back(q->staged);
-      std::vector<arrow::Result<AppendResult>> results = CommitStaged(ctx_, staged_members);
+      std::vector<arrow::Result<AppendResult>> results = CommitAcrossProcesses(ctx_, staged_members);
       if (!results.empty() && results.front().ok()) {
         // Failed upkeep of earlier appends goes to one of the appends of this commit.
         ReportUpkeepFailures(ctx_, {}, &*results.front());

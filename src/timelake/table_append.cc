@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 #include "timelake/log/file_tags.h"
+#include "timelake/txn/spool.h"
+#include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -198,6 +201,15 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     }
     info.metrics = {{"numFiles", files}, {"numOutputRows", rows}, {"numOutputBytes", bytes}};
     if (live.size() > 1) info.operation_parameters["timelake.groupedAppends"] = std::to_string(live.size());
+    std::set<std::string> spooled;  // other processes' requests: how their writers find this commit
+    for (size_t i : live) {
+      if (!group[i]->spool_id.empty()) spooled.insert(group[i]->spool_id);
+    }
+    if (!spooled.empty()) {
+      std::string list;
+      for (const auto& id : spooled) list += (list.empty() ? "" : ",") + id;
+      info.operation_parameters[Spool::kCommitParameter] = list;
+    }
     commit.commit_info = info;
 
     PendingCommit pending;
@@ -288,6 +300,277 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
                           "commit conflict: an append to '" + t.name + "' lost " +
                           std::to_string(Committer::kMaxAttempts) + " rounds in a row; retry it")));
   }
+  return out;
+}
+
+namespace {
+
+// How long a writer waits for the leader that holds its rows (a commit takes milliseconds; one
+// that takes this long has stopped).
+constexpr int64_t kSpoolWaitMs = 30000;
+// How long a leader waits for the requests it expects (the last commit's count).
+constexpr auto kSpoolGatherWait = std::chrono::microseconds(1000);
+
+Spool* SpoolOf(TableContext& t) {
+  if (!t.spool_checked) {
+    t.spool_checked = true;
+    if (t.store->HasLocks()) {
+      if (auto dir = t.store->FileSystemPath(t.table_path + "/_timelake")) {
+        t.spool = std::make_shared<Spool>(*dir);
+      }
+    }
+  }
+  return t.spool.get();
+}
+
+// The version of the commit holding request `id`, looking at the commits after `since`.
+std::optional<int64_t> FindSpooled(TableContext& t, const std::string& id, int64_t since) {
+  for (int64_t v = since + 1;; ++v) {
+    auto commit = t.log.ReadCommit(v);
+    if (!commit.ok()) return std::nullopt;
+    if (!commit->commit_info) continue;
+    auto it = commit->commit_info->operation_parameters.find(Spool::kCommitParameter);
+    if (it == commit->commit_info->operation_parameters.end()) continue;
+    const std::string& list = it->second;
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      if (list.compare(start, end - start, id) == 0) return v;
+      start = end + 1;
+    }
+  }
+}
+
+AppendResult FromAnswer(const SpoolAnswer& a) {
+  AppendResult r;
+  r.version = a.version;
+  r.duplicate = a.duplicate;
+  r.rows = a.rows;
+  r.files = a.files;
+  r.bytes = a.bytes;
+  r.attempts = static_cast<int>(a.attempts);
+  r.commit_ms = a.commit_ms;
+  return r;
+}
+
+SpoolAnswer ToAnswer(const arrow::Result<AppendResult>& r) {
+  SpoolAnswer a;
+  if (!r.ok()) {
+    a.error = r.status().ToString();
+    return a;
+  }
+  a.ok = true;
+  a.version = r->version;
+  a.duplicate = r->duplicate;
+  a.rows = r->rows;
+  a.files = r->files;
+  a.bytes = r->bytes;
+  a.attempts = r->attempts;
+  a.commit_ms = r->commit_ms;
+  return a;
+}
+
+}  // namespace
+
+std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
+                                                               const std::vector<StagedAppend*>& group) {
+  Spool* spool = SpoolOf(t);
+  bool spoolable = spool != nullptr && !group.empty();
+  for (const auto* s : group) spoolable = spoolable && s->shared && s->rows > 0;
+  if (!spoolable) return CommitStaged(t, group);
+  const std::string lock_path = t.table_path + "/_timelake/spool.lock";
+  auto tried = t.store->LockExclusive(lock_path, 0);
+  if (!tried.ok()) return CommitStaged(t, group);
+  std::unique_ptr<StoreLock> lock = std::move(*tried);
+  std::vector<std::optional<arrow::Result<AppendResult>>> answered(group.size());
+  if (!lock) {
+    // Another process is committing: hand it these appends, and wait for its answer, or for the
+    // lock (then the leader before is done, or dead, and left them or failed them).
+    SpoolRequest request;
+    request.id = NewUuid();
+    request.table_id = t.snapshot.metadata.id;
+    for (const auto* s : group) request.members.push_back({s->batch_id, s->ingestor->buffered()});
+    auto ticket = spool->Submit(request);
+    if (!ticket.ok()) return CommitStaged(t, group);  // (a dropped table: CommitStaged says so)
+    const int64_t since = t.snapshot.version;
+    std::optional<std::vector<SpoolAnswer>> answers;
+    bool claimed = false;  // known to be in a leader's hands
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSpoolWaitMs);
+    for (int64_t pause_us = 20;; pause_us = std::min<int64_t>(pause_us * 2, 200)) {
+      answers = spool->TakeAnswers(**ticket);
+      if (answers) {
+        claimed = true;
+        break;
+      }
+      auto tried_again = t.store->LockExclusive(lock_path, 0);
+      if (tried_again.ok() && *tried_again) {
+        lock = std::move(*tried_again);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    }
+    if (!answers) {
+      auto withdrawn = spool->Withdraw(**ticket);
+      claimed = !withdrawn.ok() || !*withdrawn;
+      // Claimed and answered between the last look and the withdrawal.
+      if (claimed) answers = spool->TakeAnswers(**ticket);
+    }
+    if (!answers && claimed && !lock) {
+      // The leader has stopped with these appends in its hands: only its commit can tell.
+      auto version = FindSpooled(t, (*ticket)->id(), since);
+      std::vector<arrow::Result<AppendResult>> out;
+      for (size_t i = 0; i < group.size(); ++i) {
+        if (version) {
+          group[i]->ingestor->Abort();
+          AppendResult r;
+          r.version = *version;
+          r.rows = group[i]->rows;
+          r.attempts = 1;
+          out.push_back(r);
+        } else {
+          out.push_back(OutcomeUnknown(arrow::Status::IOError(
+              "another writer process took this append into its commit and stopped answering "
+              "for ", kSpoolWaitMs / 1000, " s: the append may or may not be committed; retry it "
+              "with the same batch_id")));
+        }
+      }
+      return out;
+    }
+    bool unanswered = false;
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (answers && answers->size() == group.size() && (*answers)[i].ok) {
+        group[i]->ingestor->Abort();
+        answered[i] = FromAnswer((*answers)[i]);
+      } else {
+        unanswered = true;
+      }
+    }
+    if (unanswered && claimed) {
+      // The leader died, or failed these appends: committed only if its commit names the request.
+      if (auto version = FindSpooled(t, (*ticket)->id(), since)) {
+        for (size_t i = 0; i < group.size(); ++i) {
+          if (answered[i]) continue;
+          group[i]->ingestor->Abort();
+          AppendResult r;
+          r.version = *version;
+          r.rows = group[i]->rows;
+          r.attempts = 1;
+          answered[i] = r;
+        }
+      }
+    }
+    if (!lock) {
+      // Answered, or withdrawn without the lock (the wait ran out): what is left commits on its own.
+      std::vector<StagedAppend*> left;
+      std::vector<size_t> where;
+      for (size_t i = 0; i < group.size(); ++i) {
+        if (answered[i]) continue;
+        left.push_back(group[i]);
+        where.push_back(i);
+      }
+      if (!left.empty()) {
+        auto results = CommitStaged(t, left);
+        for (size_t k = 0; k < left.size(); ++k) answered[where[k]] = std::move(results[k]);
+      }
+      std::vector<arrow::Result<AppendResult>> out;
+      int64_t newest = -1;
+      for (auto& r : answered) {
+        if (r->ok()) newest = std::max(newest, (*r)->version);
+        out.push_back(std::move(*r));
+      }
+      // The handle shows the version its appends created, as after its own commits. Best effort:
+      // the appends are acknowledged, and the next operation reads the log anyway.
+      if (newest > t.snapshot.version) (void)Update(t);
+      return out;
+    }
+  }
+  // Leading: this process's appends not answered yet, and the ones other processes handed over.
+  std::vector<StagedAppend*> members;
+  std::vector<size_t> own;  // members index -> group index
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (answered[i]) continue;
+    members.push_back(group[i]);
+    own.push_back(i);
+  }
+  if (members.empty()) {
+    std::vector<arrow::Result<AppendResult>> out;
+    int64_t newest = -1;
+    for (auto& r : answered) {
+      if (r->ok()) newest = std::max(newest, (*r)->version);
+      out.push_back(std::move(*r));
+    }
+    if (newest > t.snapshot.version) (void)Update(t);  // as above
+    return out;
+  }
+  struct Claimed {
+    std::string id;
+    std::vector<std::unique_ptr<StagedAppend>> staged;  // null: could not be staged
+    std::vector<arrow::Status> failures;
+    std::vector<size_t> positions;                      // in `members`, for the staged ones
+  };
+  // Other processes' appends arrive about as often as the last commit found them: wait for as
+  // many, briefly (a commit with them costs little more than one without).
+  const auto deadline = std::chrono::steady_clock::now() + kSpoolGatherWait;
+  while (t.spool_expected > 0 && spool->Pending() < t.spool_expected &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  std::vector<SpoolRequest> requests = spool->Claim();
+  std::vector<Claimed> claimed;
+  for (auto& request : requests) {
+    Claimed c;
+    c.id = request.id;
+    // A writer whose table was dropped (and this one created at its path since) must not
+    // commit into this one: it is told, and commits nothing (its own commit finds the drop).
+    const bool same_table = request.table_id == t.snapshot.metadata.id;
+    for (auto& m : request.members) {
+      if (!same_table) {
+        c.staged.push_back(nullptr);
+        c.failures.push_back(arrow::Status::Invalid("the append was for another table at this path"));
+        continue;
+      }
+      auto staged = std::make_unique<StagedAppend>();
+      AppendPlan plan{t.store, t.table_path, t.name, t.contract, t.declared, t.storage,
+                      t.ingest_options, t.snapshot.version, 0};
+      AppendOptions options;
+      options.batch_id = m.batch_id;
+      arrow::Status st;
+      auto reader = arrow::RecordBatchReader::Make(m.rows, m.rows.empty() ? t.storage : m.rows[0]->schema());
+      if (!reader.ok()) {
+        st = reader.status();
+      } else {
+        st = StageAppend(plan, reader->get(), options, staged.get(), kSharedFileMaxRows);
+      }
+      if (st.ok()) {
+        staged->spool_id = request.id;
+        c.positions.push_back(members.size());
+        members.push_back(staged.get());
+        c.staged.push_back(std::move(staged));
+      } else {
+        c.staged.push_back(nullptr);
+      }
+      c.failures.push_back(st);
+    }
+    claimed.push_back(std::move(c));
+  }
+  std::vector<arrow::Result<AppendResult>> results = CommitStaged(t, members);
+  for (auto& c : claimed) {
+    std::vector<SpoolAnswer> answers;
+    size_t next = 0;
+    for (size_t k = 0; k < c.staged.size(); ++k) {
+      answers.push_back(c.staged[k] ? ToAnswer(results[c.positions[next++]])
+                                    : ToAnswer(arrow::Result<AppendResult>(c.failures[k])));
+    }
+    (void)spool->Answer(c.id, answers);
+  }
+  // The next commit led here expects these requests and the ones that arrived during this one
+  // (writers that lost the last round would otherwise keep alternating in two cohorts).
+  t.spool_expected = static_cast<int>(requests.size()) + spool->Pending();
+  lock.reset();  // answered: the writers waiting for it can read their answers
+  for (size_t k = 0; k < own.size(); ++k) answered[own[k]] = std::move(results[k]);
+  std::vector<arrow::Result<AppendResult>> out;
+  for (auto& r : answered) out.push_back(std::move(*r));
   return out;
 }
 

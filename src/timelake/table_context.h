@@ -119,6 +119,7 @@ struct LatestState {
 };
 
 struct BackgroundCompaction;  // table_maintain.cc
+class Spool;                  // txn/spool.h
 
 struct TableContext {
   TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
@@ -149,6 +150,10 @@ struct TableContext {
   /// state of those passes (MaybeCompactInBackground).
   int64_t files_since_compaction = 0;
   std::shared_ptr<BackgroundCompaction> compaction;
+  /// The table's spool for group commits across processes (local lakes only; CommitAcrossProcesses).
+  std::shared_ptr<Spool> spool;
+  bool spool_checked = false;
+  int spool_expected = 0;  // requests the last commit led here took in: worth waiting for
   /// Post-commit work of appends (txn/upkeep.h). Last member: destroyed (drained) first.
   std::unique_ptr<Upkeep> upkeep = std::make_unique<Upkeep>();
 };
@@ -255,6 +260,7 @@ struct StagedAppend {
   int64_t rows = 0;
   bool compact_after = true;  // may queue a background compaction pass (not maintain=False)
   int64_t head_checked_ms = 0;
+  std::string spool_id;  // another process's append: the id of the request it came in (Spool)
 };
 
 /// The first step of an append, under the lock: brings the handle up to date, checks the table
@@ -291,6 +297,12 @@ arrow::Status WriteSharedFiles(const std::vector<StagedAppend*>& group,
 std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
                                                       const std::vector<StagedAppend*>& group,
                                                       SharedFiles shared = {});
+
+/// CommitStaged across processes: on a local lake, appends that kept their rows join the commit
+/// of another writer process when one is committing, or lead one that takes in the appends the
+/// other processes handed over meanwhile (txn/spool.h). Otherwise CommitStaged.
+std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
+                                                               const std::vector<StagedAppend*>& group);
 
 /// Adds the failures of earlier appends' upkeep (and `failures`) to `result`'s maintenance error.
 void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result);

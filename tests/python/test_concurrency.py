@@ -79,11 +79,58 @@ def test_concurrent_processes_lose_no_append_and_double_none(lake, lake_path):
     _start(lake_path, procs)
     results = _results(procs)
 
+    # Writers that wait for another's commit hand it their appends (group commit across
+    # processes, docs/api.md): several appends may share a version, each writer's keep rising.
     versions = [int(v) for per_writer in results for v, _, _ in per_writer]
-    assert sorted(versions) == list(range(1, writers * appends + 1))  # one version per append
-    assert commit_versions(table_dir(t)) == list(range(0, writers * appends + 1))
+    for per_writer in results:
+        own = [int(v) for v, _, _ in per_writer]
+        assert own == sorted(set(own)), own
+    commits = sorted(set(versions))
+    assert commits == list(range(1, len(commits) + 1))  # every commit holds acknowledged appends
+    assert commit_versions(table_dir(t)) == list(range(0, len(commits) + 1))
     rows = lake.sql("SELECT device_id, count(*) AS n FROM readings GROUP BY 1 ORDER BY 1").to_pylist()
     assert rows == [{"device_id": f"w{w}", "n": appends * 5} for w in range(writers)]
+
+
+def test_processes_waiting_for_a_commit_share_the_next_one(lake, lake_path):
+    # While a commit is under way (the test holds the spool lock a leading writer holds), three
+    # writer processes hand over their appends; the first to get the lock commits all three.
+    import fcntl
+    import json
+    import time
+
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
+    t.append(one_init_row(), batch_id="first")
+    folder = table_dir(t) / "_timelake"
+    with open(folder / "spool.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        procs = [_spawn(lake_path, w, 1, "-") for w in range(3)]
+        _start(lake_path, procs)
+        deadline = time.monotonic() + 60
+        while len(list(folder.glob("spool-*.req"))) < 3:
+            assert all(p.poll() is None for p in procs), "a writer exited while the lock was held"
+            assert time.monotonic() < deadline, "the writers did not hand over their appends"
+            time.sleep(0.005)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    results = _results(procs)
+    assert sorted(int(per_writer[0][0]) for per_writer in results) == [2, 2, 2]
+    assert commit_versions(table_dir(t)) == [0, 1, 2]
+    commit = [json.loads(line) for line in
+              (table_dir(t) / "_delta_log" / f"{2:020d}.json").read_text().splitlines()]
+    info = next(a["commitInfo"] for a in commit if "commitInfo" in a)
+    assert info["operationParameters"]["timelake.groupedAppends"] == "3"
+    assert sum("txn" in a for a in commit) == 3
+    assert sum("add" in a for a in commit) == 1  # one shared file for the day
+    assert not list(folder.glob("spool-*")), "requests or answers left behind"
+    rows = lake.sql("SELECT device_id, count(*) AS n FROM readings GROUP BY 1 ORDER BY 1").to_pylist()
+    assert rows == [{"device_id": "init", "n": 1}] + [{"device_id": f"w{w}", "n": 5} for w in range(3)]
+
+
+def one_init_row():
+    import pyarrow as pa
+
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    return pa.table({"time": [base], "device_id": ["init"], "temp": [0.0]})
 
 
 def test_writers_on_one_disk_take_turns_instead_of_racing(lake, lake_path):

@@ -67,6 +67,9 @@ class LocalStore : public ObjectStore {
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
+  std::optional<std::string> FileSystemPath(const std::string& path) const override {
+    return FullPath(path);
+  }
   /// flock(2) on the file `path` (created, with its folder, inside an existing folder), polled.
   bool HasLocks() const override { return true; }
   arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,13 @@ class ObjectStore {
     (void)path;
     (void)wait_ms;
     return nullptr;
+  }
+
+  /// The file `path` names on this machine's file system, for stores that keep objects as files
+  /// (LocalStore); nullopt for every other store.
+  virtual std::optional<std::string> FileSystemPath(const std::string& path) const {
+    (void)path;
+    return std::nullopt;
   }
 
   /// Whether LockExclusive can take locks at all here: a nullptr from a store that has them

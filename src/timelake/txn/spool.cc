@@ -1,0 +1,335 @@
+#include "timelake/txn/spool.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include <arrow/buffer.h>
+#include <arrow/io/memory.h>
+#include <arrow/ipc/reader.h>
+#include <arrow/ipc/writer.h>
+#include <arrow/util/key_value_metadata.h>
+#include <rapidjson/document.h>
+
+#include "timelake/util/ids.h"
+#include "timelake/util/json.h"
+
+namespace timelake {
+
+namespace {
+
+constexpr const char* kPrefix = "spool-";
+constexpr const char* kRequest = ".req";
+constexpr const char* kClaimed = ".claimed";
+constexpr const char* kAnswer = ".ans";
+constexpr const char* kMembersKey = "timelake.spool.members";
+constexpr const char* kTableKey = "timelake.spool.table";
+// Answers and temporaries this old belong to writers that died waiting: deleted by leaders.
+constexpr int64_t kLeftoverSeconds = 60;
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+arrow::Status Errno(const char* what, const std::string& path) {
+  return arrow::Status::IOError(what, " '", path, "': ", std::strerror(errno));
+}
+
+// Writes `data` to a new file `temp` (O_EXCL) and renames it to `path`; the file stays open
+// (returned) when `keep_open`, closed otherwise (-1).
+arrow::Result<int> WriteAndRename(const std::string& temp, const std::string& path,
+                                  const arrow::Buffer& data, bool lock_shared) {
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", temp);
+  // The lock comes before the name: a leader never sees the request without it.
+  bool ok = !lock_shared || ::flock(fd, LOCK_SH) == 0;
+  for (int64_t done = 0; ok && done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, static_cast<size_t>(data.size() - done));
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += n;
+  }
+  ok = ok && ::rename(temp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    arrow::Status st = Errno("cannot write", path);
+    ::unlink(temp.c_str());
+    ::close(fd);
+    return st;
+  }
+  if (lock_shared) return fd;
+  ::close(fd);
+  return -1;
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAll(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Errno("cannot stat", path);
+  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateResizableBuffer(st.st_size));
+  int64_t done = 0;
+  while (done < st.st_size) {
+    const ssize_t n = ::pread(fd, buffer->mutable_data() + done, static_cast<size_t>(st.st_size - done), done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Errno("cannot read", path);
+    done += n;
+  }
+  return std::shared_ptr<arrow::Buffer>(std::move(buffer));
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> Serialize(const SpoolRequest& request) {
+  std::shared_ptr<arrow::Schema> schema;
+  rapidjson::StringBuffer json;
+  JsonWriter w(json);
+  w.StartArray();
+  for (const auto& m : request.members) {
+    int64_t rows = 0;
+    for (const auto& b : m.rows) {
+      if (!schema) schema = b->schema();
+      if (!b->schema()->Equals(*schema)) {
+        return arrow::Status::Invalid("the appends of one spool request differ in schema");
+      }
+      rows += b->num_rows();
+    }
+    w.StartObject();
+    w.Key("batch_id");
+    if (m.batch_id) {
+      w.String(m.batch_id->data(), static_cast<rapidjson::SizeType>(m.batch_id->size()));
+    } else {
+      w.Null();
+    }
+    w.Key("rows");
+    w.Int64(rows);
+    w.EndObject();
+  }
+  w.EndArray();
+  if (!schema) return arrow::Status::Invalid("a spool request without rows");
+  schema = schema->WithMetadata(
+      arrow::key_value_metadata({kMembersKey, kTableKey}, {json.GetString(), request.table_id}));
+  ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
+  ARROW_ASSIGN_OR_RAISE(auto writer, arrow::ipc::MakeStreamWriter(sink, schema));
+  for (const auto& m : request.members) {
+    for (const auto& b : m.rows) {
+      ARROW_ASSIGN_OR_RAISE(auto with_schema, b->ReplaceSchema(schema));
+      ARROW_RETURN_NOT_OK(writer->WriteRecordBatch(*with_schema));
+    }
+  }
+  ARROW_RETURN_NOT_OK(writer->Close());
+  return sink->Finish();
+}
+
+arrow::Result<SpoolRequest> Deserialize(const std::string& id, const std::shared_ptr<arrow::Buffer>& data) {
+  auto input = std::make_shared<arrow::io::BufferReader>(data);
+  ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ipc::RecordBatchStreamReader::Open(input));
+  auto metadata = reader->schema()->metadata();
+  if (!metadata || metadata->FindKey(kMembersKey) < 0) {
+    return arrow::Status::Invalid("spool request ", id, " has no member list");
+  }
+  const std::string members_json = metadata->value(metadata->FindKey(kMembersKey));
+  rapidjson::Document doc;
+  doc.Parse(members_json.c_str());
+  if (doc.HasParseError() || !doc.IsArray()) {
+    return arrow::Status::Invalid("spool request ", id, " has a damaged member list");
+  }
+  auto plain = reader->schema()->RemoveMetadata();
+  std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
+  for (;;) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
+    if (!batch) break;
+    ARROW_ASSIGN_OR_RAISE(batch, batch->ReplaceSchema(plain));
+    batches.push_back(std::move(batch));
+  }
+  SpoolRequest request;
+  request.id = id;
+  if (metadata->FindKey(kTableKey) >= 0) request.table_id = metadata->value(metadata->FindKey(kTableKey));
+  size_t next = 0;
+  int64_t offset = 0;  // rows of batches[next] already taken
+  for (const auto& m : doc.GetArray()) {
+    if (!m.IsObject() || !m.HasMember("rows") || !m["rows"].IsInt64() || !m.HasMember("batch_id")) {
+      return arrow::Status::Invalid("spool request ", id, " has a damaged member list");
+    }
+    SpoolMember member;
+    if (m["batch_id"].IsString()) member.batch_id = std::string(m["batch_id"].GetString(), m["batch_id"].GetStringLength());
+    for (int64_t want = m["rows"].GetInt64(); want > 0;) {
+      if (next >= batches.size()) return arrow::Status::Invalid("spool request ", id, " is truncated");
+      const int64_t take = std::min(want, batches[next]->num_rows() - offset);
+      member.rows.push_back(batches[next]->Slice(offset, take));
+      want -= take;
+      offset += take;
+      if (offset == batches[next]->num_rows()) {
+        ++next;
+        offset = 0;
+      }
+    }
+    request.members.push_back(std::move(member));
+  }
+  return request;
+}
+
+std::string SerializeAnswers(const std::vector<SpoolAnswer>& answers) {
+  rapidjson::StringBuffer json;
+  JsonWriter w(json);
+  w.StartArray();
+  for (const auto& a : answers) {
+    w.StartObject();
+    w.Key("ok");
+    w.Bool(a.ok);
+    w.Key("version");
+    w.Int64(a.version);
+    w.Key("duplicate");
+    w.Bool(a.duplicate);
+    w.Key("rows");
+    w.Int64(a.rows);
+    w.Key("files");
+    w.Int64(a.files);
+    w.Key("bytes");
+    w.Int64(a.bytes);
+    w.Key("attempts");
+    w.Int64(a.attempts);
+    w.Key("commit_ms");
+    w.Double(a.commit_ms);
+    w.Key("error");
+    w.String(a.error.data(), static_cast<rapidjson::SizeType>(a.error.size()));
+    w.EndObject();
+  }
+  w.EndArray();
+  return json.GetString();
+}
+
+std::optional<std::vector<SpoolAnswer>> ParseAnswers(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  if (doc.HasParseError() || !doc.IsArray()) return std::nullopt;
+  std::vector<SpoolAnswer> out;
+  for (const auto& v : doc.GetArray()) {
+    if (!v.IsObject()) return std::nullopt;
+    auto i64 = [&](const char* key) -> std::optional<int64_t> {
+      if (!v.HasMember(key) || !v[key].IsInt64()) return std::nullopt;
+      return v[key].GetInt64();
+    };
+    SpoolAnswer a;
+    auto version = i64("version"), rows = i64("rows"), files = i64("files"), bytes = i64("bytes"),
+         attempts = i64("attempts");
+    if (!v.HasMember("ok") || !v["ok"].IsBool() || !v.HasMember("duplicate") || !v["duplicate"].IsBool() ||
+        !version || !rows || !files || !bytes || !attempts || !v.HasMember("commit_ms") ||
+        !v["commit_ms"].IsNumber() || !v.HasMember("error") || !v["error"].IsString()) {
+      return std::nullopt;
+    }
+    a.ok = v["ok"].GetBool();
+    a.duplicate = v["duplicate"].GetBool();
+    a.version = *version;
+    a.rows = *rows;
+    a.files = *files;
+    a.bytes = *bytes;
+    a.attempts = *attempts;
+    a.commit_ms = v["commit_ms"].GetDouble();
+    a.error = v["error"].GetString();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace
+
+Spool::Spool(std::string dir) : dir_(std::move(dir)) {}
+
+Spool::Ticket::~Ticket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string Spool::Path(const std::string& id, const char* suffix) const {
+  return dir_ + "/" + kPrefix + id + suffix;
+}
+
+arrow::Result<std::unique_ptr<Spool::Ticket>> Spool::Submit(const SpoolRequest& request) {
+  ARROW_ASSIGN_OR_RAISE(auto data, Serialize(request));
+  // A dot name: never taken for a request, and the store's listings skip it.
+  const std::string temp = dir_ + "/.tmp-" + kPrefix + request.id;
+  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(temp, Path(request.id, kRequest), *data, /*lock_shared=*/true));
+  return std::make_unique<Ticket>(fd, request.id);
+}
+
+arrow::Result<bool> Spool::Withdraw(const Ticket& ticket) {
+  const std::string path = Path(ticket.id(), kRequest);
+  if (::unlink(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  return Errno("cannot withdraw", path);
+}
+
+std::optional<std::vector<SpoolAnswer>> Spool::TakeAnswers(const Ticket& ticket) {
+  const std::string path = Path(ticket.id(), kAnswer);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  auto data = ReadAll(fd, path);
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (!data.ok()) return std::nullopt;
+  return ParseAnswers((*data)->ToString());
+}
+
+int Spool::Pending() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    n += name.compare(0, std::strlen(kPrefix), kPrefix) == 0 && EndsWith(name, kRequest);
+  }
+  ::closedir(d);
+  return n;
+}
+
+std::vector<SpoolRequest> Spool::Claim() {
+  std::vector<SpoolRequest> out;
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::string> requests, leftovers;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const bool ours = name.compare(0, std::strlen(kPrefix), kPrefix) == 0;
+    if (ours && EndsWith(name, kRequest)) {
+      requests.push_back(name.substr(std::strlen(kPrefix), name.size() - std::strlen(kPrefix) - std::strlen(kRequest)));
+    } else if ((ours && (EndsWith(name, kAnswer) || EndsWith(name, kClaimed))) ||
+               name.compare(0, 5 + std::strlen(kPrefix), std::string(".tmp-") + kPrefix) == 0) {
+      leftovers.push_back(name);
+    }
+  }
+  ::closedir(d);
+  const std::time_t now = std::time(nullptr);
+  for (const auto& name : leftovers) {
+    const std::string path = dir_ + "/" + name;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && now - st.st_mtime > kLeftoverSeconds) ::unlink(path.c_str());
+  }
+  for (const auto& id : requests) {
+    const std::string claimed = Path(id, kClaimed);
+    if (::rename(Path(id, kRequest).c_str(), claimed.c_str()) != 0) continue;  // withdrawn meanwhile
+    const int fd = ::open(claimed.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    // The writer holds a shared lock while it waits: an exclusive one means it is gone.
+    const bool writer_gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    auto data = writer_gone ? arrow::Result<std::shared_ptr<arrow::Buffer>>(arrow::Status::Cancelled(""))
+                            : ReadAll(fd, claimed);
+    ::close(fd);
+    ::unlink(claimed.c_str());
+    if (!data.ok()) continue;
+    auto request = Deserialize(id, *data);
+    if (request.ok()) out.push_back(std::move(*request));
+  }
+  return out;
+}
+
+arrow::Status Spool::Answer(const std::string& id, const std::vector<SpoolAnswer>& answers) {
+  const std::string text = SerializeAnswers(answers);
+  const std::string temp = dir_ + "/.tmp-" + kPrefix + id + kAnswer;
+  return WriteAndRename(temp, Path(id, kAnswer), *arrow::Buffer::FromString(text), /*lock_shared=*/false)
+      .status();
+}
+
+}  // namespace timelake

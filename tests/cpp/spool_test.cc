@@ -1,0 +1,279 @@
+// Group commit across processes (txn/spool.h): the spool's files, and appends of handles that
+// share a local lake only through its folder (as two processes do: each handle opens its own
+// locks, and flock(2) locks of separate opens exclude each other within one process too).
+#include "timelake/txn/spool.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <arrow/api.h>
+#include <gtest/gtest.h>
+
+#include "temp_dir.h"
+#include "test_util.h"
+#include "timelake/lake.h"
+#include "timelake/ingest/ingestor.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/store/local_store.h"
+#include "timelake/table.h"
+
+namespace timelake::testing {
+namespace {
+
+using arrow::field;
+
+std::shared_ptr<arrow::Schema> RowSchema() {
+  return arrow::schema({field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                        field("sensor", arrow::utf8()), field("value", arrow::float64())});
+}
+
+std::shared_ptr<arrow::RecordBatch> Rows(int n, double value) {
+  std::string ts = "[", sensors = "[", values = "[";
+  for (int i = 0; i < n; ++i) {
+    const char* sep = i ? "," : "";
+    ts += sep + std::to_string(Micros(2025, 1, 1, i % 24));
+    sensors += std::string(sep) + "\"s" + std::to_string(i) + "\"";
+    values += sep + std::to_string(value);
+  }
+  return Batch(RowSchema(), {ts + "]", sensors + "]", values + "]"});
+}
+
+class SpoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { std::filesystem::create_directories(dir_.path() + "/_timelake"); }
+  std::string Folder() { return dir_.path() + "/_timelake"; }
+  std::vector<std::string> Names() {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(Folder())) out.push_back(e.path().filename());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  TempDir dir_;
+};
+
+TEST_F(SpoolTest, ARequestIsClaimedOnceAndAnsweredToItsWriter) {
+  Spool writer(Folder()), leader(Folder());
+  SpoolRequest request;
+  request.id = "r1";
+  request.table_id = "table-1";
+  request.members.push_back({std::string("batch-1"), {Rows(3, 1)}});
+  request.members.push_back({std::nullopt, {Rows(2, 2), Rows(1, 3)}});
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
+  EXPECT_EQ(leader.Pending(), 1);
+  auto claimed = leader.Claim();
+  ASSERT_EQ(claimed.size(), 1u);
+  EXPECT_EQ(leader.Pending(), 0);
+  EXPECT_TRUE(leader.Claim().empty()) << "claimed twice";
+  const SpoolRequest& got = claimed[0];
+  EXPECT_EQ(got.id, "r1");
+  EXPECT_EQ(got.table_id, "table-1");
+  ASSERT_EQ(got.members.size(), 2u);
+  EXPECT_EQ(got.members[0].batch_id, std::optional<std::string>("batch-1"));
+  EXPECT_EQ(got.members[1].batch_id, std::nullopt);
+  auto rows = [](const SpoolMember& m) {
+    int64_t n = 0;
+    for (const auto& b : m.rows) n += b->num_rows();
+    return n;
+  };
+  EXPECT_EQ(rows(got.members[0]), 3);
+  EXPECT_EQ(rows(got.members[1]), 3);
+  EXPECT_TRUE(got.members[0].rows[0]->schema()->Equals(*RowSchema()));
+  ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
+  EXPECT_FALSE(withdrawn) << "a claimed request cannot be withdrawn";
+  EXPECT_FALSE(writer.TakeAnswers(*ticket)) << "no answer yet";
+  SpoolAnswer a;
+  a.ok = true;
+  a.version = 7;
+  a.rows = 3;
+  a.files = 1;
+  SpoolAnswer b;
+  b.error = "Invalid: no \"such\" column";
+  ASSERT_OK(leader.Answer("r1", {a, b}));
+  auto answers = writer.TakeAnswers(*ticket);
+  ASSERT_TRUE(answers);
+  ASSERT_EQ(answers->size(), 2u);
+  EXPECT_TRUE((*answers)[0].ok);
+  EXPECT_EQ((*answers)[0].version, 7);
+  EXPECT_EQ((*answers)[0].rows, 3);
+  EXPECT_FALSE((*answers)[1].ok);
+  EXPECT_EQ((*answers)[1].error, b.error);
+  EXPECT_FALSE(writer.TakeAnswers(*ticket)) << "an answer is taken once";
+  ticket.reset();
+  EXPECT_TRUE(Names().empty()) << Names()[0];
+}
+
+TEST_F(SpoolTest, AWithdrawnRequestIsNeverClaimed) {
+  Spool writer(Folder()), leader(Folder());
+  SpoolRequest request;
+  request.id = "r1";
+  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
+  ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
+  EXPECT_TRUE(withdrawn);
+  EXPECT_TRUE(leader.Claim().empty());
+}
+
+TEST_F(SpoolTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
+  // Its writer never learns of a commit: committing its rows would make them appear unasked.
+  Spool writer(Folder()), leader(Folder());
+  SpoolRequest request;
+  request.id = "r1";
+  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
+  ticket.reset();  // the writer's lock goes with it, as with a process that died
+  EXPECT_TRUE(leader.Claim().empty());
+  EXPECT_TRUE(Names().empty()) << Names()[0];
+}
+
+TEST_F(SpoolTest, ADamagedRequestIsSkipped) {
+  Spool leader(Folder());
+  std::ofstream(Folder() + "/spool-bad.req") << "not arrow";
+  EXPECT_TRUE(leader.Claim().empty());
+}
+
+TEST_F(SpoolTest, NoRequestIsMadeOutsideAnExistingFolder) {
+  // A dropped table's folder must not come back because a writer of it handed over an append.
+  Spool writer(dir_.path() + "/gone/_timelake");
+  SpoolRequest request;
+  request.id = "r1";
+  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  EXPECT_FALSE(writer.Submit(request).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/gone"));
+}
+
+class CrossProcessCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = LocalStore::Make(dir_.path(), /*fixed_depth=*/2).ValueOrDie();
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    table_ = Lake::OverStore(store_)->CreateTable("t", RowSchema(), options).ValueOrDie();
+    // Every commit takes the spool's folder: make it before the test holds the lock.
+    EXPECT_OK(Append(table_.get(), "first", 0).status());
+  }
+
+  // One row of sensor `sensor`.
+  arrow::Result<AppendResult> Append(Table* table, const std::string& batch, int hour,
+                                     const std::string& sensor = "a") {
+    auto reader = Reader(RowSchema(), {Batch(RowSchema(), {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                                           "[\"" + sensor + "\"]", "[1.0]"})});
+    AppendOptions options;
+    options.batch_id = batch;
+    return table->Append(reader.get(), options);
+  }
+  std::shared_ptr<Table> Handle() { return Lake::OverStore(store_)->OpenTable("t").ValueOrDie(); }
+  std::unique_ptr<StoreLock> HoldSpoolLock() {
+    return store_->LockExclusive("default/t/_timelake/spool.lock", 0).ValueOrDie();
+  }
+  Spool SpoolOfTable() { return Spool(dir_.path() + "/default/t/_timelake"); }
+  void WaitForRequests(int n) {
+    Spool spool = SpoolOfTable();
+    for (int i = 0; i < 5000 && spool.Pending() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(spool.Pending(), n);
+  }
+  int64_t Rows() { return Handle()->Info().ValueOrDie().rows; }
+
+  TempDir dir_;
+  std::shared_ptr<LocalStore> store_;
+  std::shared_ptr<Table> table_;
+};
+
+TEST_F(CrossProcessCommitTest, AppendsWaitingForAnotherWritersCommitShareTheNextOne) {
+  auto one = Handle(), two = Handle();
+  auto held = HoldSpoolLock();  // another writer is committing
+  ASSERT_TRUE(held);
+  arrow::Result<AppendResult> r1 = arrow::Status::UnknownError("not run"), r2 = r1;
+  std::thread t1([&] { r1 = Append(one.get(), "one", 1, "b"); });
+  std::thread t2([&] { r2 = Append(two.get(), "two", 2, "c"); });
+  WaitForRequests(2);
+  held.reset();
+  t1.join();
+  t2.join();
+  ASSERT_OK(r1.status());
+  ASSERT_OK(r2.status());
+  EXPECT_EQ(r1->version, r2->version) << "one commit for both";
+  EXPECT_EQ(one->version(), r1->version) << "a handle shows the version its append created";
+  EXPECT_EQ(two->version(), r2->version) << "a handle shows the version its append created";
+  EXPECT_EQ(r1->rows, 1);
+  EXPECT_EQ(r2->rows, 1);
+  EXPECT_FALSE(r1->duplicate);
+  auto commit = DeltaLog(store_, "default/t").ReadCommit(r1->version).ValueOrDie();
+  ASSERT_TRUE(commit.commit_info);
+  EXPECT_EQ(commit.commit_info->operation_parameters.at("timelake.groupedAppends"), "2");
+  EXPECT_EQ(commit.commit_info->operation_parameters.count(Spool::kCommitParameter), 1u);
+  EXPECT_EQ(commit.adds.size(), 1u) << "one shared file for the day";
+  EXPECT_EQ(commit.txns.size(), 2u);
+  EXPECT_EQ(Rows(), 3);
+  // Each batch id is recorded: replays are duplicates, from either handle.
+  ASSERT_OK_AND_ASSIGN(auto again, Append(one.get(), "two", 2, "c"));
+  EXPECT_TRUE(again.duplicate);
+  ASSERT_OK_AND_ASSIGN(again, Append(two.get(), "one", 1, "b"));
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(Rows(), 3);
+  EXPECT_EQ(SpoolOfTable().Pending(), 0);
+}
+
+TEST_F(CrossProcessCommitTest, AClaimedAppendWhoseLeaderDiedUnansweredIsCommittedByItsWriter) {
+  // The leader claims the request, then dies before committing (its lock goes with it): the
+  // writer finds no answer and no commit naming its request, and commits the append itself.
+  auto writer = Handle();
+  auto held = HoldSpoolLock();
+  ASSERT_TRUE(held);
+  arrow::Result<AppendResult> result = arrow::Status::UnknownError("not run");
+  std::thread t([&] { result = Append(writer.get(), "w", 3, "d"); });
+  WaitForRequests(1);
+  Spool leader = SpoolOfTable();
+  ASSERT_EQ(leader.Claim().size(), 1u);
+  held.reset();
+  t.join();
+  ASSERT_OK(result.status());
+  EXPECT_FALSE(result->duplicate);
+  EXPECT_EQ(Rows(), 2);
+  ASSERT_OK_AND_ASSIGN(auto again, Append(table_.get(), "w", 3, "d"));
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(Rows(), 2);
+}
+
+TEST_F(CrossProcessCommitTest, AClaimedAppendWhoseLeaderCommittedItButDiedUnansweredIsNotCommittedTwice) {
+  // The leader commits the request, then dies before answering: the writer finds its request
+  // named in the commit and reports that commit, without committing the rows again. The test is
+  // that leader: it claims the request and commits its rows as a leader's commit does.
+  auto writer = Handle();
+  auto held = HoldSpoolLock();
+  ASSERT_TRUE(held);
+  arrow::Result<AppendResult> result = arrow::Status::UnknownError("not run");
+  std::thread t([&] { result = Append(writer.get(), "w", 3, "d"); });
+  WaitForRequests(1);
+  Spool leader = SpoolOfTable();
+  auto claimed = leader.Claim();
+  ASSERT_EQ(claimed.size(), 1u);
+  ASSERT_EQ(claimed[0].members.size(), 1u);
+  auto rows = arrow::Table::FromRecordBatches(claimed[0].members[0].rows).ValueOrDie();
+  DeltaLog log(store_, "default/t");
+  auto snapshot = log.Load().ValueOrDie();
+  AddFile add;
+  add.path = "data/2025-01-01/part-leader.parquet";
+  add.size = WriteParquetFile(store_.get(), "default/t/" + add.path, *rows, IngestOptions{}).ValueOrDie();
+  add.stats = R"({"numRecords":1})";
+  Commit commit;
+  commit.adds.push_back(add);
+  commit.txns.push_back({"timelake:w", 0, 0});
+  CommitInfo info;
+  info.operation = "WRITE";
+  info.operation_parameters[Spool::kCommitParameter] = "other-id," + claimed[0].id;
+  commit.commit_info = info;
+  ASSERT_OK_AND_ASSIGN(bool won, log.TryCommit(snapshot.version + 1, SerializeCommit(commit)));
+  ASSERT_TRUE(won);
+  held.reset();  // the leader dies unanswered
+  t.join();
+  ASSERT_OK(result.status());
+  EXPECT_FALSE(result->duplicate);
+  EXPECT_EQ(result->version, snapshot.version + 1);
+  EXPECT_EQ(result->rows, 1);
+  EXPECT_EQ(Rows(), 2) << "committed twice";
+}
+
+}  // namespace
+}  // namespace timelake::testing
