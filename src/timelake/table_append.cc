@@ -1,10 +1,15 @@
 // Appending: input batches become data files (ingest/), then one commit (see table_context.h).
 #include "timelake/table_context.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -341,6 +346,31 @@ std::optional<int64_t> FindSpooled(TableContext& t, const std::string& id, int64
   }
 }
 
+// A commit found in the log, put by a process that died before it answered, may still lack
+// its folder's fsync (the put is visible before it): made durable before it is acknowledged.
+arrow::Status SyncLogFolder(TableContext& t) {
+  auto dir = t.store->FileSystemPath(t.table_path + "/_delta_log");
+  if (!dir) return arrow::Status::OK();
+  const int fd = ::open(dir->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return arrow::Status::IOError("cannot open '", *dir, "': ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return arrow::Status::IOError("cannot fsync '", *dir, "': ", std::strerror(err));
+  return arrow::Status::OK();
+}
+
+// The version of the commit holding request `id` (FindSpooled), made durable; an error when it
+// is there but could not be made durable.
+arrow::Result<std::optional<int64_t>> FindSpooledDurable(TableContext& t, const std::string& id,
+                                                         int64_t since) {
+  auto version = FindSpooled(t, id, since);
+  if (version) {
+    if (arrow::Status synced = SyncLogFolder(t); !synced.ok()) return OutcomeUnknown(synced);
+  }
+  return version;
+}
+
 AppendResult FromAnswer(const SpoolAnswer& a) {
   AppendResult r;
   r.version = a.version;
@@ -418,10 +448,13 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
     }
     if (!answers && claimed && !lock) {
       // The leader has stopped with these appends in its hands: only its commit can tell.
-      auto version = FindSpooled(t, (*ticket)->id(), since);
+      auto found = FindSpooledDurable(t, (*ticket)->id(), since);
       std::vector<arrow::Result<AppendResult>> out;
+      const std::optional<int64_t> version = found.ok() ? *found : std::nullopt;
       for (size_t i = 0; i < group.size(); ++i) {
-        if (version) {
+        if (!found.ok()) {
+          out.push_back(found.status());
+        } else if (version) {
           group[i]->ingestor->Abort();
           AppendResult r;
           r.version = *version;
@@ -448,12 +481,17 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
     }
     if (unanswered && claimed) {
       // The leader died, or failed these appends: committed only if its commit names the request.
-      if (auto version = FindSpooled(t, (*ticket)->id(), since)) {
+      auto found = FindSpooledDurable(t, (*ticket)->id(), since);
+      if (!found.ok() || *found) {
         for (size_t i = 0; i < group.size(); ++i) {
           if (answered[i]) continue;
+          if (!found.ok()) {
+            answered[i] = found.status();  // committed, maybe not durably: not to be committed again
+            continue;
+          }
           group[i]->ingestor->Abort();
           AppendResult r;
-          r.version = *version;
+          r.version = **found;
           r.rows = group[i]->rows;
           r.attempts = 1;
           answered[i] = r;
