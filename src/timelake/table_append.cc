@@ -1,15 +1,10 @@
 // Appending: input batches become data files (ingest/), then one commit (see table_context.h).
 #include "timelake/table_context.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <thread>
 
@@ -346,29 +341,43 @@ std::optional<int64_t> FindSpooled(TableContext& t, const std::string& id, int64
   }
 }
 
-// A commit found in the log, put by a process that died before it answered, may still lack
-// its folder's fsync (the put is visible before it): made durable before it is acknowledged.
-arrow::Status SyncLogFolder(TableContext& t) {
-  auto dir = t.store->FileSystemPath(t.table_path + "/_delta_log");
-  if (!dir) return arrow::Status::OK();
-  const int fd = ::open(dir->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return arrow::Status::IOError("cannot open '", *dir, "': ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return arrow::Status::IOError("cannot fsync '", *dir, "': ", std::strerror(err));
-  return arrow::Status::OK();
-}
-
 // The version of the commit holding request `id` (FindSpooled), made durable; an error when it
 // is there but could not be made durable.
 arrow::Result<std::optional<int64_t>> FindSpooledDurable(TableContext& t, const std::string& id,
                                                          int64_t since) {
   auto version = FindSpooled(t, id, since);
   if (version) {
-    if (arrow::Status synced = SyncLogFolder(t); !synced.ok()) return OutcomeUnknown(synced);
+    // Found in the log, put by a process that died before it answered: its put is visible
+    // before its folder's fsync, so made durable before it is acknowledged.
+    arrow::Status synced = t.store->SyncFolder(t.table_path + "/_delta_log/");
+    if (!synced.ok()) return OutcomeUnknown(synced);
   }
   return version;
+}
+
+// The result of an append found in the commit at `version` of a leader that did not answer.
+AppendResult FoundInLog(StagedAppend* s, int64_t version) {
+  s->ingestor->Abort();
+  AppendResult r;
+  r.version = version;
+  r.rows = s->rows;
+  r.attempts = 1;
+  return r;
+}
+
+// The results of a group, every one settled, in order. The handle then shows the newest version
+// its appends created, as after its own commits. Best effort: the appends are acknowledged, and
+// the next operation reads the log anyway.
+std::vector<arrow::Result<AppendResult>> Settled(
+    TableContext& t, std::vector<std::optional<arrow::Result<AppendResult>>>& answered) {
+  std::vector<arrow::Result<AppendResult>> out;
+  int64_t newest = -1;
+  for (auto& r : answered) {
+    if (r->ok()) newest = std::max(newest, (*r)->version);
+    out.push_back(std::move(*r));
+  }
+  if (newest > t.snapshot.version) (void)Update(t);
+  return out;
 }
 
 AppendResult FromAnswer(const SpoolAnswer& a) {
@@ -455,12 +464,7 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
         if (!found.ok()) {
           out.push_back(found.status());
         } else if (version) {
-          group[i]->ingestor->Abort();
-          AppendResult r;
-          r.version = *version;
-          r.rows = group[i]->rows;
-          r.attempts = 1;
-          out.push_back(r);
+          out.push_back(FoundInLog(group[i], *version));
         } else {
           out.push_back(OutcomeUnknown(arrow::Status::IOError(
               "another writer process took this append into its commit and stopped answering "
@@ -489,12 +493,7 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
             answered[i] = found.status();  // committed, maybe not durably: not to be committed again
             continue;
           }
-          group[i]->ingestor->Abort();
-          AppendResult r;
-          r.version = **found;
-          r.rows = group[i]->rows;
-          r.attempts = 1;
-          answered[i] = r;
+          answered[i] = FoundInLog(group[i], **found);
         }
       }
     }
@@ -511,16 +510,7 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
         auto results = CommitStaged(t, left);
         for (size_t k = 0; k < left.size(); ++k) answered[where[k]] = std::move(results[k]);
       }
-      std::vector<arrow::Result<AppendResult>> out;
-      int64_t newest = -1;
-      for (auto& r : answered) {
-        if (r->ok()) newest = std::max(newest, (*r)->version);
-        out.push_back(std::move(*r));
-      }
-      // The handle shows the version its appends created, as after its own commits. Best effort:
-      // the appends are acknowledged, and the next operation reads the log anyway.
-      if (newest > t.snapshot.version) (void)Update(t);
-      return out;
+      return Settled(t, answered);
     }
   }
   // Leading: this process's appends not answered yet, and the ones other processes handed over.
@@ -531,16 +521,7 @@ std::vector<arrow::Result<AppendResult>> CommitAcrossProcesses(TableContext& t,
     members.push_back(group[i]);
     own.push_back(i);
   }
-  if (members.empty()) {
-    std::vector<arrow::Result<AppendResult>> out;
-    int64_t newest = -1;
-    for (auto& r : answered) {
-      if (r->ok()) newest = std::max(newest, (*r)->version);
-      out.push_back(std::move(*r));
-    }
-    if (newest > t.snapshot.version) (void)Update(t);  // as above
-    return out;
-  }
+  if (members.empty()) return Settled(t, answered);
   struct Claimed {
     std::string id;
     std::vector<std::unique_ptr<StagedAppend>> staged;  // null: could not be staged

@@ -3,6 +3,10 @@
 // locks, and flock(2) locks of separate opens exclude each other within one process too).
 #include "timelake/txn/spool.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +22,7 @@
 #include "timelake/log/delta_log.h"
 #include "timelake/store/local_store.h"
 #include "timelake/table.h"
+#include "timelake/util/status.h"
 
 namespace timelake::testing {
 namespace {
@@ -146,7 +151,15 @@ TEST_F(SpoolTest, NoRequestIsMadeOutsideAnExistingFolder) {
 class CrossProcessCommitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = LocalStore::Make(dir_.path(), /*fixed_depth=*/2).ValueOrDie();
+    // fsyncs of the log folder fail while fail_log_sync_ is set (a disk reporting EIO).
+    auto sync = [this](int fd, const std::string& path) {
+      if (fail_log_sync_ && path.size() >= 10 && path.compare(path.size() - 10, 10, "_delta_log") == 0) {
+        errno = EIO;
+        return -1;
+      }
+      return ::fsync(fd);
+    };
+    store_ = LocalStore::Make(dir_.path(), /*fixed_depth=*/2, sync).ValueOrDie();
     ContractOptions options;
     options.series_key = std::vector<std::string>{"sensor"};
     table_ = Lake::OverStore(store_)->CreateTable("t", RowSchema(), options).ValueOrDie();
@@ -175,7 +188,55 @@ class CrossProcessCommitTest : public ::testing::Test {
   }
   int64_t Rows() { return Handle()->Info().ValueOrDie().rows; }
 
+  void TearDown() override {
+    if (writer_.joinable()) writer_.join();
+  }
+  // The first steps of a leader that will die unanswered: holds the spool lock (in held_) while
+  // a handle of its own appends batch "w" (sensor "d", hour 3) and hands the append over, then
+  // claims the request and returns it. WriterResult releases the lock (the leader is dead) and
+  // gives the append's result.
+  SpoolRequest ClaimAWaitingAppend() {
+    held_ = HoldSpoolLock();
+    EXPECT_TRUE(held_);
+    writer_ = std::thread([this, writer = Handle()] { writer_result_ = Append(writer.get(), "w", 3, "d"); });
+    WaitForRequests(1);
+    auto claimed = SpoolOfTable().Claim();
+    EXPECT_EQ(claimed.size(), 1u);
+    return claimed.empty() ? SpoolRequest{} : std::move(claimed[0]);
+  }
+  arrow::Result<AppendResult> WriterResult() {
+    held_.reset();
+    writer_.join();
+    return writer_result_;
+  }
+  // Commits the rows of `request` as a leader does, naming it among the requests it took in.
+  int64_t CommitAsLeader(const SpoolRequest& request) {
+    EXPECT_EQ(request.members.size(), 1u);
+    auto rows = arrow::Table::FromRecordBatches(request.members.at(0).rows).ValueOrDie();
+    DeltaLog log(store_, "default/t");
+    auto snapshot = log.Load().ValueOrDie();
+    AddFile add;
+    add.path = "data/2025-01-01/part-leader.parquet";
+    add.size = WriteParquetFile(store_.get(), "default/t/" + add.path, *rows, IngestOptions{}).ValueOrDie();
+    add.stats = R"({"numRecords":1})";
+    Commit commit;
+    commit.adds.push_back(add);
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+    commit.txns.push_back({"timelake:w", 0, now_ms});
+    CommitInfo info;
+    info.operation = "WRITE";
+    info.operation_parameters[Spool::kCommitParameter] = "other-id," + request.id;
+    commit.commit_info = info;
+    EXPECT_TRUE(log.TryCommit(snapshot.version + 1, SerializeCommit(commit)).ValueOr(false));
+    return snapshot.version + 1;
+  }
+
   TempDir dir_;
+  std::atomic<bool> fail_log_sync_{false};
+  std::unique_ptr<StoreLock> held_;
+  std::thread writer_;
+  arrow::Result<AppendResult> writer_result_ = arrow::Status::UnknownError("not run");
   std::shared_ptr<LocalStore> store_;
   std::shared_ptr<Table> table_;
 };
@@ -218,16 +279,8 @@ TEST_F(CrossProcessCommitTest, AppendsWaitingForAnotherWritersCommitShareTheNext
 TEST_F(CrossProcessCommitTest, AClaimedAppendWhoseLeaderDiedUnansweredIsCommittedByItsWriter) {
   // The leader claims the request, then dies before committing (its lock goes with it): the
   // writer finds no answer and no commit naming its request, and commits the append itself.
-  auto writer = Handle();
-  auto held = HoldSpoolLock();
-  ASSERT_TRUE(held);
-  arrow::Result<AppendResult> result = arrow::Status::UnknownError("not run");
-  std::thread t([&] { result = Append(writer.get(), "w", 3, "d"); });
-  WaitForRequests(1);
-  Spool leader = SpoolOfTable();
-  ASSERT_EQ(leader.Claim().size(), 1u);
-  held.reset();
-  t.join();
+  ClaimAWaitingAppend();
+  auto result = WriterResult();
   ASSERT_OK(result.status());
   EXPECT_FALSE(result->duplicate);
   EXPECT_EQ(Rows(), 2);
@@ -238,41 +291,31 @@ TEST_F(CrossProcessCommitTest, AClaimedAppendWhoseLeaderDiedUnansweredIsCommitte
 
 TEST_F(CrossProcessCommitTest, AClaimedAppendWhoseLeaderCommittedItButDiedUnansweredIsNotCommittedTwice) {
   // The leader commits the request, then dies before answering: the writer finds its request
-  // named in the commit and reports that commit, without committing the rows again. The test is
-  // that leader: it claims the request and commits its rows as a leader's commit does.
-  auto writer = Handle();
-  auto held = HoldSpoolLock();
-  ASSERT_TRUE(held);
-  arrow::Result<AppendResult> result = arrow::Status::UnknownError("not run");
-  std::thread t([&] { result = Append(writer.get(), "w", 3, "d"); });
-  WaitForRequests(1);
-  Spool leader = SpoolOfTable();
-  auto claimed = leader.Claim();
-  ASSERT_EQ(claimed.size(), 1u);
-  ASSERT_EQ(claimed[0].members.size(), 1u);
-  auto rows = arrow::Table::FromRecordBatches(claimed[0].members[0].rows).ValueOrDie();
-  DeltaLog log(store_, "default/t");
-  auto snapshot = log.Load().ValueOrDie();
-  AddFile add;
-  add.path = "data/2025-01-01/part-leader.parquet";
-  add.size = WriteParquetFile(store_.get(), "default/t/" + add.path, *rows, IngestOptions{}).ValueOrDie();
-  add.stats = R"({"numRecords":1})";
-  Commit commit;
-  commit.adds.push_back(add);
-  commit.txns.push_back({"timelake:w", 0, 0});
-  CommitInfo info;
-  info.operation = "WRITE";
-  info.operation_parameters[Spool::kCommitParameter] = "other-id," + claimed[0].id;
-  commit.commit_info = info;
-  ASSERT_OK_AND_ASSIGN(bool won, log.TryCommit(snapshot.version + 1, SerializeCommit(commit)));
-  ASSERT_TRUE(won);
-  held.reset();  // the leader dies unanswered
-  t.join();
+  // named in the commit and reports that commit, without committing the rows again.
+  const int64_t version = CommitAsLeader(ClaimAWaitingAppend());
+  auto result = WriterResult();
   ASSERT_OK(result.status());
   EXPECT_FALSE(result->duplicate);
-  EXPECT_EQ(result->version, snapshot.version + 1);
+  EXPECT_EQ(result->version, version);
   EXPECT_EQ(result->rows, 1);
   EXPECT_EQ(Rows(), 2) << "committed twice";
+}
+
+TEST_F(CrossProcessCommitTest, AnAppendFoundInADeadLeadersCommitThatCannotBeMadeDurableIsNotAcknowledged) {
+  // The dead leader's commit may not be durable (its put is visible before the log folder's
+  // fsync): the writer fsyncs the folder, and when that fails it reports an unknown outcome, to
+  // be retried with the same batch id, and still does not commit the rows again.
+  CommitAsLeader(ClaimAWaitingAppend());
+  fail_log_sync_ = true;
+  auto result = WriterResult();
+  fail_log_sync_ = false;
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(IsOutcomeUnknown(result.status())) << result.status().ToString();
+  EXPECT_NE(result.status().message().find("_delta_log"), std::string::npos) << result.status().ToString();
+  EXPECT_EQ(Rows(), 2) << "committed twice";
+  ASSERT_OK_AND_ASSIGN(auto again, Append(table_.get(), "w", 3, "d"));
+  EXPECT_TRUE(again.duplicate) << "the retry finds the append committed";
+  EXPECT_EQ(Rows(), 2);
 }
 
 }  // namespace

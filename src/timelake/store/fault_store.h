@@ -17,7 +17,7 @@
 // DeletePrefix, RenamePrefix, and the Close of an output stream (which is what publishes the
 // object). Writes are Put, PutIfAbsent, PutIfMatch, the stream Close, and the deletes and renames.
 // Reads through a stream from OpenInput, writes into an output stream before its Close, Abort,
-// MakeFolders, RootUrl and ExternalPath are not operations (after a crash, stream writes fail too).
+// MakeFolders, SyncFolder, RootUrl and ExternalPath are not operations (after a crash, stream writes fail too).
 //
 // Operations are numbered from 0 in the order they reach the store; with one thread the numbering
 // is deterministic, and so are random faults (seeded). Thread-safe; streams are single-threaded

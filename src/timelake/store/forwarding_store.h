@@ -2,13 +2,12 @@
 //
 // The base of decorators (fault injection, counting, tracing), like LevelDB's EnvWrapper: a
 // decorator derives from it and overrides only the calls it changes. Every method, including
-// those with defaults in ObjectStore (ListAfter, DeleteMany, MakeFolders, RenamePrefix), forwards to the
-// target's own, so a decorator keeps the target's better implementations. Except these: PutDerived,
-// PutIfAbsentVisible, Stage and PutStagedIfAbsent keep ObjectStore's defaults, which call this
-// store's Put and PutIfAbsent,
-// so that a decorator overriding those sees every index write and every commit (a decorator that
-// wants the target's own forwards them itself, as FaultStore does). Thread-safe if the
-// target is.
+// those with defaults in ObjectStore (ListAfter, DeleteMany, MakeFolders, SyncFolder,
+// RenamePrefix), forwards to the target's own, so a decorator keeps the target's better
+// implementations. Except these: PutDerived, PutIfAbsentVisible, Stage and PutStagedIfAbsent keep
+// ObjectStore's defaults, which call this store's Put and PutIfAbsent, so that a decorator
+// overriding those sees every index write and every commit (a decorator that wants the target's
+// own forwards them itself, as FaultStore does). Thread-safe if the target is.
 #pragma once
 
 #include <memory>
@@ -80,6 +79,9 @@ class ForwardingStore : public ObjectStore {
   }
   arrow::Status MakeFolders(const std::string& prefix) override {
     return target_->MakeFolders(prefix);
+  }
+  arrow::Status SyncFolder(const std::string& prefix) override {
+    return target_->SyncFolder(prefix);
   }
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override {
     return target_->RenamePrefix(prefix, to);

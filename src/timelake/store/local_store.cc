@@ -566,6 +566,14 @@ arrow::Status LocalStore::MakeFolders(const std::string& prefix) {
   return EnsureDir(FullPath(prefix.substr(0, prefix.size() - 1)));
 }
 
+arrow::Status LocalStore::SyncFolder(const std::string& prefix) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return arrow::Status::Invalid("SyncFolder needs a folder prefix ending in '/', got '", prefix,
+                                  "'");
+  }
+  return FsyncDir(FullPath(prefix.substr(0, prefix.size() - 1)), sync_);
+}
+
 std::string LocalStore::FullPath(const std::string& path) const {
   return path.empty() ? root_ : root_ + "/" + path;
 }

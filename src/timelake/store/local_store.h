@@ -108,6 +108,8 @@ class LocalStore : public ObjectStore {
   arrow::Status DeleteMany(const std::vector<std::string>& paths) override;
   arrow::Status DeletePrefix(const std::string& prefix) override;
   arrow::Status MakeFolders(const std::string& prefix) override;
+  /// fsync(2) of the folder, through the store's SyncFunction.
+  arrow::Status SyncFolder(const std::string& prefix) override;
   arrow::Status RenamePrefix(const std::string& prefix, const std::string& to) override;
   std::string RootUrl() const override;
   std::string ExternalPath(const std::string& path) const override;

@@ -255,6 +255,13 @@ class ObjectStore {
     (void)prefix;
     return arrow::Status::OK();
   }
+  /// Makes the names of the objects put under the folder `prefix` (ending in '/') durable, for a
+  /// put another process made visible and may have died before making durable (LocalStore: the
+  /// folder's fsync). Stores whose puts are durable once visible have nothing to do.
+  virtual arrow::Status SyncFolder(const std::string& prefix) {
+    (void)prefix;
+    return arrow::Status::OK();
+  }
   /// Moves every object under `prefix` to the same relative path under `to` in one atomic step:
   /// a reader sees all of them at the old place or all of them at the new one. Both must end in
   /// '/' and `to` must not exist. NotFound if nothing is under `prefix`; NotImplemented on stores
