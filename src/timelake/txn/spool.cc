@@ -42,20 +42,29 @@ arrow::Status Errno(const char* what, const std::string& path) {
   return arrow::Status::IOError(what, " '", path, "': ", std::strerror(errno));
 }
 
-// Writes `data` to a new file `temp` (O_EXCL) and renames it to `path`; the file stays open
-// (returned) when `keep_open`, closed otherwise (-1).
+// Writes `data` to the file `temp`, made or reused (truncated), and renames it to `path`. With
+// `lock_shared` the file stays open, holding a shared flock(2), and its descriptor is returned;
+// otherwise it is closed (-1).
+//
+// Files are reused where they can be, not made: making a file in a folder where files are made
+// and deleted by the thousand costs more than all the rest of handing an append over (on ext4
+// without a journal the inode allocator steps over every recently deleted inode).
 arrow::Result<int> WriteAndRename(const std::string& temp, const std::string& path,
                                   const arrow::Buffer& data, bool lock_shared) {
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", temp);
   // The lock comes before the name: a leader never sees the request without it.
   bool ok = !lock_shared || ::flock(fd, LOCK_SH) == 0;
+  // Written over the old contents, then cut to length: truncating to zero would make ext4 start
+  // writing the file back on close (its guard for files replaced by truncation).
   for (int64_t done = 0; ok && done < data.size();) {
-    const ssize_t n = ::write(fd, data.data() + done, static_cast<size_t>(data.size() - done));
+    const ssize_t n = ::pwrite(fd, data.data() + done, static_cast<size_t>(data.size() - done), done);
     if (n < 0 && errno == EINTR) continue;
     ok = n > 0;
     if (ok) done += n;
   }
+  struct stat st;
+  ok = ok && ::fstat(fd, &st) == 0 && (st.st_size <= data.size() || ::ftruncate(fd, data.size()) == 0);
   ok = ok && ::rename(temp.c_str(), path.c_str()) == 0;
   if (!ok) {
     arrow::Status st = Errno("cannot write", path);
@@ -237,7 +246,10 @@ std::optional<std::vector<SpoolAnswer>> ParseAnswers(const std::string& text) {
 
 }  // namespace
 
-Spool::Spool(std::string dir) : dir_(std::move(dir)) {}
+Spool::Spool(std::string dir)
+    : dir_(std::move(dir)), scratch_(dir_ + "/.tmp-" + kPrefix + NewUuid()) {}
+
+Spool::~Spool() { ::unlink(scratch_.c_str()); }
 
 Spool::Ticket::~Ticket() {
   if (fd_ >= 0) ::close(fd_);
@@ -249,9 +261,8 @@ std::string Spool::Path(const std::string& id, const char* suffix) const {
 
 arrow::Result<std::unique_ptr<Spool::Ticket>> Spool::Submit(const SpoolRequest& request) {
   ARROW_ASSIGN_OR_RAISE(auto data, Serialize(request));
-  // A dot name: never taken for a request, and the store's listings skip it.
-  const std::string temp = dir_ + "/.tmp-" + kPrefix + request.id;
-  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(temp, Path(request.id, kRequest), *data, /*lock_shared=*/true));
+  // Written under this spool's scratch name (the last answer's file, when there was one).
+  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(scratch_, Path(request.id, kRequest), *data, /*lock_shared=*/true));
   return std::make_unique<Ticket>(fd, request.id);
 }
 
@@ -268,7 +279,8 @@ std::optional<std::vector<SpoolAnswer>> Spool::TakeAnswers(const Ticket& ticket)
   if (fd < 0) return std::nullopt;
   auto data = ReadAll(fd, path);
   ::close(fd);
-  ::unlink(path.c_str());
+  // Kept as the file of this spool's next request.
+  if (::rename(path.c_str(), scratch_.c_str()) != 0) ::unlink(path.c_str());
   if (!data.ok()) return std::nullopt;
   return ParseAnswers((*data)->ToString());
 }
@@ -317,18 +329,22 @@ std::vector<SpoolRequest> Spool::Claim() {
     auto data = writer_gone ? arrow::Result<std::shared_ptr<arrow::Buffer>>(arrow::Status::Cancelled(""))
                             : ReadAll(fd, claimed);
     ::close(fd);
-    ::unlink(claimed.c_str());
-    if (!data.ok()) continue;
-    auto request = Deserialize(id, *data);
-    if (request.ok()) out.push_back(std::move(*request));
+    auto request = data.ok() ? Deserialize(id, *data) : arrow::Result<SpoolRequest>(data.status());
+    if (!request.ok()) {
+      ::unlink(claimed.c_str());
+      continue;
+    }
+    // Kept for the answer, which is written into it (Answer).
+    out.push_back(std::move(*request));
   }
   return out;
 }
 
 arrow::Status Spool::Answer(const std::string& id, const std::vector<SpoolAnswer>& answers) {
   const std::string text = SerializeAnswers(answers);
-  const std::string temp = dir_ + "/.tmp-" + kPrefix + id + kAnswer;
-  return WriteAndRename(temp, Path(id, kAnswer), *arrow::Buffer::FromString(text), /*lock_shared=*/false)
+  // Into the claimed request's file, renamed to the answer's name once written.
+  return WriteAndRename(Path(id, kClaimed), Path(id, kAnswer), *arrow::Buffer::FromString(text),
+                        /*lock_shared=*/false)
       .status();
 }
 

@@ -19,6 +19,11 @@
 // (commitInfo.operationParameters["timelake.spooled"]) and, not finding it, commits itself.
 // Nothing here is durable or needs to be: requests and answers only live while their writer
 // waits, and an append is acknowledged only once the commit holding it is.
+//
+// Files are reused rather than made and deleted: a leader writes the answer into the claimed
+// request's file, and the writer keeps the answer's file for its next request (under a scratch
+// name of its Spool, `.tmp-spool-<id>`). Leaders delete answers, claimed requests and scratch
+// files untouched for a minute: those of writers that died or stopped appending.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +69,10 @@ class Spool {
   /// `dir`: the table's `_timelake` folder on the local file system. Nothing is made outside it:
   /// a missing folder (a dropped table) makes every request fail.
   explicit Spool(std::string dir);
+  /// Deletes this spool's scratch file.
+  ~Spool();
+  Spool(const Spool&) = delete;
+  Spool& operator=(const Spool&) = delete;
 
   /// A submitted request: holds the shared flock(2) that tells leaders its writer is alive.
   class Ticket {
@@ -79,7 +88,8 @@ class Spool {
     std::string id_;
   };
 
-  /// Writes `request` for a leader to claim.
+  /// Writes `request` for a leader to claim. One request of a Spool at a time: Submit,
+  /// Withdraw and TakeAnswers of one Spool are not called from two threads at once.
   arrow::Result<std::unique_ptr<Ticket>> Submit(const SpoolRequest& request);
   /// Takes the request back unless a leader claimed it: true when withdrawn.
   arrow::Result<bool> Withdraw(const Ticket& ticket);
@@ -101,6 +111,7 @@ class Spool {
  private:
   std::string Path(const std::string& id, const char* suffix) const;
   std::string dir_;
+  std::string scratch_;  // this spool's file between requests
 };
 
 }  // namespace timelake
