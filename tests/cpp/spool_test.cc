@@ -4,6 +4,7 @@
 #include "timelake/txn/spool.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -148,6 +149,48 @@ TEST_F(SpoolTest, ARequestAndItsAnswerReuseOneFile) {
   }
   writer.reset();
   EXPECT_TRUE(Names().empty()) << "a spool deletes its scratch file: " << Names()[0];
+}
+
+TEST_F(SpoolTest, AForkedChildWritesItsRequestsIntoAFileOfItsOwn) {
+  // A handle used on both sides of a fork(): the child must not write into the file its parent
+  // keeps for its next request (the parent's request would hold the child's rows).
+  Spool writer(Folder()), leader(Folder());
+  auto round_trip = [&](const std::string& id) -> bool {
+    SpoolRequest request;
+    request.id = id;
+    request.members.push_back({id, {Rows(1, 1)}});
+    auto ticket = writer.Submit(request);
+    if (!ticket.ok()) return false;
+    auto claimed = leader.Claim();
+    if (claimed.size() != 1 || claimed[0].members.at(0).batch_id != id) return false;
+    if (!leader.Answer(id, {SpoolAnswer{}}).ok()) return false;
+    return writer.TakeAnswers(**ticket).has_value();
+  };
+  ASSERT_TRUE(round_trip("parent-1"));
+  ASSERT_EQ(Names().size(), 1u);
+  const std::string scratch = Folder() + "/" + Names()[0];
+  struct stat before;
+  ASSERT_EQ(::stat(scratch.c_str(), &before), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    SpoolRequest request;
+    request.id = "child";
+    request.members.push_back({std::string("child"), {Rows(2, 2)}});
+    auto ticket = writer.Submit(request);
+    struct stat after;
+    // The parent's file is still there, still its own; the child's request is another file.
+    const bool ok = ticket.ok() && ::stat(scratch.c_str(), &after) == 0 && after.st_ino == before.st_ino &&
+                    after.st_size == before.st_size;
+    ::_exit(ok ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child wrote into its parent's file";
+  auto claimed = leader.Claim();  // the child's request (its writer is gone: deleted unread)
+  EXPECT_TRUE(claimed.empty());
+  EXPECT_TRUE(round_trip("parent-2"));
 }
 
 TEST_F(SpoolTest, AScratchFileDeletedByALeaderIsMadeAgain) {

@@ -246,10 +246,21 @@ std::optional<std::vector<SpoolAnswer>> ParseAnswers(const std::string& text) {
 
 }  // namespace
 
-Spool::Spool(std::string dir)
-    : dir_(std::move(dir)), scratch_(dir_ + "/.tmp-" + kPrefix + NewUuid()) {}
+Spool::Spool(std::string dir) : dir_(std::move(dir)) {}
 
-Spool::~Spool() { ::unlink(scratch_.c_str()); }
+const std::string& Spool::Scratch() {
+  // Named anew in a child made by fork(), which must not write into its parent's file.
+  const pid_t pid = ::getpid();
+  if (scratch_.empty() || scratch_pid_ != pid) {
+    scratch_ = dir_ + "/.tmp-" + kPrefix + NewUuid();
+    scratch_pid_ = pid;
+  }
+  return scratch_;
+}
+
+Spool::~Spool() {
+  if (!scratch_.empty() && scratch_pid_ == ::getpid()) ::unlink(scratch_.c_str());
+}
 
 Spool::Ticket::~Ticket() {
   if (fd_ >= 0) ::close(fd_);
@@ -262,7 +273,7 @@ std::string Spool::Path(const std::string& id, const char* suffix) const {
 arrow::Result<std::unique_ptr<Spool::Ticket>> Spool::Submit(const SpoolRequest& request) {
   ARROW_ASSIGN_OR_RAISE(auto data, Serialize(request));
   // Written under this spool's scratch name (the last answer's file, when there was one).
-  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(scratch_, Path(request.id, kRequest), *data, /*lock_shared=*/true));
+  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(Scratch(), Path(request.id, kRequest), *data, /*lock_shared=*/true));
   return std::make_unique<Ticket>(fd, request.id);
 }
 
@@ -280,7 +291,7 @@ std::optional<std::vector<SpoolAnswer>> Spool::TakeAnswers(const Ticket& ticket)
   auto data = ReadAll(fd, path);
   ::close(fd);
   // Kept as the file of this spool's next request.
-  if (::rename(path.c_str(), scratch_.c_str()) != 0) ::unlink(path.c_str());
+  if (::rename(path.c_str(), Scratch().c_str()) != 0) ::unlink(path.c_str());
   if (!data.ok()) return std::nullopt;
   return ParseAnswers((*data)->ToString());
 }

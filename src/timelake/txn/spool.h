@@ -111,7 +111,10 @@ class Spool {
  private:
   std::string Path(const std::string& id, const char* suffix) const;
   std::string dir_;
-  std::string scratch_;  // this spool's file between requests
+  /// This spool's file between requests (one per process: see Scratch()).
+  const std::string& Scratch();
+  std::string scratch_;
+  int scratch_pid_ = 0;  // the process that named scratch_
 };
 
 }  // namespace timelake
