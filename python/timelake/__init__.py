@@ -8,6 +8,7 @@ newest row of every series. See README.md and docs/ for the contract this packag
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import threading
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
@@ -23,6 +24,16 @@ __version__ = _core.__version__
 # Appends leave their checkpoint and index record to a background thread per table handle; let
 # that work finish before the interpreter tears down (cutting it off would be safe, only wasteful).
 atexit.register(_core._drain_upkeep)
+
+
+# fork(): a child process inherits every handle in whatever state the parent's other threads left
+# it: an operation's lock held, a group commit half done, a DuckDB connection whose threads stayed
+# in the parent. A Lake or Table used in a child therefore opens its core objects anew there (once,
+# on first use), and the inherited ones are abandoned: kept alive for good, since even their
+# destructors could wait for threads that exist only in the parent.
+def _abandon(inherited: Any) -> None:
+    if inherited is not None:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(inherited))
 
 
 # Arguments are checked here, before they reach the core, so that a wrong type or text the core
@@ -211,11 +222,22 @@ def _recording(reader: pa.RecordBatchReader, errors: list) -> Iterator[pa.Record
 class Table:
     """A handle on one table at a snapshot. Methods that commit advance it to the new version."""
 
-    __slots__ = ("_lake", "_core")
+    __slots__ = ("_lake", "_handle", "_pid")
 
     def __init__(self, lake: "Lake", core: Any) -> None:
         self._lake = lake
-        self._core = core
+        self._handle = core
+        self._pid = os.getpid()
+
+    @property
+    def _core(self) -> Any:
+        """The core handle; in a child made by fork(), one opened there (see _abandon)."""
+        if self._pid != os.getpid():
+            inherited = self._handle
+            _abandon(inherited)
+            self._handle = self._lake._core.table(inherited.name)
+            self._pid = os.getpid()
+        return self._handle
 
     @property
     def name(self) -> str:
@@ -338,9 +360,31 @@ class Lake:
             raise ValueError(f"location must be a path or URL string, got {type(location).__name__}")
         location = _text(location, "location")
         options = _string_map(storage_options, "storage_options")
-        self._core = _core.Lake.open(location, options)
+        self._opened_with = (location, options)
+        self._core_lake = _core.Lake.open(location, options)
+        self._pid = os.getpid()
         self._handles: dict = {}
         self._local = threading.local()
+
+    @property
+    def _core(self) -> Any:
+        """The core lake; in a child made by fork(), one opened there (see _abandon)."""
+        self._start_over_if_forked()
+        return self._core_lake
+
+    def _start_over_if_forked(self) -> None:
+        if self._pid == os.getpid():
+            return
+        # A memory:// lake's tables live in its core object: the child keeps its copy of them.
+        if not self._opened_with[0].startswith("memory://"):
+            _abandon(self._core_lake)
+            self._core_lake = _core.Lake.open(*self._opened_with)
+        for handle in self._handles.values():
+            _abandon(handle)
+        _abandon(getattr(self._local, "catalog", None))
+        self._handles = {}
+        self._local = threading.local()
+        self._pid = os.getpid()
 
     @property
     def location(self) -> str:
@@ -416,6 +460,7 @@ class Lake:
 
     def _catalog(self) -> _Catalog:
         """This thread's DuckDB catalog (a DuckDB connection must not be shared by threads)."""
+        self._start_over_if_forked()
         catalog = getattr(self._local, "catalog", None)
         if catalog is None:
             catalog = _Catalog(self)
@@ -425,6 +470,7 @@ class Lake:
     def _snapshot(self, name: str) -> Any:
         """A core handle for `name` at its latest version (cached, refreshed incrementally)."""
         qualified = self._qualify(name).lower()  # names are case-insensitive
+        self._start_over_if_forked()
         handle = self._handles.get(qualified)
         if handle is not None:
             try:

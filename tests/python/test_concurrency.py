@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import subprocess
 import threading
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import timelake
@@ -313,3 +317,84 @@ def test_grouped_appends_to_a_dedup_table_agree_everywhere(lake, tmp_path, dedup
         if grouped:
             break
     assert grouped > 0, "no commit carried more than one append in three tries"
+
+
+def _forked_child_appends(lake, table, tag: str, appends: int) -> None:
+    """Body of a child made by os.fork(): appends through the inherited handles, then reads."""
+    code = 1
+    try:
+        for i in range(appends):
+            table.append(_tagged_rows(tag, i), batch_id=f"{tag}-{i}")
+        rows = lake.sql(f"SELECT count(*) AS n FROM default.t WHERE device_id = '{tag}'").column("n")[0].as_py()
+        latest = lake.latest("default.t")
+        code = 0 if rows == 2 * appends and latest.num_rows > 0 else 2
+    finally:
+        os._exit(code)
+
+
+def _tagged_rows(tag: str, i: int) -> pa.Table:
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=i)
+    return pa.table(
+        {"time": pa.array([base, base + dt.timedelta(seconds=1)], pa.timestamp("us", "UTC")),
+         "device_id": [tag, tag], "temp": [float(i), float(i)]},
+        schema=IOT_SCHEMA,
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
+def test_children_forked_while_a_thread_appends_use_the_inherited_handles(tmp_path):
+    # A thread of the parent appends through `table` while the main thread forks children that
+    # append through the same `table` and query through the same `lake`. The children inherit
+    # the handle mid-operation (its lock held, a group commit half done): before handles opened
+    # their core objects anew in a child, the children waited forever for the parent's thread.
+    lake = timelake.Lake(tmp_path / "lake")
+    table = lake.create_table("default.t", IOT_SCHEMA, time_column="time", series_key="device_id", chunk="day")
+    table.append(_tagged_rows("parent", 0), batch_id="parent-first")
+    assert lake.sql("SELECT count(*) AS n FROM default.t").column("n")[0].as_py() == 2
+    stop = threading.Event()
+    parent_appends = []
+
+    def parent_loop() -> None:
+        i = 1
+        while not stop.is_set():
+            table.append(_tagged_rows("parent", i), batch_id=f"parent-{i}")
+            parent_appends.append(i)
+            i += 1
+
+    writer = threading.Thread(target=parent_loop)
+    writer.start()
+    children = {}
+    try:
+        for c in range(4):
+            while len(parent_appends) < 3 * (c + 1):  # fork while the thread is busy appending
+                time.sleep(0.001)
+            tag = f"child{c}"
+            pid = os.fork()
+            if pid == 0:
+                _forked_child_appends(lake, table, tag, 20)
+            children[pid] = tag
+    finally:
+        stop.set()
+        writer.join()
+    deadline = time.monotonic() + 120
+    failed = {}
+    while children and time.monotonic() < deadline:
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                tag = children.pop(pid)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    failed[tag] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    hung = sorted(children.values())
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not hung, f"children forked mid-append never finished: {hung}"
+    assert not failed, f"children failed (exit codes): {failed}"
+    rows = lake.sql("SELECT device_id, count(*) AS n FROM default.t GROUP BY device_id").to_pylist()
+    counts = {r["device_id"]: r["n"] for r in rows}
+    expected = {"parent": 2 * (len(parent_appends) + 1), **{f"child{c}": 40 for c in range(4)}}
+    assert counts == expected
+    # The parent's handles still work after its children used their copies.
+    assert table.append(_tagged_rows("parent", 10_000), batch_id="parent-last")["duplicate"] is False
