@@ -47,6 +47,14 @@ std::shared_ptr<arrow::RecordBatch> Rows(int n, double value) {
   return Batch(RowSchema(), {ts + "]", sensors + "]", values + "]"});
 }
 
+// A request of one append: `n` rows of value `value`, under batch id `batch_id`.
+SpoolRequest OneAppend(const std::string& id, std::optional<std::string> batch_id, int n, double value) {
+  SpoolRequest request;
+  request.id = id;
+  request.members.push_back({std::move(batch_id), {Rows(n, value)}});
+  return request;
+}
+
 class SpoolTest : public ::testing::Test {
  protected:
   void SetUp() override { std::filesystem::create_directories(dir_.path() + "/_timelake"); }
@@ -124,10 +132,8 @@ TEST_F(SpoolTest, ARequestAndItsAnswerReuseOneFile) {
   Spool leader(Folder());
   int64_t first = -1;
   for (int round = 0; round < 3; ++round) {
-    SpoolRequest request;
-    request.id = "r" + std::to_string(round);
+    SpoolRequest request = OneAppend("r" + std::to_string(round), "b" + std::to_string(round), 2, round);
     request.table_id = "table-1";
-    request.members.push_back({std::string("b") + std::to_string(round), {Rows(2, round)}});
     ASSERT_OK_AND_ASSIGN(auto ticket, writer->Submit(request));
     ASSERT_EQ(Names(), std::vector<std::string>{"spool-" + request.id + ".req"});
     const int64_t ino = inode("spool-" + request.id + ".req");
@@ -156,10 +162,7 @@ TEST_F(SpoolTest, AForkedChildWritesItsRequestsIntoAFileOfItsOwn) {
   // keeps for its next request (the parent's request would hold the child's rows).
   Spool writer(Folder()), leader(Folder());
   auto round_trip = [&](const std::string& id) -> bool {
-    SpoolRequest request;
-    request.id = id;
-    request.members.push_back({id, {Rows(1, 1)}});
-    auto ticket = writer.Submit(request);
+    auto ticket = writer.Submit(OneAppend(id, id, 1, 1));
     if (!ticket.ok()) return false;
     auto claimed = leader.Claim();
     if (claimed.size() != 1 || claimed[0].members.at(0).batch_id != id) return false;
@@ -173,10 +176,7 @@ TEST_F(SpoolTest, AForkedChildWritesItsRequestsIntoAFileOfItsOwn) {
   ASSERT_EQ(::stat(scratch.c_str(), &before), 0);
   const pid_t child = ::fork();
   if (child == 0) {
-    SpoolRequest request;
-    request.id = "child";
-    request.members.push_back({std::string("child"), {Rows(2, 2)}});
-    auto ticket = writer.Submit(request);
+    auto ticket = writer.Submit(OneAppend("child", "child", 2, 2));
     struct stat after;
     // The parent's file is still there, still its own; the child's request is another file.
     const bool ok = ticket.ok() && ::stat(scratch.c_str(), &after) == 0 && after.st_ino == before.st_ino &&
@@ -198,9 +198,7 @@ TEST_F(SpoolTest, AScratchFileDeletedByALeaderIsMadeAgain) {
   // makes its file again.
   Spool writer(Folder()), leader(Folder());
   for (int round = 0; round < 2; ++round) {
-    SpoolRequest request;
-    request.id = "r" + std::to_string(round);
-    request.members.push_back({std::nullopt, {Rows(1, round)}});
+    const SpoolRequest request = OneAppend("r" + std::to_string(round), std::nullopt, 1, round);
     ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
     ASSERT_EQ(leader.Claim().size(), 1u);
     ASSERT_OK(leader.Answer(request.id, {SpoolAnswer{}}));
@@ -212,9 +210,7 @@ TEST_F(SpoolTest, AScratchFileDeletedByALeaderIsMadeAgain) {
 
 TEST_F(SpoolTest, AWithdrawnRequestIsNeverClaimed) {
   Spool writer(Folder()), leader(Folder());
-  SpoolRequest request;
-  request.id = "r1";
-  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
   ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
   EXPECT_TRUE(withdrawn);
@@ -224,9 +220,7 @@ TEST_F(SpoolTest, AWithdrawnRequestIsNeverClaimed) {
 TEST_F(SpoolTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
   // Its writer never learns of a commit: committing its rows would make them appear unasked.
   Spool writer(Folder()), leader(Folder());
-  SpoolRequest request;
-  request.id = "r1";
-  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
   ticket.reset();  // the writer's lock goes with it, as with a process that died
   EXPECT_TRUE(leader.Claim().empty());
@@ -242,9 +236,7 @@ TEST_F(SpoolTest, ADamagedRequestIsSkipped) {
 TEST_F(SpoolTest, NoRequestIsMadeOutsideAnExistingFolder) {
   // A dropped table's folder must not come back because a writer of it handed over an append.
   Spool writer(dir_.path() + "/gone/_timelake");
-  SpoolRequest request;
-  request.id = "r1";
-  request.members.push_back({std::nullopt, {Rows(1, 1)}});
+  SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   EXPECT_FALSE(writer.Submit(request).ok());
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/gone"));
 }
