@@ -93,7 +93,11 @@ def test_deltalake_reads_a_table_after_retention_expiry_and_vacuum(cloud, cloud_
     assert dropped["partitions_dropped"] == 4
     time.sleep(1.5)  # now every commit and every removal is older than the retention durations
     expired = t.maintain()
-    assert expired["snapshots_expired"] > 0 and expired["objects_deleted"] > 0
+    # The first maintain() may have expired commits already: a slow run (or a store whose
+    # modification times have whole seconds, as moto's do) can make the appends' checkpoints
+    # look older than the 1 s retention by then. Together the two calls must have.
+    assert dropped["snapshots_expired"] + expired["snapshots_expired"] > 0, (dropped, expired)
+    assert expired["objects_deleted"] > 0, expired  # the dropped chunks' files, at least
 
     versions = log_versions(cloud, cloud_bucket)
     assert versions[0] > 0, "expiry left commit 0"
