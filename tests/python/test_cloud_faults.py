@@ -455,12 +455,15 @@ def test_landed_commit_is_kept_when_the_check_after_its_put_fails(
     b = direct.create_table(TABLE, SCHEMA, series_key=["writer"])
     for i in range(head):
         b.append(batch_of("b", i), batch_id=f"b-{i}")
-    a = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
-                                            "timeout": "2s", "max_retries": "0"}).table(TABLE)
+    # No retries: the failed check must reach the commit. A timeout of 5 s, not less: every
+    # other request of A's must get through on its first try, on an emulator late in a long run.
+    a_lake = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
+                                                 "timeout": "5s", "max_retries": "0"})
+    a, _ = retrying(lambda: a_lake.table(TABLE))
     assert a.version == head
     # A's append reads version `head` twice: when it updates and after its put (the check before
     # the put is skipped: the update confirmed the head moments earlier).
-    cloud_proxy.add_rule("delay", after=1, delay_s=4,
+    cloud_proxy.add_rule("delay", after=1, delay_s=10,
                          **cloud.object_read(rf"/_delta_log/{head:020d}\.json"))
 
     landed = f"{table_prefix()}_delta_log/{head + 1:020d}.json"
@@ -486,7 +489,7 @@ def test_landed_commit_is_kept_when_the_check_after_its_put_fails(
     assert versions == list(range(head + 3)), (
         f"A's append ended with {a_result!r}; the log now holds versions {versions}")
     if isinstance(a_result, RuntimeError):
-        assert append_retrying(a, batch_of("a", 0), "a-0")[0]["duplicate"] is True
+        assert retrying(lambda: a.append(batch_of("a", 0), batch_id="a-0"))[0]["duplicate"] is True
     acked = [f"b-{i}" for i in range(head + 1)] + ["a-0"]
     counts = audit(cloud, cloud_bucket, acked, acked, tmp_path)
     assert counts == {batch: ROWS_PER_BATCH for batch in acked}
@@ -502,11 +505,13 @@ def test_append_failing_after_its_commit_landed_keeps_that_commits_files(
     direct = timelake.Lake(url, storage_options=cloud.storage_options())
     direct.create_table(TABLE, SCHEMA, series_key=["writer"]).append(batch_of("b", 0),
                                                                      batch_id="b-0")
-    a = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
-                                            "timeout": "2s", "max_retries": "0"}).table(TABLE)
+    # No retries, and 5 s (not less) for the requests that are not held: as in the test above.
+    a_lake = timelake.Lake(url, storage_options={**cloud.storage_options(cloud_proxy.endpoint),
+                                                 "timeout": "5s", "max_retries": "0"})
+    a, _ = retrying(lambda: a_lake.table(TABLE))
     # The append reads version 1 when it updates and after its put (held); it reads version 2
     # when it updates (absent then) and after the failed check (answered 500).
-    cloud_proxy.add_rule("delay", after=1, delay_s=3,
+    cloud_proxy.add_rule("delay", after=1, delay_s=8,
                          **cloud.object_read(r"/_delta_log/0{19}1\.json"))
     cloud_proxy.add_rule("internal_error", after=1,
                          **cloud.object_read(r"/_delta_log/0{19}2\.json"))
@@ -520,7 +525,7 @@ def test_append_failing_after_its_commit_landed_keeps_that_commits_files(
     cloud_proxy.clear_rules()  # the retry comes once the faults have passed
 
     assert_log_is_whole(cloud, cloud_bucket)
-    assert append_retrying(a, batch_of("a", 0), "a-0")[0]["duplicate"] is True
+    assert retrying(lambda: a.append(batch_of("a", 0), batch_id="a-0"))[0]["duplicate"] is True
     counts = audit(cloud, cloud_bucket, ["b-0", "a-0"], ["b-0", "a-0"], tmp_path)
     assert counts == {"b-0": ROWS_PER_BATCH, "a-0": ROWS_PER_BATCH}
 
@@ -554,7 +559,7 @@ def test_calls_to_an_unreachable_server_raise_runtime_error_naming_what_failed(
     options = {**cloud.storage_options(cloud_proxy.endpoint), "timeout": "1s",
                "connect_timeout": "1s", "max_retries": "1", "retry_timeout": "2s"}
     lake = timelake.Lake(url, storage_options=options)
-    table = lake.table(TABLE)  # opened while the server answers
+    table, _ = retrying(lambda: lake.table(TABLE))  # opened while the server answers
     if kind == "refused":
         cloud_proxy.stop()  # its port now refuses connections
     else:
@@ -591,19 +596,21 @@ def test_calls_to_an_unreachable_server_raise_runtime_error_naming_what_failed(
     # The handle keeps its 1 s timeouts, and an emulator late in a long test run can stall for
     # that long (a CI run's Azurite once did, twice in a row): retry, as a gateway would. The
     # batch id makes the retries safe; the counts below prove the rows landed once.
-    first, failed_tries = append_retrying(table, batch_of("a", 0), "a-0")
+    first, failed_tries = retrying(lambda: table.append(batch_of("a", 0), batch_id="a-0"))
     if failed_tries == 0:
         assert first["duplicate"] is False
-    assert append_retrying(table, batch_of("a", 0), "a-0")[0]["duplicate"] is True
+    assert retrying(lambda: table.append(batch_of("a", 0), batch_id="a-0"))[0]["duplicate"] is True
     assert batch_counts(cloud, cloud_bucket) == {"b-0": ROWS_PER_BATCH, "a-0": ROWS_PER_BATCH}
     assert log_versions(cloud, cloud_bucket) == [0, 1, 2]
 
 
-def append_retrying(table, batch, batch_id, tries=4):
-    """Appends, retrying a RuntimeError up to `tries` times in all; returns (result, failed tries)."""
+def retrying(call, tries=4):
+    """call(), retrying a RuntimeError up to `tries` times in all; returns (result, failed tries).
+    For calls through a handle with short timeouts that must succeed (idempotent ones only: an
+    open, or an append with a batch id)."""
     for failed in range(tries):
         try:
-            return table.append(batch, batch_id=batch_id), failed
+            return call(), failed
         except RuntimeError:
             if failed == tries - 1:
                 raise

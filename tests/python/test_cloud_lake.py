@@ -76,7 +76,7 @@ def test_secrets_never_appear_in_repr_location_info_or_errors(cloud, cloud_bucke
             timelake.Lake(url, storage_options=dict(options, **bad))
         errors.append(str(e.value))
         assert next(iter(bad)) in str(e.value)  # names the key
-    unreachable = dict(options, max_retries="1", retry_timeout="1s",
+    unreachable = dict(options, max_retries="1", retry_timeout="30s",  # a refusal is at once
                        **{ENDPOINT_OPTION[cloud.kind]: "http://127.0.0.1:9"})
     with pytest.raises(RuntimeError) as e:
         timelake.Lake(url, storage_options=unreachable).tables()

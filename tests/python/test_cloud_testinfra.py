@@ -103,7 +103,8 @@ def test_endpoint_variable_names_a_server_that_stop_leaves_running(kind, session
     assert named.endpoint == session_server.endpoint
     assert not named.owned
     named.stop()
-    assert cls.is_ready(session_server.endpoint)
+    # (Polled: one probe with a 1 s timeout can meet a busy emulator late in a long run.)
+    assert wait_until(lambda: cls.is_ready(session_server.endpoint), 30)
 
 
 def test_unset_endpoint_variable_names_no_server(kind, monkeypatch):
@@ -164,7 +165,7 @@ def test_program_writes_the_endpoint_file_and_stops_on_sigterm(kind, tmp_path):
         assert wait_until(lambda: endpoint_file.exists() or program.poll() is not None, 60)
         assert program.poll() is None, program.stderr.read()
         endpoint = endpoint_file.read_text().strip()
-        assert SERVERS[kind].is_ready(endpoint)
+        assert wait_until(lambda: SERVERS[kind].is_ready(endpoint), 30)
         program.send_signal(signal.SIGTERM)
         out, _ = program.communicate(timeout=30)
         assert program.returncode == 0
@@ -190,7 +191,7 @@ def test_server_dies_with_the_process_that_started_it(kind, tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         endpoint, pid = parent.stdout.readline().split()
-        assert SERVERS[kind].is_ready(endpoint)
+        assert wait_until(lambda: SERVERS[kind].is_ready(endpoint), 30)
         parent.kill()
         parent.wait()
         assert wait_until(lambda: not _alive(int(pid)), 15), f"emulator {pid} outlived its parent"

@@ -83,6 +83,9 @@ def test_endpoint_variable_names_a_server_that_stop_leaves_running(s3_server, mo
     assert named.endpoint == s3_server.endpoint
     assert not named.owned
     named.stop()
+    deadline = time.monotonic() + 30  # polled: one probe can meet a busy server
+    while not answers_http(s3_server.endpoint) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert answers_http(s3_server.endpoint)
 
 
@@ -348,12 +351,13 @@ def test_delay_triggers_the_client_read_timeout(s3_server, s3_bucket, fault_prox
 def test_late_forwarded_put_lands_after_the_client_gave_up(s3_server, s3_bucket, fault_proxy):
     client = client_through(s3_server, fault_proxy, read_timeout_s=0.5)
     direct = s3_server.client()  # made first: making a client can take seconds on a busy machine
-    fault_proxy.add_rule("delay", method="PUT", delay_s=5, forward_late=True)
+    # Held 15 s: the checks below that it has not landed yet must come before it does.
+    fault_proxy.add_rule("delay", method="PUT", delay_s=15, forward_late=True)
     with pytest.raises(ReadTimeoutError):
         client.put_object(Bucket=s3_bucket, Key="k", Body=b"late")
     assert fault_proxy.stats()["forwarded"] == 0
     assert not exists(direct, s3_bucket, "k")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not exists(direct, s3_bucket, "k"):
         assert time.monotonic() < deadline, "the late PUT never landed"
         time.sleep(0.2)
