@@ -687,7 +687,7 @@ TEST_F(LocalStoreTest, AChildForkedWhileSyncsRunWritesWithWorkersOfItsOwn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     const pid_t pid = ::fork();
     if (pid == 0) {
-      ::alarm(20);  // a hang is a failure, not a stuck test run
+      ::alarm(120);  // a hang is a failure, not a stuck test run
       const std::string name = "t/data/child-" + std::to_string(child);
       auto output = store->OpenOutput(name, in_place);
       const bool ok = output.ok() && (*output)->Write("abc", 3).ok() && (*output)->Close().ok() &&

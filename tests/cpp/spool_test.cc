@@ -276,7 +276,12 @@ class CrossProcessCommitTest : public ::testing::Test {
   Spool SpoolOfTable() { return Spool(dir_.path() + "/default/t/_timelake"); }
   void WaitForRequests(int n) {
     Spool spool = SpoolOfTable();
-    for (int i = 0; i < 5000 && spool.Pending() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // 20 s at most: less than the writers' own wait for the spool (30 s), after which they
+    // would withdraw their requests.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (spool.Pending() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ASSERT_EQ(spool.Pending(), n);
   }
   int64_t Rows() { return Handle()->Info().ValueOrDie().rows; }

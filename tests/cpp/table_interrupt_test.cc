@@ -114,7 +114,7 @@ TEST_F(TableInterruptTest, HandleCalledFromItsOwnAppendStreamFailsInsteadOfDeadl
     scan = table_->Scan().status();
     version = table_->version();
   });
-  WithinSeconds(20, [&] {
+  WithinSeconds(120, [&] {
     ASSERT_OK_AND_ASSIGN(auto result, table_->Append(&reader, {}));
     EXPECT_EQ(result.rows, 2);  // the outer append is not disturbed
   });
@@ -137,7 +137,7 @@ TEST_F(TableInterruptTest, SecondHandleWorksFromInsideTheAppendStream) {
     auto inner = Reader(schema_, {Rows({3})});
     nested = second->Append(inner.get(), {}).status();
   });
-  WithinSeconds(20, [&] { ASSERT_OK(table_->Append(&reader, {}).status()); });
+  WithinSeconds(120, [&] { ASSERT_OK(table_->Append(&reader, {}).status()); });
   EXPECT_OK(nested);
   EXPECT_EQ(LatestVersion(), 2);
 }
@@ -158,7 +158,7 @@ TEST_F(TableInterruptTest, AnotherThreadIsServedDuringAnAppendInsteadOfFailing) 
     for (int k = 0; k < 2000 && !waiter_done; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_TRUE(waiter_done) << "info() on another thread waited for the append's input";
   });
-  WithinSeconds(20, [&] {
+  WithinSeconds(120, [&] {
     ASSERT_OK(table_->Append(&reader, {}).status());
     waiter.join();
   });

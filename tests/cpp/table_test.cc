@@ -326,7 +326,7 @@ TEST_F(TableTest, GroupedSmallAppendsShareOneFilePerChunk) {
   store_->SetFaultHook([&](const std::string& op, const std::string& path) {
     if (op == "put_if_absent" && path.find("_delta_log/") != std::string::npos && !fired.exchange(true)) {
       in_flight.set_value();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // time to queue, even loaded
     }
     return arrow::Status::OK();
   });
@@ -381,7 +381,7 @@ TEST_F(TableTest, AGroupedAppendFoundDuplicateAtItsCommitIsLeftOutOfTheSharedFil
     const int n = puts++;
     if (n == 0) {  // version 1: hold it while the others queue
       in_flight.set_value();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // time to queue, even loaded
     } else if (n == 1) {  // the group's first try at version 2: the racing handle wins it
       EXPECT_OK(AppendAt(other.get(), {{3, 0}}, "w1").status());
     }

@@ -101,18 +101,27 @@ TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
   // them: each drain waits for what was posted before it, not for the queue to run dry.
   Upkeep upkeep;
   std::atomic<bool> stop{false};
-  std::atomic<int> ran{0};
+  std::atomic<int> ran{0}, posted{0};
   std::thread feeder([&] {
     while (!stop) {
-      upkeep.Post("task", [&ran] {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        ++ran;
-        return arrow::Status::OK();
-      });
-      std::this_thread::sleep_for(std::chrono::microseconds(50));  // posts faster than tasks run
+      // Posts faster than tasks run, but keeps the backlog under 200 tasks: the queue never runs
+      // dry, and a drain's share stays bounded on a loaded machine (where a task at the upkeep
+      // thread's low priority can take milliseconds).
+      if (posted - ran < 200) {
+        upkeep.Post("task", [&ran] {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          ++ran;
+          return arrow::Status::OK();
+        });
+        ++posted;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (posted < 20 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   int before = 0;
   {
     upkeep.Post("marker", [&before, &ran] {
@@ -122,7 +131,7 @@ TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
     const auto started = std::chrono::steady_clock::now();
     upkeep.Drain();
     DrainAllUpkeep();
-    // Bounded by the queue at the call (about 100 tasks of 0.2 ms): far below this.
+    // Bounded by the queue at the call (at most 200 tasks of 0.2 ms): far below this.
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
   }
   EXPECT_GT(before, 0) << "the marker, posted before the drain, ran";
@@ -135,7 +144,7 @@ TEST(UpkeepTest, DrainAllLetsATaskCreateAnotherQueue) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    alarm(20);  // a deadlock ends the child with SIGALRM
+    alarm(120);  // a deadlock ends the child with SIGALRM
     std::atomic<int> inner_ran{0};
     auto outer = std::make_unique<Upkeep>();
     outer->Post("opens a table", [&] {
