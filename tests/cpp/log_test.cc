@@ -1,6 +1,7 @@
 // DeltaLog over a MemoryStore: put-if-absent commits, replay, checkpoints and incremental update.
 #include "timelake/log/delta_log.h"
 
+#include <atomic>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -329,6 +330,55 @@ TEST_F(DeltaLogTest, LoadFailsNamingTheDamageWhenNothingCanRebuildTheState) {
                         "ns/t/_delta_log/00000000000000000002.checkpoint.parquet"));
   EXPECT_TRUE(FailsWith(loaded, arrow::StatusCode::IOError,
                         "ns/t/_delta_log/00000000000000000000.json is missing"));
+}
+
+TEST_F(DeltaLogTest, ALoadOfATableDroppedAndCreatedAgainMeanwhileReadsTheNewTable) {
+  // The load lists the old table's log, then the table is dropped and created again at its path
+  // before the commits after the checkpoint are read (CI found "damaged" here, 2026-12-02).
+  WriteCommit(0, Create());
+  for (int v = 1; v <= 11; ++v) {
+    Commit c;
+    c.adds = {Add("f" + std::to_string(v))};
+    WriteCommit(v, c);
+  }
+  ASSERT_OK_AND_ASSIGN(auto at10, log_.LoadAt(10));
+  ASSERT_OK(log_.Checkpoint(at10));
+  ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
+  std::atomic<bool> dropped{false};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "get" && path.find(CommitFileName(11)) != std::string::npos && !dropped.exchange(true)) {
+      EXPECT_OK(store_->DeletePrefix("ns/t/"));
+      Commit created = Create();
+      created.metadata->id = "new-table-id";
+      EXPECT_OK(log_.TryCommit(0, SerializeCommit(created)).status());
+    }
+    return arrow::Status::OK();
+  });
+  ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(loaded.version, 0);
+  EXPECT_EQ(loaded.metadata.id, "new-table-id");
+  EXPECT_TRUE(loaded.files.empty());
+}
+
+TEST_F(DeltaLogTest, ALoadOfATableDroppedMeanwhileFindsNoTable) {
+  WriteCommit(0, Create());
+  for (int v = 1; v <= 11; ++v) {
+    Commit c;
+    c.adds = {Add("f" + std::to_string(v))};
+    WriteCommit(v, c);
+  }
+  ASSERT_OK_AND_ASSIGN(auto at10, log_.LoadAt(10));
+  ASSERT_OK(log_.Checkpoint(at10));
+  ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
+  std::atomic<bool> dropped{false};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "get" && path.find(CommitFileName(11)) != std::string::npos && !dropped.exchange(true)) {
+      EXPECT_OK(store_->DeletePrefix("ns/t/"));
+    }
+    return arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::KeyError, "no Delta table"));
 }
 
 TEST_F(DeltaLogTest, ACorruptLastCheckpointHintIsIgnored) {

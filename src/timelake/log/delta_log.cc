@@ -104,6 +104,24 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
 }
 
 arrow::Result<Snapshot> DeltaLog::Load() {
+  // The log can change under a load: a drop renames the table's folder away (and a create may
+  // put a new table at its path), log expiry deletes old commits and checkpoints. A load that
+  // failed on a log whose listing has changed since is started again; one that fails on a log
+  // that stays as it was is damaged.
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    LogStore::Versions listed;
+    auto snapshot = LoadListed(&listed);
+    if (snapshot.ok() || attempt == kAttempts || !snapshot.status().IsIOError() ||
+        IsStoreUnavailable(snapshot.status())) {
+      return snapshot;
+    }
+    ARROW_ASSIGN_OR_RAISE(auto now, log_store_.ListVersions(0));
+    if (now.commits == listed.commits && now.checkpoints == listed.checkpoints) return snapshot;
+  }
+}
+
+arrow::Result<Snapshot> DeltaLog::LoadListed(LogStore::Versions* listed) {
   std::vector<std::string> failures;
   // The fast way: list from the checkpoint `_last_checkpoint` names. Only the versions from
   // there on are seen, so the oldest version stays unknown (-1) until someone asks.
@@ -118,7 +136,8 @@ arrow::Result<Snapshot> DeltaLog::Load() {
     }
     // A stale hint (its checkpoint gone, or unreadable like every newer one): list it all.
   }
-  ARROW_ASSIGN_OR_RAISE(auto versions, log_store_.ListVersions(0));
+  ARROW_ASSIGN_OR_RAISE(*listed, log_store_.ListVersions(0));
+  const LogStore::Versions& versions = *listed;
   // Without commit 0 and without a checkpoint there is no start to read from: no table, or only
   // the stray commit of a writer whose table was just dropped (it takes it back at once).
   if (versions.checkpoints.empty() && !versions.commits.count(0)) {

@@ -36,7 +36,9 @@ class DeltaLog {
   arrow::Result<bool> Exists();
 
   /// The latest snapshot. Status::KeyError if there is no log; Status::IOError naming the
-  /// damaged objects if no checkpoint nor commit 0 leads to the latest version.
+  /// damaged objects if no checkpoint nor commit 0 leads to the latest version. A load whose
+  /// objects vanished meanwhile (a drop, a create at the same path, log expiry: the listing has
+  /// changed) starts again.
   arrow::Result<Snapshot> Load();
 
   /// The snapshot at `version` (time travel), rebuilt from the newest checkpoint at or before it.
@@ -110,6 +112,9 @@ class DeltaLog {
   /// the newest down and then (when `from_zero`) commit 0; `failures` collects why starts failed.
   arrow::Result<Snapshot> Rebuild(const LogStore::Versions& versions, bool from_zero,
                                   std::vector<std::string>* failures);
+  /// One try of Load(); `listed` gets the whole log's listing when it was listed (a load from
+  /// the `_last_checkpoint` hint that succeeds lists only from there).
+  arrow::Result<Snapshot> LoadListed(LogStore::Versions* listed);
 
   std::shared_ptr<ObjectStore> store_;
   std::string table_path_;
