@@ -332,53 +332,53 @@ TEST_F(DeltaLogTest, LoadFailsNamingTheDamageWhenNothingCanRebuildTheState) {
                         "ns/t/_delta_log/00000000000000000000.json is missing"));
 }
 
-TEST_F(DeltaLogTest, ALoadOfATableDroppedAndCreatedAgainMeanwhileReadsTheNewTable) {
+// Versions 0..11 with a checkpoint at 10 and no `_last_checkpoint` hint (a load lists the whole
+// log first); the table is dropped (and, with `recreate`, created again at its path, id
+// "new-table-id") when the load reads commit 11; dropped_ says it was.
+class DroppedWhileLoadingTest : public DeltaLogTest {
+ protected:
+  void SetUp() override {
+    WriteCommit(0, Create());
+    for (int v = 1; v <= 11; ++v) {
+      Commit c;
+      c.adds = {Add("f" + std::to_string(v))};
+      WriteCommit(v, c);
+    }
+    ASSERT_OK_AND_ASSIGN(auto at10, log_.LoadAt(10));
+    ASSERT_OK(log_.Checkpoint(at10));
+    ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
+  }
+  void DropOnReadOfCommit11(bool recreate) {
+    store_->SetFaultHook([this, recreate](const std::string& op, const std::string& path) {
+      if (op == "get" && path.find(CommitFileName(11)) != std::string::npos && !dropped_.exchange(true)) {
+        EXPECT_OK(store_->DeletePrefix("ns/t/"));
+        if (recreate) {
+          Commit created = Create();
+          created.metadata->id = "new-table-id";
+          EXPECT_OK(log_.TryCommit(0, SerializeCommit(created)).status());
+        }
+      }
+      return arrow::Status::OK();
+    });
+  }
+  std::atomic<bool> dropped_{false};
+};
+
+TEST_F(DroppedWhileLoadingTest, ALoadOfATableCreatedAgainMeanwhileReadsTheNewTable) {
   // The load lists the old table's log, then the table is dropped and created again at its path
   // before the commits after the checkpoint are read (CI found "damaged" here, 2026-12-02).
-  WriteCommit(0, Create());
-  for (int v = 1; v <= 11; ++v) {
-    Commit c;
-    c.adds = {Add("f" + std::to_string(v))};
-    WriteCommit(v, c);
-  }
-  ASSERT_OK_AND_ASSIGN(auto at10, log_.LoadAt(10));
-  ASSERT_OK(log_.Checkpoint(at10));
-  ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
-  std::atomic<bool> dropped{false};
-  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
-    if (op == "get" && path.find(CommitFileName(11)) != std::string::npos && !dropped.exchange(true)) {
-      EXPECT_OK(store_->DeletePrefix("ns/t/"));
-      Commit created = Create();
-      created.metadata->id = "new-table-id";
-      EXPECT_OK(log_.TryCommit(0, SerializeCommit(created)).status());
-    }
-    return arrow::Status::OK();
-  });
+  DropOnReadOfCommit11(/*recreate=*/true);
   ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
-  EXPECT_TRUE(dropped);
+  EXPECT_TRUE(dropped_);
   EXPECT_EQ(loaded.version, 0);
   EXPECT_EQ(loaded.metadata.id, "new-table-id");
   EXPECT_TRUE(loaded.files.empty());
 }
 
-TEST_F(DeltaLogTest, ALoadOfATableDroppedMeanwhileFindsNoTable) {
-  WriteCommit(0, Create());
-  for (int v = 1; v <= 11; ++v) {
-    Commit c;
-    c.adds = {Add("f" + std::to_string(v))};
-    WriteCommit(v, c);
-  }
-  ASSERT_OK_AND_ASSIGN(auto at10, log_.LoadAt(10));
-  ASSERT_OK(log_.Checkpoint(at10));
-  ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
-  std::atomic<bool> dropped{false};
-  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
-    if (op == "get" && path.find(CommitFileName(11)) != std::string::npos && !dropped.exchange(true)) {
-      EXPECT_OK(store_->DeletePrefix("ns/t/"));
-    }
-    return arrow::Status::OK();
-  });
+TEST_F(DroppedWhileLoadingTest, ALoadOfATableDroppedMeanwhileFindsNoTable) {
+  DropOnReadOfCommit11(/*recreate=*/false);
   EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::KeyError, "no Delta table"));
+  EXPECT_TRUE(dropped_);
 }
 
 TEST_F(DeltaLogTest, ACorruptLastCheckpointHintIsIgnored) {
