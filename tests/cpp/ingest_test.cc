@@ -552,8 +552,18 @@ TEST(ArrangeTest, LargeInputSortedInSlicesEqualsAStableSort) {
     if (!na && ks.GetView(a) != ks.GetView(b)) return ks.GetView(a) < ks.GetView(b);
     return ts.Value(a) < ts.Value(b);
   });
-  for (DedupPolicy policy : {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst}) {
-    ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(input, DayContract(policy)));
+  // Row positions are 32-bit below 2^31 rows, 64-bit above: both widths, forced.
+  const DedupPolicy policies[] = {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst};
+  for (int variant = 0; variant < 6; ++variant) {
+    const bool wide = variant >= 3;
+    const DedupPolicy policy = policies[variant % 3];
+    SCOPED_TRACE(wide ? "64-bit positions" : "32-bit positions");
+    ForceWideArrangePositionsForTesting(wide);
+    auto arranged_or = Arrange(input, DayContract(policy));
+    ForceWideArrangePositionsForTesting(false);
+    ASSERT_OK_AND_ASSIGN(auto arranged, std::move(arranged_or));
+    ASSERT_NE(arranged.perm, nullptr);
+    EXPECT_EQ(arranged.perm->type_id(), wide ? arrow::Type::INT64 : arrow::Type::INT32);
     ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
     std::vector<int64_t> want;
     for (size_t k = 0; k < order.size(); ++k) {

@@ -23,6 +23,8 @@ namespace {
 
 namespace cp = arrow::compute;
 
+std::atomic<bool> force_wide_positions{false};  // ForceWideArrangePositionsForTesting
+
 // Rows per slice below which a pass is not worth splitting over threads.
 constexpr int64_t kParallelSliceRows = 1 << 20;
 
@@ -47,7 +49,8 @@ struct Slices {
 // entry per series: small) are unified. Nullopt for a key type the hash kernels lack.
 struct EncodedKey {
   std::shared_ptr<arrow::Array> dictionary;
-  std::vector<int32_t> ids;      // per row; -1 for null
+  std::shared_ptr<arrow::Buffer> id_buffer;  // per row; -1 for null (not zero-filled first)
+  int32_t* ids = nullptr;                    // id_buffer's values
   std::vector<int32_t> rank_of;  // per dictionary entry
 };
 
@@ -93,7 +96,9 @@ arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::
   const auto& order = static_cast<const arrow::UInt64Array&>(*order_array);
   out.rank_of.resize(static_cast<size_t>(out.dictionary->length()));
   for (int64_t j = 0; j < order.length(); ++j) out.rank_of[order.Value(j)] = static_cast<int32_t>(j);
-  out.ids.resize(static_cast<size_t>(slices.n));
+  ARROW_ASSIGN_OR_RAISE(out.id_buffer,
+                        arrow::AllocateBuffer(slices.n * static_cast<int64_t>(sizeof(int32_t))));
+  out.ids = reinterpret_cast<int32_t*>(out.id_buffer->mutable_data());
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t) {
     const auto& local = static_cast<const arrow::Int32Array&>(*parts[s]->indices());
     const auto& map = remap[s];
@@ -145,6 +150,19 @@ class ChunkOfTime {
 // scattered times sequentially, bucket by bucket. The rows themselves are not gathered here: the
 // result holds the permutation, and each run is gathered when it is written (Arranged::Rows), on
 // the thread that writes it.
+//
+// Row positions are 32-bit when the input allows (it nearly always does: the ingest buffer is far
+// smaller), which keeps the scattered entries at 12 bytes and the permutation at 4 per row.
+#pragma pack(push, 4)
+template <typename Row>
+struct TimedRow {
+  int64_t time;
+  Row row;
+};
+#pragma pack(pop)
+static_assert(sizeof(TimedRow<int32_t>) == 12);
+
+template <typename Row>
 arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow::Table>& input,
                                                      const Contract& contract,
                                                      const arrow::TimestampArray& times) {
@@ -181,13 +199,12 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   const int64_t num_buckets = static_cast<int64_t>(distinct.size()) * num_ranks;
   if (num_buckets > 4 * n + 4096 || num_buckets >= INT32_MAX) return std::nullopt;
 
-  // Bucket of every row, and a histogram of the buckets per slice.
-  std::vector<int32_t> bucket(static_cast<size_t>(n));
+  // A histogram of the buckets per slice. A row's bucket is computed again by the scatter below
+  // rather than kept: an array of n bucket ids is fresh memory, and fresh pages cost more than
+  // the arithmetic (page clearing, and on a virtual machine the host backing them).
   std::vector<std::vector<int64_t>> count(static_cast<size_t>(slices.count));
   const int32_t null_rank = static_cast<int32_t>(num_ranks - 1);
-  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
-    auto& histogram = count[s];
-    histogram.assign(static_cast<size_t>(num_buckets), 0);
+  auto for_each_bucket = [&](int64_t begin, int64_t end, auto&& visit) {
     int64_t last_ordinal = 0;
     int64_t base = 0;
     ChunkOfTime chunk_of(contract.chunk);
@@ -199,10 +216,13 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
       }
       int32_t rank = 0;
       if (key) rank = key->ids[i] < 0 ? null_rank : key->rank_of[key->ids[i]];
-      const int32_t b = static_cast<int32_t>(base + rank);
-      bucket[i] = b;
-      ++histogram[b];
+      visit(i, static_cast<int32_t>(base + rank));
     }
+  };
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    auto& histogram = count[s];
+    histogram.assign(static_cast<size_t>(num_buckets), 0);
+    for_each_bucket(begin, end, [&](int64_t, int32_t b) { ++histogram[b]; });
     return arrow::Status::OK();
   }));
   // start[b]: where bucket b begins; each slice scatters into its share of every bucket, after
@@ -217,24 +237,21 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
     }
     start[b + 1] = start[b] + total;
   }
-  // Each row lands with its time beside it: one cache line touched per row, and the passes
-  // below read times in sorted order without going back to the input. (Not zero-filled: every
-  // entry is written.)
-  struct Entry {
-    int64_t time;
-    int64_t row;
-  };
+  // Each row lands with its time beside it: the passes below read times in sorted order without
+  // going back to the input. (Not zero-filled: every entry is written.)
+  using Entry = TimedRow<Row>;
   ARROW_ASSIGN_OR_RAISE(auto entry_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(Entry))));
   Entry* entries = reinterpret_cast<Entry*>(entry_buffer->mutable_data());
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
     auto& next = count[s];
-    for (int64_t i = begin; i < end; ++i) entries[next[bucket[i]]++] = Entry{t[i], i};
+    for_each_bucket(begin, end, [&](int64_t i, int32_t b) {
+      entries[next[b]++] = Entry{t[i], static_cast<Row>(i)};
+    });
     return arrow::Status::OK();
   }));
-  bucket = {};
   count = {};
-  ARROW_ASSIGN_OR_RAISE(auto perm_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(int64_t))));
-  int64_t* perm = reinterpret_cast<int64_t*>(perm_buffer->mutable_data());
+  ARROW_ASSIGN_OR_RAISE(auto perm_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(Row))));
+  Row* perm = reinterpret_cast<Row*>(perm_buffer->mutable_data());
 
   // Bucket by bucket: time order (rows nearly always arrive in it), dedup, runs. Buckets are
   // independent: each slice of them (cut where the rows split evenly) fills its own part of
@@ -259,7 +276,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   }
   ARROW_RETURN_NOT_OK(RunParallel(parts.size(), CpuParallelism(), [&](size_t p) -> arrow::Status {
     Part& part = parts[p];
-    int64_t* out_rows = perm + (part.first_bucket < num_buckets ? start[part.first_bucket] : n);
+    Row* out_rows = perm + (part.first_bucket < num_buckets ? start[part.first_bucket] : n);
     int64_t m = 0;
     for (int64_t b = part.first_bucket; b < part.end_bucket; ++b) {
       const int64_t first = start[b];
@@ -295,7 +312,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   for (Part& part : parts) {
     if (part.kept > 0 && part.first_bucket < num_buckets && start[part.first_bucket] != m) {
       std::memmove(perm + m, perm + start[part.first_bucket],
-                   static_cast<size_t>(part.kept) * sizeof(int64_t));
+                   static_cast<size_t>(part.kept) * sizeof(Row));
     }
     for (ChunkRun& run : part.runs) {
       if (!out.runs.empty() && out.runs.back().ordinal == run.ordinal) {
@@ -311,7 +328,8 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
     m += part.kept;
   }
   entry_buffer.reset();
-  out.perm = std::make_shared<arrow::Int64Array>(m, std::shared_ptr<arrow::Buffer>(std::move(perm_buffer)));
+  using PermArray = arrow::NumericArray<typename arrow::CTypeTraits<Row>::ArrowType>;
+  out.perm = std::make_shared<PermArray>(m, std::shared_ptr<arrow::Buffer>(std::move(perm_buffer)));
 
   // The source rows, each column one array; the key as dictionary ids.
   arrow::ChunkedArrayVector columns;
@@ -333,7 +351,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
         }
       }
       auto id_array = std::make_shared<arrow::Int32Array>(
-          n, arrow::Buffer::FromVector(std::move(key->ids)), nulls > 0 ? validity : nullptr, nulls);
+          n, std::move(key->id_buffer), nulls > 0 ? validity : nullptr, nulls);
       auto type = arrow::dictionary(arrow::int32(), key->dictionary->type());
       // The ids index the dictionary they were hashed into: checking each against its bounds
       // (FromArrays) would be a serial pass over every row for nothing.
@@ -351,6 +369,8 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
 }
 
 }  // namespace
+
+void ForceWideArrangePositionsForTesting(bool on) { force_wide_positions = on; }
 
 arrow::Result<std::shared_ptr<arrow::Table>> Arranged::Rows(const ChunkRun& run) const {
   if (!perm) return table->Slice(run.offset, run.length);
@@ -424,7 +444,9 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, cons
   ARROW_ASSIGN_OR_RAISE(auto time, ContiguousColumn(input->GetColumnByName(contract.time_column)));
   const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
   if (contract.series_key.size() <= 1) {
-    ARROW_ASSIGN_OR_RAISE(auto fast, ArrangeByRank(input, contract, ts));
+    ARROW_ASSIGN_OR_RAISE(auto fast, ts.length() <= INT32_MAX && !force_wide_positions.load()
+                                         ? ArrangeByRank<int32_t>(input, contract, ts)
+                                         : ArrangeByRank<int64_t>(input, contract, ts));
     if (fast) return std::move(*fast);
   }
   arrow::Int64Builder ordinals;

@@ -32,7 +32,7 @@ struct ChunkRun {
 struct Arranged {
   std::shared_ptr<arrow::Table> table;
   std::shared_ptr<arrow::Table> source;  // each column one array
-  std::shared_ptr<arrow::Int64Array> perm;
+  std::shared_ptr<arrow::Array> perm;  // int32 or int64 positions into source
   std::vector<ChunkRun> runs;  // contiguous, in order, covering every row
 
   /// The rows of `run`. A single series-key column may come back dictionary-encoded (its values
@@ -57,5 +57,9 @@ struct Arranged {
 /// arrives in time order), so arranging costs a hash of the key plus linear passes. Other keys
 /// use Arrow's multi-key sort.
 arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract);
+
+/// Tests only: makes the counting sort use 64-bit row positions (as for inputs of more than
+/// 2^31 rows) whatever the input's size.
+void ForceWideArrangePositionsForTesting(bool on);
 
 }  // namespace timelake
