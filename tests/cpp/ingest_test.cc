@@ -2,6 +2,7 @@
 // rows into sorted, deduplicated chunk runs.
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -589,6 +590,105 @@ TEST(ArrangeTest, LargeInputSortedInSlicesEqualsAStableSort) {
       covered += run.length;
     }
     EXPECT_EQ(covered, static_cast<int64_t>(want.size()));
+  }
+}
+
+// String and binary keys are hashed by timelake's own dictionary (short keys compared as two
+// words, longer ones byte by byte), per slice, then renumbered into one dictionary. Keys that
+// differ only in their middle bytes, in a zero byte, or in length; empty keys; thousands of
+// distinct keys; keys the second slice meets first, or only it has: each key must stay itself,
+// and the rows come out as a stable sort by (day, key bytes, time) gives them.
+TEST(ArrangeTest, EveryKindOfStringKeyIsGroupedByItsExactBytes) {
+  std::vector<std::string> distinct = {"", "a", "b", "ab", "ba", "abc", "acc", "abd",
+                                       std::string("a\0b", 3), std::string("a\0c", 3),
+                                       std::string("ab\0", 3), "abcd", "abce", "abcde", "abcdf",
+                                       "abXde", "abcdefg", "abcdefh", "abcdefgh", "abcdefgi",
+                                       "abcdefghi", "Xbcdefghi", "abcdXfghi"};
+  for (int len = 17; len <= 40; ++len) {
+    // The same first and last eight bytes; one byte in the middle differs.
+    for (char middle : {'m', 'n'}) {
+      std::string k = "AAAAAAAA" + std::string(static_cast<size_t>(len - 16), '-') + "ZZZZZZZZ";
+      k[8 + static_cast<size_t>(len - 16) / 2] = middle;
+      distinct.push_back(k);
+    }
+  }
+  for (int i = 0; i < 3000; ++i) distinct.push_back("series/" + std::to_string(i * 7919 % 100003));
+  const int64_t n = 2'200'000;
+  const int64_t half = n / 2;
+  std::mt19937_64 rng(11);
+  const int64_t day0 = Micros(2025, 1, 1);
+  std::vector<int64_t> times(n);
+  std::vector<std::optional<std::string>> keys(n);
+  for (int64_t i = 0; i < n; ++i) {
+    times[i] = day0 + static_cast<int64_t>(rng() % (3 * 86'400'000'000ULL));
+    if (rng() % 1000 == 0) continue;  // a null key
+    // The first half meets the first 2,000 keys in order; the second half meets all of them in
+    // reverse order, so its dictionary numbers them differently and holds keys the first lacks.
+    const size_t k = i < half ? static_cast<size_t>(i) % 2000
+                              : distinct.size() - 1 - static_cast<size_t>(i) % distinct.size();
+    keys[i] = distinct[k];
+  }
+  for (auto type : {arrow::utf8(), arrow::large_utf8(), arrow::binary(), arrow::large_binary()}) {
+    SCOPED_TRACE(type->ToString());
+    std::unique_ptr<arrow::ArrayBuilder> key_builder;
+    ASSERT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type, &key_builder));
+    arrow::TimestampBuilder time_builder(kUtcMicros, arrow::default_memory_pool());
+    arrow::Int64Builder value_builder;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_OK(time_builder.Append(times[i]));
+      ASSERT_OK(value_builder.Append(i));
+      if (!keys[i]) {
+        ASSERT_OK(key_builder->AppendNull());
+        continue;
+      }
+      switch (type->id()) {
+        case arrow::Type::STRING:
+          ASSERT_OK(static_cast<arrow::StringBuilder&>(*key_builder).Append(*keys[i]));
+          break;
+        case arrow::Type::LARGE_STRING:
+          ASSERT_OK(static_cast<arrow::LargeStringBuilder&>(*key_builder).Append(*keys[i]));
+          break;
+        case arrow::Type::BINARY:
+          ASSERT_OK(static_cast<arrow::BinaryBuilder&>(*key_builder).Append(*keys[i]));
+          break;
+        default:
+          ASSERT_OK(static_cast<arrow::LargeBinaryBuilder&>(*key_builder).Append(*keys[i]));
+      }
+    }
+    std::shared_ptr<arrow::Array> time_array, key_array, value_array;
+    ASSERT_OK(time_builder.Finish(&time_array));
+    ASSERT_OK(key_builder->Finish(&key_array));
+    ASSERT_OK(value_builder.Finish(&value_array));
+    auto schema =
+        arrow::schema({field("ts", kUtcMicros), field("sensor", type), field("value", arrow::int64())});
+    auto input = arrow::Table::Make(schema, {time_array, key_array, value_array});
+    ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(input, DayContract()));
+    ASSERT_NE(arranged.perm, nullptr) << "the counting sort, not the generic one";
+    ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const int64_t da = ChunkOrdinal(ChunkWidth::kDay, times[a]);
+      const int64_t db = ChunkOrdinal(ChunkWidth::kDay, times[b]);
+      if (da != db) return da < db;
+      if (keys[a].has_value() != keys[b].has_value()) return keys[a].has_value();  // nulls last
+      if (keys[a] && *keys[a] != *keys[b]) return *keys[a] < *keys[b];
+      return times[a] < times[b];
+    });
+    ASSERT_EQ(Ints(rows, "value"), order);
+    // Each row kept its own key, byte for byte.
+    ASSERT_OK_AND_ASSIGN(auto decoded,
+                         arrow::compute::Cast(rows->GetColumnByName("sensor"), arrow::large_binary()));
+    int64_t at = 0;
+    for (const auto& chunk : decoded.chunked_array()->chunks()) {
+      const auto& a = static_cast<const arrow::LargeBinaryArray&>(*chunk);
+      for (int64_t i = 0; i < a.length(); ++i, ++at) {
+        const auto& want = keys[order[at]];
+        ASSERT_EQ(a.IsNull(i), !want.has_value()) << "row " << at;
+        if (want) ASSERT_EQ(a.GetView(i), *want) << "row " << at;
+      }
+    }
   }
 }
 

@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <unordered_set>
 
+#include "timelake/ingest/key_dictionary.h"
 #include "timelake/rows/sorted_rows.h"
 #include "timelake/util/parallel.h"
 
@@ -54,8 +56,94 @@ struct EncodedKey {
   std::vector<int32_t> rank_of;  // per dictionary entry
 };
 
+// The sort rank of every dictionary entry.
+arrow::Status RankEntries(EncodedKey* key) {
+  ARROW_ASSIGN_OR_RAISE(auto order_array, cp::SortIndices(*key->dictionary));
+  const auto& order = static_cast<const arrow::UInt64Array&>(*order_array);
+  key->rank_of.resize(static_cast<size_t>(key->dictionary->length()));
+  for (int64_t j = 0; j < order.length(); ++j) key->rank_of[order.Value(j)] = static_cast<int32_t>(j);
+  return arrow::Status::OK();
+}
+
+arrow::Status AllocateIds(int64_t n, EncodedKey* key) {
+  ARROW_ASSIGN_OR_RAISE(key->id_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(int32_t))));
+  key->ids = reinterpret_cast<int32_t*>(key->id_buffer->mutable_data());
+  return arrow::Status::OK();
+}
+
+// String and binary keys: each slice writes its ids straight into the row ids; a slice whose
+// values first appear in another order than the first slice's is renumbered afterwards. (Arrow's
+// DictionaryEncode builds each slice's ids in an array of its own through a builder, then copied
+// into place, and hashes at about twice the cost per row: bench/README.md.)
+template <typename T>
+arrow::Result<std::optional<EncodedKey>> EncodeBinaryKey(const std::shared_ptr<arrow::Array>& key,
+                                                         const Slices& slices) {
+  using ArrayType = typename arrow::TypeTraits<T>::ArrayType;
+  using BuilderType = typename arrow::TypeTraits<T>::BuilderType;
+  const auto& values = static_cast<const ArrayType&>(*key);
+  EncodedKey out;
+  ARROW_RETURN_NOT_OK(AllocateIds(slices.n, &out));
+  std::vector<KeyDictionary> dictionaries(static_cast<size_t>(slices.count));
+  const bool has_nulls = values.null_count() > 0;
+  const auto* offsets = values.raw_value_offsets();
+  const char* data = reinterpret_cast<const char*>(values.raw_data());
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    KeyDictionary& dictionary = dictionaries[s];
+    int32_t* ids = out.ids;
+    for (int64_t i = begin; i < end; ++i) {
+      ids[i] = has_nulls && values.IsNull(i)
+                   ? -1
+                   : dictionary.IdOf(data + offsets[i], static_cast<size_t>(offsets[i + 1] - offsets[i]));
+    }
+    return arrow::Status::OK();
+  }));
+  // The first slice's numbering is the unified one; the others' entries are looked up in it.
+  KeyDictionary& unified = dictionaries[0];
+  std::vector<std::vector<int32_t>> remap(dictionaries.size());
+  bool renumber = false;
+  for (size_t s = 1; s < dictionaries.size(); ++s) {
+    const auto& local = dictionaries[s].entries();
+    for (size_t e = 0; e < local.size(); ++e) {
+      const int32_t id = unified.IdOf(local[e].data, local[e].size, local[e].hash);
+      remap[s].push_back(id);
+      renumber = renumber || id != static_cast<int32_t>(e);
+    }
+  }
+  if (unified.entries().size() >= static_cast<size_t>(INT32_MAX)) return std::nullopt;
+  if (renumber) {
+    ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+      const auto& map = remap[s];
+      if (s == 0) return arrow::Status::OK();
+      for (int64_t i = begin; i < end; ++i) {
+        if (out.ids[i] >= 0) out.ids[i] = map[static_cast<size_t>(out.ids[i])];
+      }
+      return arrow::Status::OK();
+    }));
+  }
+  BuilderType builder(key->type(), arrow::default_memory_pool());
+  ARROW_RETURN_NOT_OK(builder.Reserve(static_cast<int64_t>(unified.entries().size())));
+  for (const auto& entry : unified.entries()) {
+    ARROW_RETURN_NOT_OK(builder.Append(std::string_view(entry.data, entry.size)));
+  }
+  ARROW_RETURN_NOT_OK(builder.Finish(&out.dictionary));
+  ARROW_RETURN_NOT_OK(RankEntries(&out));
+  return out;
+}
+
 arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::Array>& key,
                                                    const Slices& slices) {
+  switch (key->type_id()) {
+    case arrow::Type::STRING:
+      return EncodeBinaryKey<arrow::StringType>(key, slices);
+    case arrow::Type::LARGE_STRING:
+      return EncodeBinaryKey<arrow::LargeStringType>(key, slices);
+    case arrow::Type::BINARY:
+      return EncodeBinaryKey<arrow::BinaryType>(key, slices);
+    case arrow::Type::LARGE_BINARY:
+      return EncodeBinaryKey<arrow::LargeBinaryType>(key, slices);
+    default:
+      break;  // other types: Arrow's hash kernels
+  }
   std::vector<std::shared_ptr<arrow::DictionaryArray>> parts(static_cast<size_t>(slices.count));
   std::atomic<bool> unsupported{false};
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
@@ -92,13 +180,8 @@ arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::
       }
     }
   }
-  ARROW_ASSIGN_OR_RAISE(auto order_array, cp::SortIndices(*out.dictionary));
-  const auto& order = static_cast<const arrow::UInt64Array&>(*order_array);
-  out.rank_of.resize(static_cast<size_t>(out.dictionary->length()));
-  for (int64_t j = 0; j < order.length(); ++j) out.rank_of[order.Value(j)] = static_cast<int32_t>(j);
-  ARROW_ASSIGN_OR_RAISE(out.id_buffer,
-                        arrow::AllocateBuffer(slices.n * static_cast<int64_t>(sizeof(int32_t))));
-  out.ids = reinterpret_cast<int32_t*>(out.id_buffer->mutable_data());
+  ARROW_RETURN_NOT_OK(RankEntries(&out));
+  ARROW_RETURN_NOT_OK(AllocateIds(slices.n, &out));
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t) {
     const auto& local = static_cast<const arrow::Int32Array&>(*parts[s]->indices());
     const auto& map = remap[s];
