@@ -13,6 +13,9 @@
 
 #include <gtest/gtest.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/column_page.h>
+#include <parquet/column_reader.h>
+#include <parquet/file_reader.h>
 #include <rapidjson/document.h>
 
 #include "test_util.h"
@@ -153,6 +156,50 @@ TEST_F(IngestorTest, ChunksThatDoNotDivideAmongTheCoresAreCutBySeries) {
   }
   EXPECT_EQ(rows, 3 * kPerDay);
   for (const auto& [chunk, series] : series_of_chunk) EXPECT_EQ(series.size(), size_t{kSeries}) << chunk;
+}
+
+// Values reach Parquet's column writers in batches of a page (write_batch_size), which must not
+// change the pages: each holds at most 20,000 rows (max_rows_per_page), and together they hold
+// every row of their row group.
+TEST_F(IngestorTest, DataPagesHoldAtMostTwentyThousandRowsEach) {
+  constexpr int64_t kRows = 300'000;  // two row groups (256k rows at most each)
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  arrow::StringBuilder sensors;
+  arrow::DoubleBuilder values;
+  for (int64_t i = 0; i < kRows; ++i) {
+    ASSERT_OK(times.Append(Micros(2025, 1, 1) + i * 1000));
+    ASSERT_OK(sensors.Append("s" + std::to_string(i % 7)));
+    ASSERT_OK(values.Append(static_cast<double>(i) / 3));
+  }
+  auto batch = arrow::RecordBatch::Make(declared_, kRows,
+                                        {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
+                                         values.Finish().ValueOrDie()});
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {batch});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_EQ(files.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto input, store_->OpenInput("ns/t/" + files[0].path));
+  auto file = parquet::ParquetFileReader::Open(input);
+  ASSERT_EQ(file->metadata()->num_row_groups(), 2);
+  for (int rg = 0; rg < file->metadata()->num_row_groups(); ++rg) {
+    const int64_t group_rows = file->metadata()->RowGroup(rg)->num_rows();
+    for (int c = 0; c < file->metadata()->num_columns(); ++c) {
+      auto pages = file->RowGroup(rg)->GetColumnPageReader(c);
+      int64_t rows = 0;
+      int data_pages = 0;
+      while (auto page = pages->NextPage()) {
+        if (page->type() == parquet::PageType::DICTIONARY_PAGE) continue;
+        ASSERT_EQ(page->type(), parquet::PageType::DATA_PAGE);
+        const auto& data = static_cast<const parquet::DataPageV1&>(*page);
+        EXPECT_LE(data.num_values(), 20'000) << "row group " << rg << ", column " << c;
+        rows += data.num_values();
+        ++data_pages;
+      }
+      EXPECT_EQ(rows, group_rows) << "row group " << rg << ", column " << c;
+      EXPECT_EQ(data_pages, (group_rows + 19'999) / 20'000) << "row group " << rg << ", column " << c;
+    }
+  }
 }
 
 TEST_F(IngestorTest, WrittenFilesDescribeThemselves) {

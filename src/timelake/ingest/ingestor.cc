@@ -71,8 +71,13 @@ class ParquetFileStream {
     parquet::WriterProperties::Builder builder;
     // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
     // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
+    // Values go to the column writers a page's worth at a time (a page holds at most 20,000
+    // rows), not 1,024 (the default): the per-batch work (statistics, levels, page checks) was
+    // ~15 % of encoding. The pages, and so the files, are the same.
     builder.compression(parquet::Compression::SNAPPY)
         ->max_row_group_length(options.row_group_rows)
+        ->max_rows_per_page(parquet::kDefaultMaxRowsPerPage)
+        ->write_batch_size(parquet::kDefaultMaxRowsPerPage)
         ->enable_statistics()
         ->enable_page_checksum();
     // Encodings for sorted time-series data (measured in bench/README.md, "Where a bulk append's
