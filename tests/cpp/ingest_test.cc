@@ -290,6 +290,67 @@ TEST_F(AlignTest, LongStringColumnsAreCheckedWholeWhateverSliceTheFaultIsIn) {
   EXPECT_TRUE(IsInvalid(align(arrow::MakeArray(data)), "column 'sensor' holds malformed Arrow data"));
 }
 
+// An ASCII string column skips the UTF-8 check (its bytes are checked for the high bit only):
+// a byte with the high bit anywhere in the values, in either string type, at a block boundary
+// or in the last bytes, still sends it through the full check; bytes outside a slice's values do
+// not count; valid non-ASCII text is kept.
+TEST_F(AlignTest, TheAsciiShortcutOfTheUtf8CheckMissesNoByte) {
+  constexpr int64_t n = 2'100'000;  // several slices, 4 bytes a value
+  auto schema_of = [](const std::shared_ptr<arrow::DataType>& type) {
+    return arrow::schema({field("ts", kUtcMicros), field("sensor", type)});
+  };
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  ASSERT_OK(times.Reserve(n));
+  for (int64_t i = 0; i < n; ++i) times.UnsafeAppend(i);
+  ASSERT_OK_AND_ASSIGN(auto ts, times.Finish());
+  for (bool large : {false, true}) {
+    SCOPED_TRACE(large ? "large_string" : "string");
+    const auto type = large ? arrow::large_utf8() : arrow::utf8();
+    Declare({field("ts", kUtcMicros, false), field("sensor", type)});
+    auto build = [&](const std::vector<std::string>& three) -> std::shared_ptr<arrow::Array> {
+      std::unique_ptr<arrow::ArrayBuilder> builder;
+      EXPECT_OK(arrow::MakeBuilder(arrow::default_memory_pool(),
+                                   large ? arrow::large_binary() : arrow::binary(), &builder));
+      for (int64_t i = 0; i < n; ++i) {
+        if (large) {
+          EXPECT_OK(static_cast<arrow::LargeBinaryBuilder&>(*builder).Append(three[i % 3]));
+        } else {
+          EXPECT_OK(static_cast<arrow::BinaryBuilder&>(*builder).Append(three[i % 3]));
+        }
+      }
+      return builder->Finish().ValueOrDie()->View(type).ValueOrDie();
+    };
+    auto good = build({"dev1", "dev2", "dev3"});
+    ASSERT_OK(Align(arrow::RecordBatch::Make(schema_of(type), n, {ts, good})).status());
+    // One bad byte at a 4,096-byte block boundary, just after one, and in the last bytes.
+    for (int64_t at : {int64_t{4096}, int64_t{4097 * 100}, 4 * n - 1, 4 * n - 7}) {
+      auto data = good->data()->Copy();
+      auto copy = arrow::AllocateBuffer(data->buffers[2]->size()).ValueOrDie();
+      std::memcpy(copy->mutable_data(), data->buffers[2]->data(), data->buffers[2]->size());
+      copy->mutable_data()[at] = 0xff;
+      data->buffers[2] = std::move(copy);
+      auto bad = arrow::MakeArray(data);
+      EXPECT_TRUE(IsInvalid(Align(arrow::RecordBatch::Make(schema_of(type), n, {ts, bad})),
+                            "column 'sensor' has a string that is not valid UTF-8"))
+          << "byte " << at;
+    }
+    // Valid UTF-8 that is not ASCII: kept.
+    auto accented = build({"caf\xc3\xa9", "\xe2\x82\xac!", "dev3"});
+    ASSERT_OK_AND_ASSIGN(auto out,
+                         Align(arrow::RecordBatch::Make(schema_of(type), n, {ts, accented})));
+    ASSERT_OK_AND_ASSIGN(auto stored, arrow::compute::Cast(*accented, out->column(1)->type()));
+    EXPECT_TRUE(out->column(1)->Equals(*stored));
+  }
+  // A slice of values whose buffer holds invalid bytes outside the slice: those are no value's.
+  Declare({field("ts", kUtcMicros, false), field("sensor", arrow::utf8())});
+  auto whole = Unchecked<arrow::BinaryBuilder>(arrow::utf8(), {"\xff\xfe", "ok", "fine", "\xc3"});
+  auto inner = whole->Slice(1, 2);
+  ASSERT_OK_AND_ASSIGN(auto out,
+                       Align(arrow::RecordBatch::Make(schema_of(arrow::utf8()), 2,
+                                                      {Json(kUtcMicros, "[1, 2]"), inner})));
+  EXPECT_TRUE(out->column(1)->Equals(*inner));
+}
+
 TEST_F(AlignTest, NestedDictionaryTakesMoreDistinctValuesThanItsIndexType) {
   // A list of int8-indexed dictionary strings is stored as a list of strings: one batch may bring
   // any number of distinct values.
