@@ -58,6 +58,20 @@ class IngestorTest : public ::testing::Test {
     return reader->ReadTable().ValueOrDie();
   }
 
+  // One batch of the declared columns, built by these builders, through a new ingestor.
+  arrow::Result<std::vector<WrittenFile>> IngestColumns(arrow::TimestampBuilder& times,
+                                                        arrow::StringBuilder& sensors,
+                                                        arrow::DoubleBuilder& values) {
+    const int64_t rows = times.length();
+    ARROW_ASSIGN_OR_RAISE(auto t, times.Finish());
+    ARROW_ASSIGN_OR_RAISE(auto s, sensors.Finish());
+    ARROW_ASSIGN_OR_RAISE(auto v, values.Finish());
+    Ingestor ingestor = Make();
+    auto reader = Reader(declared_, {arrow::RecordBatch::Make(declared_, rows, {t, s, v})});
+    ARROW_RETURN_NOT_OK(ingestor.Consume(reader.get()));
+    return ingestor.Finish();
+  }
+
   std::vector<std::string> DataObjects() {
     std::vector<std::string> out;
     for (const auto& meta : store_->List("ns/t/data/").ValueOrDie()) out.push_back(meta.path);
@@ -120,13 +134,7 @@ TEST_F(IngestorTest, ChunksThatDoNotDivideAmongTheCoresAreCutBySeries) {
       ASSERT_OK(values.Append(static_cast<double>(i)));
     }
   }
-  auto batch = arrow::RecordBatch::Make(declared_, 3 * kPerDay,
-                                        {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
-                                         values.Finish().ValueOrDie()});
-  Ingestor ingestor = Make();
-  auto reader = Reader(declared_, {batch});
-  ASSERT_OK(ingestor.Consume(reader.get()));
-  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_OK_AND_ASSIGN(auto files, IngestColumns(times, sensors, values));
   const int cores = CpuParallelism();
   if (cores == 2) EXPECT_EQ(files.size(), 4u);
   if (cores == 1) EXPECT_EQ(files.size(), 3u);
@@ -171,13 +179,7 @@ TEST_F(IngestorTest, DataPagesHoldAtMostTwentyThousandRowsEach) {
     ASSERT_OK(sensors.Append("s" + std::to_string(i % 7)));
     ASSERT_OK(values.Append(static_cast<double>(i) / 3));
   }
-  auto batch = arrow::RecordBatch::Make(declared_, kRows,
-                                        {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
-                                         values.Finish().ValueOrDie()});
-  Ingestor ingestor = Make();
-  auto reader = Reader(declared_, {batch});
-  ASSERT_OK(ingestor.Consume(reader.get()));
-  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  ASSERT_OK_AND_ASSIGN(auto files, IngestColumns(times, sensors, values));
   ASSERT_EQ(files.size(), 1u);
   ASSERT_OK_AND_ASSIGN(auto input, store_->OpenInput("ns/t/" + files[0].path));
   auto file = parquet::ParquetFileReader::Open(input);
