@@ -321,6 +321,62 @@ TEST_F(IngestorTest, ShortAndIntegerSeriesKeyTagsAreWhole) {
   EXPECT_EQ(add.tags.at(kMaxKeyTag), "b");
 }
 
+// Wide values are handed to Parquet in smaller batches: its page (1 MiB) and dictionary (1 MiB)
+// limits are checked once per batch, so a batch of 20,000 values of 300 bytes would make 6 MB
+// pages. Every page stays within its limit plus one batch: at most 128 KiB, or Parquet's
+// default batch of 1,024 values where those are wider.
+TEST_F(IngestorTest, PagesOfWideOrManyDistinctValuesStayNearTheirByteLimits) {
+  constexpr int64_t kLimit = 1 << 20;
+  int64_t slack = 0;
+  auto check_pages = [&](const std::string& path, int64_t* data_pages, int64_t* max_dictionary) {
+    ASSERT_OK_AND_ASSIGN(auto input, store_->OpenInput(path));
+    auto file = parquet::ParquetFileReader::Open(input);
+    for (int rg = 0; rg < file->metadata()->num_row_groups(); ++rg) {
+      auto pages = file->RowGroup(rg)->GetColumnPageReader(0);
+      while (auto page = pages->NextPage()) {
+        if (page->type() == parquet::PageType::DICTIONARY_PAGE) {
+          *max_dictionary = std::max<int64_t>(*max_dictionary, page->size());
+          continue;
+        }
+        ++*data_pages;
+        EXPECT_LE(page->size(), kLimit + slack) << path << ", row group " << rg;
+      }
+    }
+  };
+  {
+    // Unique 300-byte strings, plain table (no sort): 20,000 of them are 6 MB.
+    slack = 1024 * (300 + 4) + 4096;  // a default batch of values and offsets, a page header
+    arrow::StringBuilder text;
+    for (int i = 0; i < 20'000; ++i) {
+      std::string v(300, 'a' + static_cast<char>(i % 26));
+      std::memcpy(v.data(), &i, sizeof(i));
+      ASSERT_OK(text.Append(v));
+    }
+    auto table =
+        arrow::Table::Make(arrow::schema({field("text", arrow::utf8())}), {text.Finish().ValueOrDie()});
+    ASSERT_OK(WriteParquetFile(store_.get(), "wide.parquet", *table, {}).status());
+    int64_t data_pages = 0, max_dictionary = 0;
+    check_pages("wide.parquet", &data_pages, &max_dictionary);
+    EXPECT_GE(data_pages, 5);
+    EXPECT_LE(max_dictionary, kLimit + slack);
+    EXPECT_TRUE(ReadBack("wide.parquet")->Equals(*table));
+  }
+  {
+    // 200,000 distinct integers (dictionary-encoded until the dictionary passes 1 MiB).
+    slack = 128 * 1024 + 4096;
+    arrow::Int64Builder ids;
+    for (int64_t i = 0; i < 200'000; ++i) ASSERT_OK(ids.Append(i * 7919));
+    auto table =
+        arrow::Table::Make(arrow::schema({field("id", arrow::int64())}), {ids.Finish().ValueOrDie()});
+    ASSERT_OK(WriteParquetFile(store_.get(), "ids.parquet", *table, {}).status());
+    int64_t data_pages = 0, max_dictionary = 0;
+    check_pages("ids.parquet", &data_pages, &max_dictionary);
+    EXPECT_GT(max_dictionary, 0);
+    EXPECT_LE(max_dictionary, kLimit + slack);
+    EXPECT_TRUE(ReadBack("ids.parquet")->Equals(*table));
+  }
+}
+
 TEST_F(IngestorTest, WriteParquetFileReturnsTheObjectSize) {
   auto table = TableOf(storage_, {"[1, 2]", R"(["a", "b"])", "[1.0, 2.0]"});
   ASSERT_OK_AND_ASSIGN(int64_t size, WriteParquetFile(store_.get(), "x.parquet", *table, {}));

@@ -59,25 +59,61 @@ class PhaseTimer {
 
 namespace {
 
+// Values handed to Parquet's column writers at a time. Each batch updates statistics, encodes
+// levels and checks the page and dictionary sizes (1 MiB): the default of 1,024 values made that
+// work ~15 % of encoding narrow columns. A batch is as many values as fill kBatchBytes in the
+// widest column of `rows` (by its average value size), at least 1,024 and at most a page's rows
+// (20,000), so a page or dictionary overshoots its limit by at most kBatchBytes.
+int64_t WriteBatchRows(const arrow::Table& rows) {
+  constexpr int64_t kBatchBytes = 128 * 1024;
+  constexpr int64_t kDefaultRows = parquet::DEFAULT_WRITE_BATCH_SIZE;
+  int64_t widest = 1;  // bytes per value
+  for (const auto& column : rows.columns()) {
+    const auto& type = *column->type();
+    const auto* values_type = &type;
+    if (type.id() == arrow::Type::DICTIONARY) {
+      values_type = static_cast<const arrow::DictionaryType&>(type).value_type().get();
+    }
+    int64_t bytes = 0;
+    if (arrow::is_fixed_width(values_type->id())) {
+      bytes = std::max(1, values_type->byte_width());
+    } else if (arrow::is_base_binary_like(values_type->id())) {
+      // The average value of the column (or of its dictionary), offsets included.
+      int64_t data = 0, count = 0;
+      for (const auto& chunk : column->chunks()) {
+        const auto& array = chunk->type_id() == arrow::Type::DICTIONARY
+                                ? *static_cast<const arrow::DictionaryArray&>(*chunk).dictionary()
+                                : *chunk;
+        data += arrow::util::TotalBufferSize(*array.data());
+        count += array.length();
+      }
+      bytes = count > 0 ? std::max<int64_t>(1, data / count) : 1;
+    } else {
+      return kDefaultRows;  // nested values: Parquet's default
+    }
+    widest = std::max(widest, bytes);
+  }
+  return std::clamp<int64_t>(kBatchBytes / widest, kDefaultRows, parquet::kDefaultMaxRowsPerPage);
+}
+
 // A Parquet file written into the store one table at a time (each Write adds row groups of at
-// most options.row_group_rows), with timelake's writer settings.
+// most options.row_group_rows), with timelake's writer settings. `rows` gives the schema, and the
+// write batch (WriteBatchRows) for every table written.
 class ParquetFileStream {
  public:
   static arrow::Result<std::unique_ptr<ParquetFileStream>> Open(ObjectStore* store, const std::string& path,
-                                                                const arrow::Schema& schema,
+                                                                const arrow::Table& rows,
                                                                 const IngestOptions& options,
                                                                 const std::string& time_column,
                                                                 bool use_threads) {
+    const arrow::Schema& schema = *rows.schema();
     parquet::WriterProperties::Builder builder;
     // Every page carries a CRC-32 of its bytes, so that a reader that verifies (timelake's own
     // reads do: store/parquet_object.h) fails on a damaged page instead of decoding wrong values.
-    // Values go to the column writers a page's worth at a time (a page holds at most 20,000
-    // rows), not 1,024 (the default): the per-batch work (statistics, levels, page checks) was
-    // ~15 % of encoding. The pages, and so the files, are the same.
     builder.compression(parquet::Compression::SNAPPY)
         ->max_row_group_length(options.row_group_rows)
         ->max_rows_per_page(parquet::kDefaultMaxRowsPerPage)
-        ->write_batch_size(parquet::kDefaultMaxRowsPerPage)
+        ->write_batch_size(WriteBatchRows(rows))
         ->enable_statistics()
         ->enable_page_checksum();
     // Encodings for sorted time-series data (measured in bench/README.md, "Where a bulk append's
@@ -199,7 +235,7 @@ arrow::Result<int64_t> WriteParquetFile(ObjectStore* store, const std::string& p
   std::shared_ptr<ObjectOutput> sink;
   auto written = [&]() -> arrow::Result<int64_t> {
     PhaseTimer timer(encode_s);
-    ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store, path, *table.schema(), options,
+    ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store, path, table, options,
                                                                time_column, use_threads));
     ARROW_RETURN_NOT_OK(stream->Write(table));
     return stream->Finish(&sink);
@@ -444,7 +480,7 @@ arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, 
   file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
               ".parquet";
   ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path,
-                                                             *arranged.source->schema(), options_,
+                                                             *arranged.source, options_,
                                                              contract_.time_column, parallel_columns));
   const bool time_series = contract_.is_time_series();
   file.min_time = INT64_MAX;
