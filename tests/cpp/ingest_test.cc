@@ -753,6 +753,60 @@ TEST(ArrangeTest, EveryKindOfStringKeyIsGroupedByItsExactBytes) {
   }
 }
 
+// The second slice meets the first slice's keys in the same order and then one more: its ids
+// are already the unified ones (no renumbering pass). The key column is a slice of a longer
+// array (a non-zero offset), with nulls.
+TEST(ArrangeTest, SlicesThatNumberKeysAlikeAndAnOffsetKeyColumnArrangeLikeAStableSort) {
+  const int64_t n = 2'200'000;
+  const int64_t skip = 3;  // rows before the slice
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  arrow::StringBuilder keys;
+  arrow::Int64Builder values;
+  std::vector<std::optional<std::string>> key_of(n);
+  std::vector<int64_t> time_of(n);
+  const int64_t day0 = Micros(2025, 1, 1);
+  for (int64_t i = -skip; i < n; ++i) {
+    const int64_t time = day0 + (i * 37 % 1'000'000) * 200'000;  // about two days, out of order
+    std::optional<std::string> key;
+    // First half (the first slice): b, a, b, a, ... from row 1; second half: b, a, c, b, a, c,
+    // ... so the second slice numbers b and a as the first did. Rows before the slice: a key of
+    // their own.
+    if (i < 0) {
+      key = "outside";
+    } else if (i % 101 != 0) {
+      key = std::string(1, i < n / 2 ? "ab"[i % 2] : "bac"[(i - n / 2) % 3]);
+    }
+    ASSERT_OK(times.Append(time));
+    ASSERT_OK(values.Append(i));
+    ASSERT_OK(key ? keys.Append(*key) : keys.AppendNull());
+    if (i >= 0) {
+      key_of[i] = key;
+      time_of[i] = time;
+    }
+  }
+  auto whole = arrow::Table::Make(
+      kRows, {times.Finish().ValueOrDie(), keys.Finish().ValueOrDie(), values.Finish().ValueOrDie()});
+  auto input = whole->Slice(skip);
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(input, DayContract()));
+  ASSERT_NE(arranged.perm, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const int64_t da = ChunkOrdinal(ChunkWidth::kDay, time_of[a]);
+    const int64_t db = ChunkOrdinal(ChunkWidth::kDay, time_of[b]);
+    if (da != db) return da < db;
+    if (key_of[a].has_value() != key_of[b].has_value()) return key_of[a].has_value();
+    if (key_of[a] && *key_of[a] != *key_of[b]) return *key_of[a] < *key_of[b];
+    return time_of[a] < time_of[b];
+  });
+  ASSERT_EQ(Ints(rows, "value"), order);
+  const auto sensors = Strings(rows, "sensor");
+  for (int64_t k = 0; k < n; ++k) {
+    ASSERT_EQ(sensors[k], key_of[order[k]] ? *key_of[order[k]] : "<null>") << "row " << k;
+  }
+}
+
 // Buckets are sorted on all cores in slices cut between buckets: one bucket holding every row
 // (one series, one day) leaves the other slice empty, and dedup shrinks the part before it.
 TEST(ArrangeTest, OneSeriesInOneChunkArrangesWholeOnAnyNumberOfCores) {
