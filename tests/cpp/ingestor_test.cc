@@ -204,6 +204,61 @@ TEST_F(IngestorTest, DataPagesHoldAtMostTwentyThousandRowsEach) {
   }
 }
 
+// Full-precision measurements do not compress: their column chunks are stored uncompressed.
+// Rounded or repeating readings do, and stay Snappy; so do the time and key columns. Either way
+// every value reads back. Both ways of writing a file are covered: whole (small runs) and a
+// row group at a time (runs longer than two row groups).
+TEST_F(IngestorTest, FloatColumnsAreCompressedOnlyWhereSnappyShrinksThem) {
+  for (const bool noisy : {true, false}) {
+    for (const int64_t row_group_rows : {int64_t{4096}, int64_t{1} << 20}) {
+      SCOPED_TRACE(std::string(noisy ? "noisy" : "rounded") + " values, row groups of " +
+                   std::to_string(row_group_rows));
+      constexpr int64_t kRows = 30'000;
+      std::mt19937_64 random(7);
+      std::normal_distribution<double> noise(25.0, 5.0);
+      arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+      arrow::StringBuilder sensors;
+      arrow::DoubleBuilder values;
+      double sum = 0;
+      for (int64_t i = 0; i < kRows; ++i) {
+        ASSERT_OK(times.Append(Micros(2025, 1, 1) + i * 1000));
+        ASSERT_OK(sensors.Append("s" + std::to_string(i % 5)));
+        const double v = noisy ? noise(random) : static_cast<double>(i % 40) / 2;
+        sum += v;
+        ASSERT_OK(values.Append(v));
+      }
+      const int64_t t_rows = times.length();
+      ASSERT_OK_AND_ASSIGN(auto t, times.Finish());
+      ASSERT_OK_AND_ASSIGN(auto k, sensors.Finish());
+      ASSERT_OK_AND_ASSIGN(auto v, values.Finish());
+      IngestOptions options;
+      options.row_group_rows = row_group_rows;
+      Ingestor ingestor = Make(options);
+      auto reader = Reader(declared_, {arrow::RecordBatch::Make(declared_, t_rows, {t, k, v})});
+      ASSERT_OK(ingestor.Consume(reader.get()));
+      ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+      ASSERT_EQ(files.size(), 1u);
+      ASSERT_OK_AND_ASSIGN(auto input, store_->OpenInput("ns/t/" + files[0].path));
+      auto file = parquet::ParquetFileReader::Open(input);
+      const auto& meta = *file->metadata();
+      EXPECT_EQ(meta.num_row_groups(), row_group_rows < kRows ? 8 : 1);
+      for (int rg = 0; rg < meta.num_row_groups(); ++rg) {
+        for (int c = 0; c < meta.num_columns(); ++c) {
+          const auto chunk = meta.RowGroup(rg)->ColumnChunk(c);
+          const bool plain = noisy && chunk->path_in_schema()->ToDotString() == "value";
+          EXPECT_EQ(chunk->compression(),
+                    plain ? parquet::Compression::UNCOMPRESSED : parquet::Compression::SNAPPY)
+              << "row group " << rg << ", column " << chunk->path_in_schema()->ToDotString();
+        }
+      }
+      auto back = ReadBack("ns/t/" + files[0].path);
+      ASSERT_EQ(back->num_rows(), kRows);
+      ASSERT_OK_AND_ASSIGN(auto total, arrow::compute::Sum(back->GetColumnByName("value")));
+      EXPECT_NEAR(total.scalar_as<arrow::DoubleScalar>().value, sum, 1e-6 * std::abs(sum));
+    }
+  }
+}
+
 TEST_F(IngestorTest, WrittenFilesDescribeThemselves) {
   Ingestor ingestor = Make();
   auto reader = Reader(declared_, {TwoDays()});

@@ -14,6 +14,7 @@
 #include <arrow/table.h>
 #include <arrow/type_traits.h>
 #include <arrow/util/byte_size.h>
+#include <arrow/util/compression.h>
 #include <parquet/arrow/writer.h>
 
 #include "timelake/ingest/align.h"
@@ -54,6 +55,33 @@ class PhaseTimer {
   double* sink_;
   Clock::time_point start_;
 };
+
+// Whether Snappy shrinks the values of the float column `column` enough to be worth its time:
+// a probe compresses the first kProbeValues values (the leading rows of the file, sorted like
+// its pages) and keeps compression only if it saves at least a tenth. Measurements of noisy
+// sensors (full-precision doubles) do not compress at all, and compressing them was ~5 % of a
+// bulk append's CPU (bench/README.md, "Where a bulk append's time goes"); rounded or repeating
+// readings shrink to a third or less and stay compressed.
+bool SnappyPays(const arrow::ChunkedArray& column) {
+  constexpr int64_t kProbeValues = 16384;
+  static const std::shared_ptr<arrow::util::Codec> codec = [] {
+    auto made = arrow::util::Codec::Create(arrow::Compression::SNAPPY);
+    return made.ok() ? std::shared_ptr<arrow::util::Codec>(std::move(*made)) : nullptr;
+  }();
+  if (codec == nullptr) return true;
+  for (const auto& chunk : column.chunks()) {
+    if (chunk->length() == 0) continue;
+    const auto& data = *chunk->data();
+    const int width = static_cast<const arrow::FixedWidthType&>(*data.type).byte_width();
+    const int64_t bytes = std::min(data.length, kProbeValues) * width;
+    const uint8_t* values = data.buffers[1]->data() + data.offset * width;
+    thread_local std::vector<uint8_t> out;
+    out.resize(static_cast<size_t>(codec->MaxCompressedLen(bytes, values)));
+    auto compressed = codec->Compress(bytes, values, static_cast<int64_t>(out.size()), out.data());
+    return !compressed.ok() || *compressed * 10 <= bytes * 9;
+  }
+  return true;  // no values: nothing is spent either way
+}
 
 }  // namespace
 
@@ -121,8 +149,14 @@ class ParquetFileStream {
     // is then abandoned. Times are nearly unique too, but within a series they increase: delta
     // encoding stores them in a few bits each, and costs less than the dictionary attempt did.
     // Keys, labels and other integers keep dictionary encoding.
-    for (const auto& field : schema.fields()) {
-      if (arrow::is_floating(field->type()->id())) builder.disable_dictionary(field->name());
+    // Floats whose values do not compress are stored uncompressed (SnappyPays).
+    for (int c = 0; c < schema.num_fields(); ++c) {
+      const auto& field = schema.field(c);
+      const arrow::Type::type id = field->type()->id();
+      if (arrow::is_floating(id)) builder.disable_dictionary(field->name());
+      if ((id == arrow::Type::FLOAT || id == arrow::Type::DOUBLE) && !SnappyPays(*rows.column(c))) {
+        builder.compression(field->name(), parquet::Compression::UNCOMPRESSED);
+      }
       if (!time_column.empty() && field->name() == time_column &&
           field->type()->id() == arrow::Type::TIMESTAMP) {
         builder.disable_dictionary(field->name());
@@ -479,9 +513,9 @@ arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, 
   file.order = order;
   file.path = (chunk.empty() ? std::string("data/") : "data/" + chunk + "/") + "part-" + NewUuid() +
               ".parquet";
-  ARROW_ASSIGN_OR_RAISE(auto stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path,
-                                                             *arranged.source, options_,
-                                                             contract_.time_column, parallel_columns));
+  // Opened with the first piece: its rows, sorted like the file, set the writer's batch size and
+  // which float columns are worth compressing (SnappyPays).
+  std::unique_ptr<ParquetFileStream> stream;
   const bool time_series = contract_.is_time_series();
   file.min_time = INT64_MAX;
   file.max_time = INT64_MIN;
@@ -518,6 +552,10 @@ arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, 
       stats.push_back(std::move(part_stats));
     }
     PhaseTimer timer(&profile->encode);
+    if (!stream) {
+      ARROW_ASSIGN_OR_RAISE(stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path, *rows,
+                                                            options_, contract_.time_column, parallel_columns));
+    }
     ARROW_RETURN_NOT_OK(stream->Write(*rows));
   }
   {
@@ -531,6 +569,11 @@ arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, 
     }
   }
   PhaseTimer timer(&profile->encode);
+  if (!stream) {  // a run without rows: a file of none
+    ARROW_ASSIGN_OR_RAISE(stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path,
+                                                          *arranged.source->Slice(0, 0), options_,
+                                                          contract_.time_column, parallel_columns));
+  }
   ARROW_ASSIGN_OR_RAISE(file.size, stream->Finish(unclosed));
   return file;
 }
