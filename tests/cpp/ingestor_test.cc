@@ -2,6 +2,9 @@
 #include "timelake/ingest/ingestor.h"
 
 #include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
 
 #include <algorithm>
 #include <random>
@@ -255,6 +258,56 @@ TEST_F(IngestorTest, FloatColumnsAreCompressedOnlyWhereSnappyShrinksThem) {
       ASSERT_EQ(back->num_rows(), kRows);
       ASSERT_OK_AND_ASSIGN(auto total, arrow::compute::Sum(back->GetColumnByName("value")));
       EXPECT_NEAR(total.scalar_as<arrow::DoubleScalar>().value, sum, 1e-6 * std::abs(sum));
+    }
+  }
+}
+
+// The probe reads the values buffer as it is, null slots and NaN included: a column of nulls, of
+// NaN and infinities, or of one value among nulls is written and read back exactly, whichever
+// way it is stored.
+TEST_F(IngestorTest, FloatColumnsOfNullsNanAndInfinitiesReadBackExactly) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::function<void(arrow::DoubleBuilder&, int64_t)>> columns = {
+      [](arrow::DoubleBuilder& b, int64_t) { ASSERT_OK(b.AppendNull()); },
+      [&](arrow::DoubleBuilder& b, int64_t i) {
+        ASSERT_OK(b.Append(i % 3 == 0 ? nan : i % 3 == 1 ? inf : -inf));
+      },
+      [](arrow::DoubleBuilder& b, int64_t i) {
+        ASSERT_OK(i % 2 ? b.AppendNull() : b.Append(-0.0));
+      },
+  };
+  for (size_t which = 0; which < columns.size(); ++which) {
+    SCOPED_TRACE("column " + std::to_string(which));
+    store_ = std::make_shared<MemoryStore>();
+    constexpr int64_t kRows = 20'000;
+    arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+    arrow::StringBuilder sensors;
+    arrow::DoubleBuilder values;
+    for (int64_t i = 0; i < kRows; ++i) {
+      ASSERT_OK(times.Append(Micros(2025, 1, 1) + i * 1000));
+      ASSERT_OK(sensors.Append("s"));
+      columns[which](values, i);
+    }
+    ASSERT_OK_AND_ASSIGN(auto expected, values.Finish());
+    ASSERT_OK_AND_ASSIGN(auto t, times.Finish());
+    ASSERT_OK_AND_ASSIGN(auto k, sensors.Finish());
+    Ingestor ingestor = Make();
+    auto reader = Reader(declared_, {arrow::RecordBatch::Make(declared_, kRows, {t, k, expected})});
+    ASSERT_OK(ingestor.Consume(reader.get()));
+    ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+    ASSERT_EQ(files.size(), 1u);
+    // One series, times in order: the file keeps the input's order.
+    auto back = ReadBack("ns/t/" + files[0].path)->CombineChunks().ValueOrDie();
+    const auto& got = static_cast<const arrow::DoubleArray&>(*back->GetColumnByName("value")->chunk(0));
+    const auto& want = static_cast<const arrow::DoubleArray&>(*expected);
+    ASSERT_EQ(got.length(), want.length());
+    for (int64_t i = 0; i < kRows; ++i) {
+      ASSERT_EQ(got.IsNull(i), want.IsNull(i)) << "row " << i;
+      if (want.IsNull(i)) continue;
+      const double a = got.Value(i), b = want.Value(i);
+      ASSERT_TRUE((std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b)))
+          << "row " << i << ": " << a << " != " << b;
     }
   }
 }

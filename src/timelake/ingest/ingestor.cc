@@ -72,6 +72,7 @@ bool SnappyPays(const arrow::ChunkedArray& column) {
   for (const auto& chunk : column.chunks()) {
     if (chunk->length() == 0) continue;
     const auto& data = *chunk->data();
+    if (data.buffers.size() < 2 || data.buffers[1] == nullptr) return true;  // no values to probe
     const int width = static_cast<const arrow::FixedWidthType&>(*data.type).byte_width();
     const int64_t bytes = std::min(data.length, kProbeValues) * width;
     const uint8_t* values = data.buffers[1]->data() + data.offset * width;
