@@ -59,8 +59,8 @@ class PhaseTimer {
 // Whether Snappy shrinks the values of the float column `column` enough to be worth its time:
 // a probe compresses the first kProbeValues values (the leading rows of the file, sorted like
 // its pages) and keeps compression only if it saves at least a tenth. Measurements of noisy
-// sensors (full-precision doubles) do not compress at all, and compressing them was ~5 % of a
-// bulk append's CPU (bench/README.md, "Where a bulk append's time goes"); rounded or repeating
+// sensors (full-precision doubles) do not compress at all, and Snappy's work on them was ~9 % of
+// a bulk append's CPU (bench/README.md, "Incompressible floats"); rounded or repeating
 // readings shrink to a third or less and stay compressed.
 bool SnappyPays(const arrow::ChunkedArray& column) {
   constexpr int64_t kProbeValues = 16384;
@@ -570,11 +570,7 @@ arrow::Result<WrittenFile> Ingestor::WriteRunInPieces(const Arranged& arranged, 
     }
   }
   PhaseTimer timer(&profile->encode);
-  if (!stream) {  // a run without rows: a file of none
-    ARROW_ASSIGN_OR_RAISE(stream, ParquetFileStream::Open(store_.get(), table_path_ + "/" + file.path,
-                                                          *arranged.source->Slice(0, 0), options_,
-                                                          contract_.time_column, parallel_columns));
-  }
+  if (!stream) return arrow::Status::Invalid("a run of no rows cannot be written in pieces");
   ARROW_ASSIGN_OR_RAISE(file.size, stream->Finish(unclosed));
   return file;
 }
