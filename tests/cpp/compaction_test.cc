@@ -3,14 +3,18 @@
 // exactly, and the outputs are disjoint in time.
 #include "timelake/maintain/compaction.h"
 
+#include <functional>
 #include <set>
 #include <tuple>
 
 #include <arrow/api.h>
+#include <arrow/compute/api.h>
 #include <gtest/gtest.h>
 
 #include "lake_fixture.h"
 #include "test_util.h"
+#include "timelake/ingest/arrange.h"
+#include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
@@ -69,6 +73,22 @@ class CompactionTest : public LakeFixture {
     return p;
   }
 
+  // Each file's rows are in the table's order: by sensor, then time.
+  void ExpectSortedFiles(const std::string& name, const std::vector<WrittenFile>& files) {
+    for (const auto& f : files) {
+      auto table = ReadParquetTable(store_.get(), "default/" + name + "/" + f.path).ValueOrDie();
+      table = table->CombineChunks().ValueOrDie();
+      auto ts = std::static_pointer_cast<arrow::TimestampArray>(table->GetColumnByName("ts")->chunk(0));
+      auto sensor = table->GetColumnByName("sensor")->chunk(0);
+      std::pair<std::string, int64_t> last;
+      for (int64_t i = 0; i < table->num_rows(); ++i) {
+        std::pair<std::string, int64_t> row{sensor->GetScalar(i).ValueOrDie()->ToString(), ts->Value(i)};
+        if (i > 0) ASSERT_LE(last, row) << f.path << " row " << i;
+        last = row;
+      }
+    }
+  }
+
   std::multiset<Row> RowsOf(const std::string& name, const std::vector<WrittenFile>& files) {
     std::multiset<Row> out;
     for (const auto& f : files) {
@@ -99,8 +119,12 @@ TEST_F(CompactionTest, SlicedRewriteEqualsOneArrangementOfTheWholeGroupForEveryP
     ASSERT_EQ(plan.groups.size(), 1u);
     ASSERT_EQ(plan.groups[0].inputs.size(), 4u);
 
+    const int64_t merges = ArrangeMergesForTesting();
     ASSERT_OK_AND_ASSIGN(auto whole, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
                                                   plan.storage, plan.groups[0]));
+    // The inputs are sorted data files: merged, not sorted again.
+    EXPECT_EQ(ArrangeMergesForTesting(), merges + 1);
+    ExpectSortedFiles(name, whole.outputs);
     ASSERT_EQ(whole.outputs.size(), 1u) << "the group fits the default budget";
     EXPECT_FALSE(whole.full[0]);
     // A budget of a few KiB cuts the group into many slices; files decoded several at a time
@@ -115,6 +139,7 @@ TEST_F(CompactionTest, SlicedRewriteEqualsOneArrangementOfTheWholeGroupForEveryP
     EXPECT_EQ(sliced.rows_in, whole.rows_in);
     EXPECT_EQ(sliced.rows_out, whole.rows_out);
     EXPECT_EQ(RowsOf(name, sliced.outputs), RowsOf(name, whole.outputs));
+    ExpectSortedFiles(name, sliced.outputs);
     const int64_t expected_rows = dedup == "none" ? (6 + 6 + 6 + 1) * 60 * 4 : 9 * 60 * 4;
     EXPECT_EQ(sliced.rows_out, expected_rows);
     // Outputs in time order, disjoint: no file overlaps another (no read-time dedup needed).
@@ -208,6 +233,69 @@ TEST_F(CompactionTest, OutputsNeverReachOverAFileLeftOutOfTheGroup) {
     EXPECT_LT(out.outputs[0].max_time, Micros(2025, 1, 1, 1));
     EXPECT_GE(out.outputs[1].min_time, Micros(2025, 1, 1, 3));
     EXPECT_EQ(out.rows_out, 2 * 60 * 2);
+  }
+}
+
+// The rows of a data file, rewritten in place as `change` makes them (a file another engine or a
+// fault wrote).
+void RewriteFile(const std::shared_ptr<ObjectStore>& store, const std::string& path,
+                 const std::function<std::shared_ptr<arrow::Table>(std::shared_ptr<arrow::Table>)>& change) {
+  auto table = ReadParquetTable(store.get(), path).ValueOrDie()->CombineChunks().ValueOrDie();
+  ASSERT_OK(WriteParquetFile(store.get(), path, *change(table), IngestOptions{}).status());
+}
+
+TEST_F(CompactionTest, AnInputThatIsNotSortedIsSortedInsteadOfMerged) {
+  for (const std::string dedup : {"none", "last"}) {
+    SCOPED_TRACE(dedup);
+    const std::string name = "unsorted_" + dedup;
+    auto table = Create(name, dedup);
+    Append(table.get(), 0, 2, 3, 1);
+    Append(table.get(), 1, 2, 3, 2);
+    auto plan = Plan(name);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    ASSERT_OK_AND_ASSIGN(auto merged, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                   plan.storage, plan.groups[0]));
+    // The second file's rows reversed: by sensor and time descending.
+    RewriteFile(store_, "default/" + name + "/" + plan.groups[0].inputs[1].path, [](auto t) {
+      arrow::Int64Builder reversed;
+      for (int64_t i = t->num_rows() - 1; i >= 0; --i) EXPECT_OK(reversed.Append(i));
+      auto indices = reversed.Finish().ValueOrDie();
+      return arrow::compute::Take(t, indices).ValueOrDie().table();
+    });
+    const int64_t merges = ArrangeMergesForTesting();
+    ASSERT_OK_AND_ASSIGN(auto sorted, RewriteGroup(store_, "default/" + name, plan.contract, plan.declared,
+                                                   plan.storage, plan.groups[0]));
+    EXPECT_EQ(ArrangeMergesForTesting(), merges) << "the unsorted input was sorted, not merged";
+    ExpectSortedFiles(name, sorted.outputs);
+    EXPECT_EQ(RowsOf(name, sorted.outputs), RowsOf(name, merged.outputs));
+    EXPECT_EQ(sorted.rows_out, dedup == "none" ? 4 * 60 * 3 : 3 * 60 * 3);
+  }
+}
+
+TEST_F(CompactionTest, AnInputWithARowWithoutATimeStopsTheRewriteNamingIt) {
+  auto table = Create("t", "last");
+  Append(table.get(), 0, 2, 2, 1);
+  Append(table.get(), 1, 2, 2, 2);
+  auto plan = Plan("t");
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const std::string damaged = plan.groups[0].inputs[0].path;
+  RewriteFile(store_, "default/t/" + damaged, [](std::shared_ptr<arrow::Table> t) {
+    const int c = t->schema()->GetFieldIndex("ts");
+    const auto& ts = static_cast<const arrow::TimestampArray&>(*t->column(c)->chunk(0));
+    arrow::TimestampBuilder with_null(ts.type(), arrow::default_memory_pool());
+    EXPECT_OK(with_null.AppendNull());
+    for (int64_t i = 1; i < ts.length(); ++i) EXPECT_OK(with_null.Append(ts.Value(i)));
+    auto column = with_null.Finish().ValueOrDie();
+    return t->SetColumn(c, t->field(c)->WithNullable(true), std::make_shared<arrow::ChunkedArray>(column))
+        .ValueOrDie();
+  });
+  // Read whole, and in slices (where rows outside a slice are filtered out first).
+  for (int64_t budget : {int64_t{256} << 20, int64_t{4096}}) {
+    auto out = RewriteGroup(store_, "default/t", plan.contract, plan.declared, plan.storage, plan.groups[0],
+                            RewriteOptions{budget});
+    ASSERT_TRUE(out.status().IsInvalid()) << out.status();
+    EXPECT_NE(out.status().message().find(damaged), std::string::npos) << out.status();
+    EXPECT_NE(out.status().message().find("without a time"), std::string::npos) << out.status();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include <arrow/api.h>
 #include <arrow/compute/api.h>
@@ -934,6 +935,237 @@ TEST(ArrangeTest, EmptyTableHasNoRuns) {
   ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(t, DayContract()));
   ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
   EXPECT_TRUE(arranged.runs.empty());
+}
+
+// --- Arrange: merging sorted parts ------------------------------------------------------------
+
+// One row of a part: (time, key or nullopt, value). Values are unique: they name the row.
+using PartRow = std::tuple<int64_t, std::optional<std::string>, int64_t>;
+
+// Rows of one part sorted as a data file's: by (day, key with nulls last, time), stably.
+void SortLikeAFile(std::vector<PartRow>* rows) {
+  auto day = [](const PartRow& r) { return ChunkOrdinal(ChunkWidth::kDay, std::get<0>(r)); };
+  std::stable_sort(rows->begin(), rows->end(), [&](const PartRow& a, const PartRow& b) {
+    if (day(a) != day(b)) return day(a) < day(b);
+    const auto& ka = std::get<1>(a);
+    const auto& kb = std::get<1>(b);
+    if (ka.has_value() != kb.has_value()) return ka.has_value();
+    if (ka && *ka != *kb) return *ka < *kb;
+    return std::get<0>(a) < std::get<0>(b);
+  });
+}
+
+// The parts as one table, one chunk per part; the key either plain or dictionary-encoded with a
+// dictionary per part (its entries shuffled, one unused, one null that a row may point at), and
+// the first part's key cut into two chunks sharing its dictionary, as batches of one row group do.
+std::shared_ptr<arrow::Table> TableOfParts(const std::vector<std::vector<PartRow>>& parts, bool dictionary,
+                                           std::mt19937_64& rng) {
+  arrow::ChunkedArrayVector columns(3);
+  arrow::ArrayVector times, keys, values;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    arrow::TimestampBuilder tb(kUtcMicros, arrow::default_memory_pool());
+    arrow::StringBuilder kb;
+    arrow::Int64Builder vb;
+    for (const auto& [time, key, value] : parts[p]) {
+      EXPECT_OK(tb.Append(time));
+      EXPECT_OK(key ? kb.Append(*key) : kb.AppendNull());
+      EXPECT_OK(vb.Append(value));
+    }
+    times.push_back(tb.Finish().ValueOrDie());
+    values.push_back(vb.Finish().ValueOrDie());
+    auto plain = kb.Finish().ValueOrDie();
+    if (!dictionary) {
+      keys.push_back(plain);
+      continue;
+    }
+    std::vector<std::string> entries;
+    for (const auto& row : parts[p]) {
+      if (std::get<1>(row)) entries.push_back(*std::get<1>(row));
+    }
+    std::sort(entries.begin(), entries.end());
+    entries.erase(std::unique(entries.begin(), entries.end()), entries.end());
+    entries.push_back("unused-" + std::to_string(p));
+    std::shuffle(entries.begin(), entries.end(), rng);
+    arrow::StringBuilder db;
+    for (const auto& e : entries) EXPECT_OK(db.Append(e));
+    EXPECT_OK(db.AppendNull());  // entry entries.size(): a null value
+    auto dict = db.Finish().ValueOrDie();
+    arrow::Int32Builder ib;
+    for (const auto& row : parts[p]) {
+      const auto& key = std::get<1>(row);
+      if (!key) {
+        // Half the null keys are null indices, half point at the null entry.
+        EXPECT_OK(rng() % 2 ? ib.AppendNull() : ib.Append(static_cast<int32_t>(entries.size())));
+        continue;
+      }
+      EXPECT_OK(ib.Append(static_cast<int32_t>(
+          std::find(entries.begin(), entries.end(), *key) - entries.begin())));
+    }
+    auto indices = ib.Finish().ValueOrDie();
+    auto type = arrow::dictionary(arrow::int32(), arrow::utf8());
+    if (p == 0 && indices->length() >= 2) {
+      const int64_t cut = indices->length() / 2;
+      keys.push_back(std::make_shared<arrow::DictionaryArray>(type, indices->Slice(0, cut), dict));
+      keys.push_back(std::make_shared<arrow::DictionaryArray>(type, indices->Slice(cut), dict));
+    } else {
+      keys.push_back(std::make_shared<arrow::DictionaryArray>(type, indices, dict));
+    }
+  }
+  auto schema = arrow::schema({field("ts", kUtcMicros),
+                               field("sensor", dictionary ? arrow::dictionary(arrow::int32(), arrow::utf8())
+                                                          : arrow::utf8()),
+                               field("value", arrow::int64())});
+  return arrow::Table::Make(schema, {std::make_shared<arrow::ChunkedArray>(times, kUtcMicros),
+                                     std::make_shared<arrow::ChunkedArray>(keys, schema->field(1)->type()),
+                                     std::make_shared<arrow::ChunkedArray>(values, arrow::int64())});
+}
+
+std::vector<int64_t> LengthsOf(const std::vector<std::vector<PartRow>>& parts) {
+  std::vector<int64_t> out;
+  for (const auto& part : parts) out.push_back(static_cast<int64_t>(part.size()));
+  return out;
+}
+
+// `got` holds the rows, runs and newest rows of `want`.
+void ExpectSameArrangement(const Arranged& got, const Arranged& want) {
+  ASSERT_OK_AND_ASSIGN(auto got_rows, got.All());
+  ASSERT_OK_AND_ASSIGN(auto want_rows, want.All());
+  EXPECT_EQ(Ints(got_rows, "value"), Ints(want_rows, "value"));
+  EXPECT_EQ(Strings(got_rows, "sensor"), Strings(want_rows, "sensor"));
+  ASSERT_EQ(got.runs.size(), want.runs.size());
+  for (size_t r = 0; r < want.runs.size(); ++r) {
+    EXPECT_EQ(got.runs[r].ordinal, want.runs[r].ordinal) << r;
+    EXPECT_EQ(got.runs[r].offset, want.runs[r].offset) << r;
+    EXPECT_EQ(got.runs[r].length, want.runs[r].length) << r;
+    EXPECT_EQ(got.runs[r].newest, want.runs[r].newest) << r;
+  }
+}
+
+// Parts that are each sorted like a data file are merged (no counting sort) into exactly what
+// the counting sort of the same rows gives (a stable sort by day, key, time: the tests above),
+// for every dedup policy, both position widths, plain and dictionary-encoded keys, and parts
+// that follow each other in time, overlap, come newest first, or repeat rows of earlier parts
+// with other values (dedup across parts, arrival order deciding).
+TEST(ArrangeTest, SortedPartsAreMergedIntoWhatTheSortGives) {
+  std::mt19937_64 rng(29);
+  const int64_t day0 = Micros(2025, 1, 1);
+  const int64_t hour = 3'600'000'000LL;
+  enum Layout { kFollowing, kOverlapping, kNewestFirst, kRepeating };
+  for (Layout layout : {kFollowing, kOverlapping, kNewestFirst, kRepeating}) {
+    for (DedupPolicy policy : {DedupPolicy::kNone, DedupPolicy::kLast, DedupPolicy::kFirst}) {
+      SCOPED_TRACE("layout " + std::to_string(layout) + ", policy " + std::to_string(static_cast<int>(policy)));
+      std::vector<std::vector<PartRow>> parts;
+      int64_t value = 0;
+      const int num_parts = 12;
+      for (int p = 0; p < num_parts; ++p) {
+        // Each part covers 8 hours; following parts tile 4 days, so some cross midnight.
+        int64_t start = day0 + p * 8 * hour;
+        if (layout == kOverlapping) start = day0 + static_cast<int64_t>(rng() % 48) * hour;
+        if (layout == kNewestFirst) start = day0 + (num_parts - 1 - p) * 8 * hour;
+        std::vector<PartRow> rows;
+        std::set<std::pair<int64_t, std::string>> taken;  // (time, key) of the part
+        const int n = 200 + static_cast<int>(rng() % 400);
+        for (int i = 0; i < n; ++i) {
+          std::optional<std::string> key;
+          if (rng() % 50 != 0) key = rng() % 40 == 0 ? std::string() : "k" + std::to_string(rng() % 37);
+          // Whole minutes: rows of one series collide in time now and then.
+          const int64_t time = start + static_cast<int64_t>(rng() % (8 * 60)) * 60'000'000LL;
+          if (policy != DedupPolicy::kNone && !taken.insert({time, key.value_or("\xff")}).second) continue;
+          rows.push_back({time, key, value++});
+        }
+        if (layout == kRepeating && p > 0) {
+          // Rows of the previous part sent again, with new values.
+          for (size_t i = 0; i < parts.back().size(); i += 3) {
+            auto [time, key, v] = parts.back()[i];
+            if (policy != DedupPolicy::kNone && !taken.insert({time, key.value_or("\xff")}).second) continue;
+            rows.push_back({time, key, value++});
+          }
+        }
+        SortLikeAFile(&rows);
+        parts.push_back(std::move(rows));
+      }
+      const auto lengths = LengthsOf(parts);
+      auto plain = TableOfParts(parts, /*dictionary=*/false, rng);
+      auto encoded = TableOfParts(parts, /*dictionary=*/true, rng);
+      for (bool wide : {false, true}) {
+        SCOPED_TRACE(wide ? "64-bit positions" : "32-bit positions");
+        ForceWideArrangePositionsForTesting(wide);
+        const int64_t merges = ArrangeMergesForTesting();
+        auto sorted = Arrange(plain, DayContract(policy));
+        auto merged = Arrange(plain, DayContract(policy), lengths);
+        auto merged_encoded = Arrange(encoded, DayContract(policy), lengths);
+        ForceWideArrangePositionsForTesting(false);
+        EXPECT_EQ(ArrangeMergesForTesting() - merges, 2) << "both were merged, not sorted";
+        ASSERT_OK(sorted.status());
+        ASSERT_OK(merged.status());
+        ASSERT_OK(merged_encoded.status());
+        ExpectSameArrangement(*merged, *sorted);
+        ExpectSameArrangement(*merged_encoded, *sorted);
+      }
+    }
+  }
+}
+
+// Parts that are not what a data file holds are sorted as if no parts were given: a part out of
+// order (by time within a series, or by key), a part of a dedup table holding two rows of one
+// series and time, rows of one day after the next day's. Parts that do not add up to the input
+// are an error.
+TEST(ArrangeTest, PartsThatAreNotSortedLikeAFileAreSortedInstead) {
+  auto part = [](std::vector<PartRow> rows) { return rows; };
+  const int64_t t0 = Micros(2025, 1, 1, 6);
+  const int64_t minute = 60'000'000LL;
+  const PartRow a1{t0, "a", 1}, a2{t0 + minute, "a", 2}, b1{t0, "b", 3}, b2{t0 + minute, "b", 4};
+  const PartRow next_day{Micros(2025, 1, 2), "a", 9};
+  struct Case {
+    const char* what;
+    std::vector<PartRow> bad;
+    DedupPolicy policy;
+  };
+  const std::vector<Case> cases = {
+      {"time out of order", part({a2, a1, b1, b2}), DedupPolicy::kNone},
+      {"key out of order", part({b1, b2, a1, a2}), DedupPolicy::kNone},
+      {"day out of order", part({next_day, a1, a2}), DedupPolicy::kNone},
+      {"a repeated time in a dedup table", part({a1, PartRow{t0, "a", 5}, b1}), DedupPolicy::kLast},
+      {"a repeated time in a dedup table", part({a1, PartRow{t0, "a", 5}, b1}), DedupPolicy::kFirst},
+  };
+  std::mt19937_64 rng(3);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::vector<std::vector<PartRow>> parts = {part({a1, b2}), c.bad, part({PartRow{t0 + 2 * minute, "a", 7}})};
+    auto table = TableOfParts(parts, /*dictionary=*/false, rng);
+    const int64_t merges = ArrangeMergesForTesting();
+    ASSERT_OK_AND_ASSIGN(auto sorted, Arrange(table, DayContract(c.policy)));
+    ASSERT_OK_AND_ASSIGN(auto given, Arrange(table, DayContract(c.policy), LengthsOf(parts)));
+    EXPECT_EQ(ArrangeMergesForTesting(), merges) << "no merge";
+    ExpectSameArrangement(given, sorted);
+  }
+  // Repeated times are fine in a table without dedup: both rows stay, in arrival order.
+  const std::vector<std::vector<PartRow>> repeats = {part({a1, PartRow{t0, "a", 5}, b1}), part({a2})};
+  auto table = TableOfParts(repeats, /*dictionary=*/false, rng);
+  const int64_t merges = ArrangeMergesForTesting();
+  ASSERT_OK_AND_ASSIGN(auto merged, Arrange(table, DayContract(), LengthsOf(repeats)));
+  EXPECT_EQ(ArrangeMergesForTesting(), merges + 1);
+  ASSERT_OK_AND_ASSIGN(auto rows, merged.All());
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{1, 5, 2, 3}));
+  // Parts that do not cover the input.
+  auto short_parts = Arrange(table, DayContract(), {3});
+  EXPECT_TRUE(short_parts.status().IsInvalid()) << short_parts.status();
+}
+
+// A dictionary-encoded key whose index points past its dictionary (damaged data) is an error,
+// not a read out of bounds.
+TEST(ArrangeTest, ADictionaryIndexOutsideItsDictionaryIsInvalid) {
+  auto dict = Json(arrow::utf8(), R"(["a","b"])");
+  auto indices = Json(arrow::int32(), "[0, 2]");
+  auto type = arrow::dictionary(arrow::int32(), arrow::utf8());
+  auto key = std::make_shared<arrow::DictionaryArray>(type, indices, dict);
+  auto schema = arrow::schema({field("ts", kUtcMicros), field("sensor", type), field("value", arrow::int64())});
+  auto table = arrow::Table::Make(
+      schema, {Json(kUtcMicros, "[" + Day(1) + "," + Day(1, 1) + "]"), key,
+               Json(arrow::int64(), "[1, 2]")});
+  auto arranged = Arrange(table, DayContract());
+  ASSERT_TRUE(arranged.status().IsInvalid()) << arranged.status();
+  EXPECT_NE(arranged.status().message().find("outside its dictionary"), std::string::npos);
 }
 
 // --- DedupMask ------------------------------------------------------------------------------

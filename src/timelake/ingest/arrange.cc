@@ -54,6 +54,7 @@ struct EncodedKey {
   std::shared_ptr<arrow::Buffer> id_buffer;  // per row; -1 for null (not zero-filled first)
   int32_t* ids = nullptr;                    // id_buffer's values
   std::vector<int32_t> rank_of;  // per dictionary entry
+  int64_t nulls = 0;             // rows of a null key (id -1)
 };
 
 // The sort rank of every dictionary entry.
@@ -85,6 +86,7 @@ arrow::Result<std::optional<EncodedKey>> EncodeBinaryKey(const std::shared_ptr<a
   ARROW_RETURN_NOT_OK(AllocateIds(slices.n, &out));
   std::vector<KeyDictionary> dictionaries(static_cast<size_t>(slices.count));
   const bool has_nulls = values.null_count() > 0;
+  out.nulls = values.null_count();
   const auto* offsets = values.raw_value_offsets();
   const char* data = reinterpret_cast<const char*>(values.raw_data());
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
@@ -182,6 +184,7 @@ arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::
   }
   ARROW_RETURN_NOT_OK(RankEntries(&out));
   ARROW_RETURN_NOT_OK(AllocateIds(slices.n, &out));
+  out.nulls = key->null_count();
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t) {
     const auto& local = static_cast<const arrow::Int32Array&>(*parts[s]->indices());
     const auto& map = remap[s];
@@ -190,6 +193,68 @@ arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::
     }
     return arrow::Status::OK();
   }));
+  return out;
+}
+
+// A key read as dictionary arrays (compaction reads the key column of data files so: Parquet
+// stores it dictionary-encoded). Each chunk's dictionary entries are hashed, not every row's
+// value, and a row's id is its entry's; chunks cut from one row group share their dictionary,
+// which is mapped once. Nullopt for indices other than int32 or values other than string and
+// binary (the caller decodes the column then).
+arrow::Result<std::optional<EncodedKey>> EncodeDictionaryKey(const arrow::ChunkedArray& key, int64_t n) {
+  const auto& type = static_cast<const arrow::DictionaryType&>(*key.type());
+  const auto values = type.value_type()->id();
+  if (type.index_type()->id() != arrow::Type::INT32 ||
+      (values != arrow::Type::STRING && values != arrow::Type::BINARY)) {
+    return std::nullopt;
+  }
+  EncodedKey out;
+  ARROW_RETURN_NOT_OK(AllocateIds(n, &out));
+  KeyDictionary unified;  // views into the chunks' dictionaries, which `key` keeps alive
+  std::vector<int32_t> map;  // entry of the current dictionary -> unified id (-1: null entry)
+  const arrow::Array* mapped = nullptr;
+  int64_t at = 0;
+  for (const auto& chunk : key.chunks()) {
+    const auto& encoded = static_cast<const arrow::DictionaryArray&>(*chunk);
+    // StringArray is a BinaryArray: one view for both.
+    const auto& dictionary = static_cast<const arrow::BinaryArray&>(*encoded.dictionary());
+    if (encoded.dictionary().get() != mapped) {
+      map.resize(static_cast<size_t>(dictionary.length()));
+      for (int64_t e = 0; e < dictionary.length(); ++e) {
+        const std::string_view v = dictionary.GetView(e);
+        map[static_cast<size_t>(e)] = dictionary.IsNull(e) ? -1 : unified.IdOf(v.data(), v.size());
+      }
+      mapped = encoded.dictionary().get();
+    }
+    const auto& indices = static_cast<const arrow::Int32Array&>(*encoded.indices());
+    const int32_t* raw = indices.raw_values();
+    const uint32_t entries = static_cast<uint32_t>(map.size());
+    const bool has_nulls = indices.null_count() > 0;
+    for (int64_t i = 0; i < indices.length(); ++i) {
+      if (has_nulls && indices.IsNull(i)) {
+        out.ids[at + i] = -1;
+        ++out.nulls;
+        continue;
+      }
+      if (static_cast<uint32_t>(raw[i]) >= entries) {
+        return arrow::Status::Invalid("a dictionary index (", raw[i], ") is outside its dictionary of ",
+                                      entries, " entries: the data is damaged");
+      }
+      out.ids[at + i] = map[static_cast<size_t>(raw[i])];
+      out.nulls += out.ids[at + i] < 0;  // a null dictionary entry
+    }
+    at += indices.length();
+  }
+  if (unified.entries().size() >= static_cast<size_t>(INT32_MAX)) return std::nullopt;
+  std::unique_ptr<arrow::ArrayBuilder> builder;
+  ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type.value_type(), &builder));
+  auto& binary = static_cast<arrow::BinaryBuilder&>(*builder);  // StringBuilder is one too
+  ARROW_RETURN_NOT_OK(binary.Reserve(static_cast<int64_t>(unified.entries().size())));
+  for (const auto& entry : unified.entries()) {
+    ARROW_RETURN_NOT_OK(binary.Append(std::string_view(entry.data, entry.size)));
+  }
+  ARROW_RETURN_NOT_OK(binary.Finish(&out.dictionary));
+  ARROW_RETURN_NOT_OK(RankEntries(&out));
   return out;
 }
 
@@ -224,18 +289,8 @@ class ChunkOfTime {
   int64_t hi_ = 0;
 };
 
-// The counting-sort arrangement for zero or one series-key column; nullopt if the key space is
-// too sparse for it (then the caller uses the generic sort).
-//
-// Rows go to buckets (chunk, rank of the key) in passes over contiguous slices of the input, one
-// thread per slice: bucket ids, a histogram per slice, then a stable scatter of each slice into
-// its share of every bucket. The later passes (time order within a bucket, dedup, runs) read the
-// scattered times sequentially, bucket by bucket. The rows themselves are not gathered here: the
-// result holds the permutation, and each run is gathered when it is written (Arranged::Rows), on
-// the thread that writes it.
-//
-// Row positions are 32-bit when the input allows (it nearly always does: the ingest buffer is far
-// smaller), which keeps the scattered entries at 12 bytes and the permutation at 4 per row.
+// A row's position in the input with its time beside it: the sort's passes read times in sorted
+// order without going back to the input. 12 bytes with 32-bit positions.
 #pragma pack(push, 4)
 template <typename Row>
 struct TimedRow {
@@ -245,67 +300,188 @@ struct TimedRow {
 #pragma pack(pop)
 static_assert(sizeof(TimedRow<int32_t>) == 12);
 
-template <typename Row>
-arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow::Table>& input,
-                                                     const Contract& contract,
-                                                     const arrow::TimestampArray& times) {
-  const int64_t n = input->num_rows();
-  const Slices slices(n);
-  const int64_t* t = times.raw_values();
-  int key_index = -1;
-  std::optional<EncodedKey> key;
-  int64_t num_ranks = 1;  // a table that is one series has one rank; nulls rank last
-  if (contract.series_key.size() == 1) {
-    key_index = input->schema()->GetFieldIndex(contract.series_key[0]);
-    ARROW_ASSIGN_OR_RAISE(auto key_column, ContiguousColumn(input->column(key_index)));
-    ARROW_ASSIGN_OR_RAISE(key, EncodeKey(key_column, slices));
-    if (!key) return std::nullopt;
-    num_ranks = key->dictionary->length() + 1;
+// A row's bucket: (the index of its chunk among the distinct chunks) * ranks + the rank of its
+// key. Rows are visited in order, and consecutive rows mostly share a chunk, whose index is kept.
+class BucketOf {
+ public:
+  BucketOf(ChunkWidth width, const std::vector<int64_t>& distinct, int64_t num_ranks, const int64_t* t,
+           const EncodedKey* key)
+      : chunk_of_(width), distinct_(distinct), num_ranks_(num_ranks), t_(t), key_(key) {}
+  int32_t operator()(int64_t i) {
+    const int64_t o = chunk_of_(t_[i]);
+    if (!known_ || o != ordinal_) {
+      known_ = true;
+      ordinal_ = o;
+      base_ = (std::lower_bound(distinct_.begin(), distinct_.end(), o) - distinct_.begin()) * num_ranks_;
+    }
+    int32_t rank = 0;
+    if (key_) rank = key_->ids[i] < 0 ? static_cast<int32_t>(num_ranks_ - 1) : key_->rank_of[key_->ids[i]];
+    return static_cast<int32_t>(base_ + rank);
   }
 
-  // The distinct chunks, in chunk order; along arrival order a row's chunk rarely changes.
-  std::vector<std::unordered_set<int64_t>> seen(static_cast<size_t>(slices.count));
-  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
-    int64_t last = 0;
-    ChunkOfTime chunk_of(contract.chunk);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t o = chunk_of(t[i]);
-      if (i == begin || o != last) seen[s].insert(o);
-      last = o;
-    }
-    return arrow::Status::OK();
-  }));
-  std::vector<int64_t> distinct;
-  for (const auto& part : seen) distinct.insert(distinct.end(), part.begin(), part.end());
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const int64_t num_buckets = static_cast<int64_t>(distinct.size()) * num_ranks;
-  if (num_buckets > 4 * n + 4096 || num_buckets >= INT32_MAX) return std::nullopt;
+ private:
+  ChunkOfTime chunk_of_;
+  const std::vector<int64_t>& distinct_;
+  int64_t num_ranks_;
+  const int64_t* t_;
+  const EncodedKey* key_;
+  bool known_ = false;
+  int64_t ordinal_ = 0;
+  int64_t base_ = 0;
+};
 
+// Calls emit(entry) for the entries of one bucket (sorted by time, equal times in arrival order)
+// that the dedup policy keeps: of rows of equal time, the last or the first.
+template <typename Entry, typename Emit>
+void EmitKept(const Entry* first, const Entry* last, DedupPolicy policy, Emit&& emit) {
+  for (const Entry* e = first; e != last; ++e) {
+    if (policy == DedupPolicy::kLast && e + 1 != last && e[1].time == e->time) continue;
+    if (policy == DedupPolicy::kFirst && e != first && e[-1].time == e->time) continue;
+    emit(*e);
+  }
+}
+
+// Rows in arranged order: positions into the input, and their runs of one chunk each.
+struct Order {
+  std::shared_ptr<arrow::Buffer> perm;
+  int64_t rows = 0;  // positions in perm (fewer than the input's rows after dedup)
+  std::vector<ChunkRun> runs;
+};
+
+// Adds the bucket just emitted (perm rows [from, m)) to `runs`: the run of its chunk, and its
+// last row as its series' newest.
+void CloseBucket(int64_t ordinal, int64_t from, int64_t m, std::vector<ChunkRun>* runs) {
+  if (runs->empty() || runs->back().ordinal != ordinal) {
+    ChunkRun run;
+    run.ordinal = ordinal;
+    run.offset = from;
+    runs->push_back(run);
+  }
+  ChunkRun& run = runs->back();
+  run.length += m - from;
+  run.newest.push_back(m - 1 - run.offset);
+}
+
+std::atomic<int64_t> merges{0};  // ArrangeMergesForTesting
+
+// The order of an input made of parts that are each sorted by (bucket, time) already, such as the
+// data files a compaction reads: each part is cut into runs of one bucket, the runs are ordered
+// by bucket (stably: arrival order within a bucket), and a bucket whose runs do not overlap in
+// time is its runs one after another, in time order. A bucket whose runs overlap (rows sent
+// twice, late rows) is sorted and deduplicated as the counting sort would. Nullopt when a part
+// is not sorted, holds two rows of one series and time in a dedup table, or is cut into so many
+// runs that keeping them would cost more than the counting sort.
+template <typename Row>
+arrow::Result<std::optional<Order>> MergeSortedParts(const std::vector<int64_t>& parts, int64_t n,
+                                                     const int64_t* t, const BucketOf& bucket_of_rows,
+                                                     const std::vector<int64_t>& distinct, int64_t num_ranks,
+                                                     int64_t num_buckets, DedupPolicy policy) {
+  struct Run {
+    int64_t begin, end;  // rows of one part and one bucket, in time order
+    int64_t first_time, last_time;
+    int32_t bucket;
+  };
+  const bool dedup = policy != DedupPolicy::kNone;
+  const size_t max_runs = static_cast<size_t>(n / 3 + 16);
+  std::vector<Run> runs;
+  int64_t begin = 0;
+  for (int64_t length : parts) {
+    const int64_t end = begin + length;
+    if (length < 0 || end > n) break;
+    BucketOf bucket_of = bucket_of_rows;  // a fresh copy: rows of another part come next
+    for (int64_t i = begin; i < end; ++i) {
+      const int32_t b = bucket_of(i);
+      if (i > begin) {
+        Run& run = runs.back();
+        if (b == run.bucket) {
+          if (t[i] < run.last_time || (dedup && t[i] == run.last_time)) return std::nullopt;
+          run.last_time = t[i];
+          run.end = i + 1;
+          continue;
+        }
+        if (b < run.bucket) return std::nullopt;
+      }
+      if (runs.size() >= max_runs) return std::nullopt;
+      runs.push_back(Run{i, i + 1, t[i], t[i], b});
+    }
+    begin = end;
+  }
+  if (begin != n) {
+    return arrow::Status::Invalid("the parts of an arrangement hold ", begin, " rows, not the input's ", n);
+  }
+  // The runs by bucket, each bucket's in arrival order: a counting sort, which is stable.
+  std::vector<int64_t> first(static_cast<size_t>(num_buckets) + 1, 0);
+  for (const Run& run : runs) ++first[static_cast<size_t>(run.bucket) + 1];
+  for (size_t b = 0; b < static_cast<size_t>(num_buckets); ++b) first[b + 1] += first[b];
+  std::vector<size_t> by_bucket(runs.size());
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (size_t r = 0; r < runs.size(); ++r) by_bucket[static_cast<size_t>(next[runs[r].bucket]++)] = r;
+  }
+  Order out;
+  ARROW_ASSIGN_OR_RAISE(auto perm_buffer, arrow::AllocateBuffer(n * static_cast<int64_t>(sizeof(Row))));
+  Row* perm = reinterpret_cast<Row*>(perm_buffer->mutable_data());
+  int64_t m = 0;
+  std::vector<size_t> in_time;  // one bucket's runs, in time order
+  std::vector<TimedRow<Row>> entries;
+  auto by_first_time = [&](size_t x, size_t y) { return runs[x].first_time < runs[y].first_time; };
+  auto apart = [&] {
+    for (size_t j = 1; j < in_time.size(); ++j) {
+      if (runs[in_time[j - 1]].last_time >= runs[in_time[j]].first_time) return false;
+    }
+    return true;
+  };
+  for (int64_t b = 0; b < num_buckets; ++b) {
+    const auto a = static_cast<size_t>(first[b]), z = static_cast<size_t>(first[b + 1]);
+    if (a == z) continue;
+    const int64_t from = m;
+    in_time.assign(by_bucket.begin() + static_cast<std::ptrdiff_t>(a),
+                   by_bucket.begin() + static_cast<std::ptrdiff_t>(z));
+    bool ordered = apart();
+    if (!ordered) {
+      std::stable_sort(in_time.begin(), in_time.end(), by_first_time);
+      ordered = apart();
+    }
+    if (ordered) {
+      for (size_t r : in_time) {
+        for (int64_t i = runs[r].begin; i < runs[r].end; ++i) perm[m++] = static_cast<Row>(i);
+      }
+    } else {
+      entries.clear();
+      for (size_t k = a; k < z; ++k) {  // arrival order: equal times keep it through the stable sort
+        const Run& run = runs[by_bucket[k]];
+        for (int64_t i = run.begin; i < run.end; ++i) entries.push_back({t[i], static_cast<Row>(i)});
+      }
+      std::stable_sort(entries.begin(), entries.end(),
+                       [](const auto& x, const auto& y) { return x.time < y.time; });
+      EmitKept(entries.data(), entries.data() + entries.size(), policy,
+               [&](const TimedRow<Row>& e) { perm[m++] = e.row; });
+    }
+    CloseBucket(distinct[static_cast<size_t>(b / num_ranks)], from, m, &out.runs);
+  }
+  out.perm = std::shared_ptr<arrow::Buffer>(std::move(perm_buffer));
+  out.rows = m;
+  return out;
+}
+
+// The counting sort of any input: rows go to buckets (chunk, rank of the key) in passes over
+// contiguous slices of the input, one thread per slice: bucket ids, a histogram per slice, then a
+// stable scatter of each slice into its share of every bucket. The later passes (time order
+// within a bucket, dedup, runs) read the scattered times sequentially, bucket by bucket.
+template <typename Row>
+arrow::Result<Order> CountingSort(int64_t n, const int64_t* t, const BucketOf& bucket_of_rows,
+                                  const std::vector<int64_t>& distinct, int64_t num_ranks,
+                                  int64_t num_buckets, DedupPolicy policy) {
+  const Slices slices(n);
   // A histogram of the buckets per slice. A row's bucket is computed again by the scatter below
   // rather than kept: an array of n bucket ids is fresh memory, and fresh pages cost more than
   // the arithmetic (page clearing, and on a virtual machine the host backing them).
   std::vector<std::vector<int64_t>> count(static_cast<size_t>(slices.count));
-  const int32_t null_rank = static_cast<int32_t>(num_ranks - 1);
-  auto for_each_bucket = [&](int64_t begin, int64_t end, auto&& visit) {
-    int64_t last_ordinal = 0;
-    int64_t base = 0;
-    ChunkOfTime chunk_of(contract.chunk);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t o = chunk_of(t[i]);
-      if (i == begin || o != last_ordinal) {
-        last_ordinal = o;
-        base = (std::lower_bound(distinct.begin(), distinct.end(), o) - distinct.begin()) * num_ranks;
-      }
-      int32_t rank = 0;
-      if (key) rank = key->ids[i] < 0 ? null_rank : key->rank_of[key->ids[i]];
-      visit(i, static_cast<int32_t>(base + rank));
-    }
-  };
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
     auto& histogram = count[s];
     histogram.assign(static_cast<size_t>(num_buckets), 0);
-    for_each_bucket(begin, end, [&](int64_t, int32_t b) { ++histogram[b]; });
+    BucketOf bucket_of = bucket_of_rows;
+    for (int64_t i = begin; i < end; ++i) ++histogram[bucket_of(i)];
     return arrow::Status::OK();
   }));
   // start[b]: where bucket b begins; each slice scatters into its share of every bucket, after
@@ -327,9 +503,8 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   Entry* entries = reinterpret_cast<Entry*>(entry_buffer->mutable_data());
   ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
     auto& next = count[s];
-    for_each_bucket(begin, end, [&](int64_t i, int32_t b) {
-      entries[next[b]++] = Entry{t[i], static_cast<Row>(i)};
-    });
+    BucketOf bucket_of = bucket_of_rows;
+    for (int64_t i = begin; i < end; ++i) entries[next[bucket_of(i)]++] = Entry{t[i], static_cast<Row>(i)};
     return arrow::Status::OK();
   }));
   count = {};
@@ -340,8 +515,6 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
   // independent: each slice of them (cut where the rows split evenly) fills its own part of
   // perm, from where its first bucket starts; the parts are then closed up (dedup keeps fewer
   // rows than the buckets hold) and runs of a chunk cut between two parts joined.
-  const bool dedup = contract.dedup != DedupPolicy::kNone;
-  const bool keep_last = contract.dedup == DedupPolicy::kLast;
   auto by_time = [](const Entry& x, const Entry& y) { return x.time < y.time; };
   struct Part {
     int64_t first_bucket = 0, end_bucket = 0;
@@ -368,29 +541,14 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
       if (!std::is_sorted(entries + first, entries + last, by_time)) {
         std::stable_sort(entries + first, entries + last, by_time);
       }
-      const int64_t ordinal = distinct[b / num_ranks];
-      if (part.runs.empty() || part.runs.back().ordinal != ordinal) {
-        ChunkRun run;
-        run.ordinal = ordinal;
-        run.offset = m;
-        part.runs.push_back(run);
-      }
-      ChunkRun& run = part.runs.back();
-      for (int64_t k = first; k < last; ++k) {
-        // In-batch dedup: rows of equal time are adjacent; keep the last or the first.
-        if (dedup && (keep_last ? (k + 1 < last && entries[k + 1].time == entries[k].time)
-                                : (k > first && entries[k - 1].time == entries[k].time))) {
-          continue;
-        }
-        out_rows[m++] = entries[k].row;
-        ++run.length;
-      }
-      run.newest.push_back(m - 1 - run.offset);  // the bucket's last kept row: its series' newest
+      const int64_t from = m;
+      EmitKept(entries + first, entries + last, policy, [&](const Entry& e) { out_rows[m++] = e.row; });
+      CloseBucket(distinct[b / num_ranks], from, m, &part.runs);
     }
     part.kept = m;
     return arrow::Status::OK();
   }));
-  Arranged out;
+  Order out;
   int64_t m = 0;  // rows kept, in order, in perm
   for (Part& part : parts) {
     if (part.kept > 0 && part.first_bucket < num_buckets && start[part.first_bucket] != m) {
@@ -410,20 +568,85 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
     }
     m += part.kept;
   }
-  entry_buffer.reset();
+  out.perm = std::shared_ptr<arrow::Buffer>(std::move(perm_buffer));
+  out.rows = m;
+  return out;
+}
+
+// The counting-sort arrangement for zero or one series-key column (or the merge of sorted
+// parts); nullopt if the key space is too sparse for it (then the caller uses the generic sort).
+// The rows themselves are not gathered here: the result holds the permutation, and each run is
+// gathered when it is written (Arranged::Rows), on the thread that writes it.
+//
+// Row positions are 32-bit when the input allows (it nearly always does: the ingest buffer is far
+// smaller), which keeps the scattered entries at 12 bytes and the permutation at 4 per row.
+template <typename Row>
+arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow::Table>& input,
+                                                     const Contract& contract,
+                                                     const arrow::TimestampArray& times,
+                                                     const std::vector<int64_t>& parts) {
+  const int64_t n = input->num_rows();
+  const Slices slices(n);
+  const int64_t* t = times.raw_values();
+  int key_index = -1;
+  std::optional<EncodedKey> key;
+  int64_t num_ranks = 1;  // a table that is one series has one rank; nulls rank last
+  if (contract.series_key.size() == 1) {
+    key_index = input->schema()->GetFieldIndex(contract.series_key[0]);
+    const auto& column = input->column(key_index);
+    if (column->type()->id() == arrow::Type::DICTIONARY) {
+      ARROW_ASSIGN_OR_RAISE(key, EncodeDictionaryKey(*column, n));
+    } else {
+      ARROW_ASSIGN_OR_RAISE(auto key_column, ContiguousColumn(column));
+      ARROW_ASSIGN_OR_RAISE(key, EncodeKey(key_column, slices));
+    }
+    if (!key) return std::nullopt;
+    num_ranks = key->dictionary->length() + 1;
+  }
+
+  // The distinct chunks, in chunk order; along arrival order a row's chunk rarely changes.
+  std::vector<std::unordered_set<int64_t>> seen(static_cast<size_t>(slices.count));
+  ARROW_RETURN_NOT_OK(slices.Run([&](size_t s, int64_t begin, int64_t end) {
+    int64_t last = 0;
+    ChunkOfTime chunk_of(contract.chunk);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t o = chunk_of(t[i]);
+      if (i == begin || o != last) seen[s].insert(o);
+      last = o;
+    }
+    return arrow::Status::OK();
+  }));
+  std::vector<int64_t> distinct;
+  for (const auto& part : seen) distinct.insert(distinct.end(), part.begin(), part.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const int64_t num_buckets = static_cast<int64_t>(distinct.size()) * num_ranks;
+  if (num_buckets > 4 * n + 4096 || num_buckets >= INT32_MAX) return std::nullopt;
+
+  const BucketOf bucket_of(contract.chunk, distinct, num_ranks, t, key ? &*key : nullptr);
+  std::optional<Order> order;
+  if (!parts.empty()) {
+    ARROW_ASSIGN_OR_RAISE(order, MergeSortedParts<Row>(parts, n, t, bucket_of, distinct, num_ranks,
+                                                       num_buckets, contract.dedup));
+    if (order) ++merges;
+  }
+  if (!order) {
+    ARROW_ASSIGN_OR_RAISE(order, CountingSort<Row>(n, t, bucket_of, distinct, num_ranks, num_buckets,
+                                                   contract.dedup));
+  }
+  Arranged out;
+  out.runs = std::move(order->runs);
   using PermArray = arrow::NumericArray<typename arrow::CTypeTraits<Row>::ArrowType>;
-  out.perm = std::make_shared<PermArray>(m, std::shared_ptr<arrow::Buffer>(std::move(perm_buffer)));
+  out.perm = std::make_shared<PermArray>(order->rows, std::move(order->perm));
 
   // The source rows, each column one array; the key as dictionary ids.
   arrow::ChunkedArrayVector columns;
   arrow::FieldVector fields;
   for (int c = 0; c < input->num_columns(); ++c) {
     if (c == key_index) {
-      // Rows of a null key are the null-rank buckets' (usually none: then no bitmap at all).
-      int64_t nulls = 0;
-      for (int64_t b = null_rank; b < num_buckets; b += num_ranks) nulls += start[b + 1] - start[b];
+      // Rows of a null key (usually none: then no bitmap at all).
       std::shared_ptr<arrow::Buffer> validity;
-      if (nulls > 0) {
+      if (key->nulls > 0) {
         ARROW_ASSIGN_OR_RAISE(validity, arrow::AllocateEmptyBitmap(n));
         for (int64_t i = 0; i < n; ++i) {
           if (key->ids[i] < 0) {
@@ -434,7 +657,7 @@ arrow::Result<std::optional<Arranged>> ArrangeByRank(const std::shared_ptr<arrow
         }
       }
       auto id_array = std::make_shared<arrow::Int32Array>(
-          n, std::move(key->id_buffer), nulls > 0 ? validity : nullptr, nulls);
+          n, std::move(key->id_buffer), key->nulls > 0 ? validity : nullptr, key->nulls);
       auto type = arrow::dictionary(arrow::int32(), key->dictionary->type());
       // The ids index the dictionary they were hashed into: checking each against its bounds
       // (FromArrays) would be a serial pass over every row for nothing.
@@ -512,9 +735,26 @@ arrow::Result<std::shared_ptr<arrow::Table>> Arranged::All() const {
   return arrow::ConcatenateTables(parts);
 }
 
-arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, const Contract& contract) {
+int64_t ArrangeMergesForTesting() { return merges.load(); }
+
+arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& given, const Contract& contract,
+                                const std::vector<int64_t>& parts) {
   Arranged out;
+  std::shared_ptr<arrow::Table> input = given;
+  // The counting sort takes a dictionary-encoded key as it is; everything else wants plain values.
+  auto decoded = [&]() -> arrow::Status {
+    for (int c = 0; c < input->num_columns(); ++c) {
+      const auto& type = input->field(c)->type();
+      if (type->id() != arrow::Type::DICTIONARY) continue;
+      const auto& values = static_cast<const arrow::DictionaryType&>(*type).value_type();
+      ARROW_ASSIGN_OR_RAISE(auto plain, cp::Cast(input->column(c), values));
+      ARROW_ASSIGN_OR_RAISE(input, input->SetColumn(c, input->field(c)->WithType(values),
+                                                    plain.chunked_array()));
+    }
+    return arrow::Status::OK();
+  };
   if (!contract.is_time_series() || input->num_rows() == 0) {
+    ARROW_RETURN_NOT_OK(decoded());
     out.table = input;
     if (input->num_rows() > 0) {
       ChunkRun run;
@@ -528,10 +768,11 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& input, cons
   const auto& ts = static_cast<const arrow::TimestampArray&>(*time);
   if (contract.series_key.size() <= 1) {
     ARROW_ASSIGN_OR_RAISE(auto fast, ts.length() <= INT32_MAX && !force_wide_positions.load()
-                                         ? ArrangeByRank<int32_t>(input, contract, ts)
-                                         : ArrangeByRank<int64_t>(input, contract, ts));
+                                         ? ArrangeByRank<int32_t>(input, contract, ts, parts)
+                                         : ArrangeByRank<int64_t>(input, contract, ts, parts));
     if (fast) return std::move(*fast);
   }
+  ARROW_RETURN_NOT_OK(decoded());
   arrow::Int64Builder ordinals;
   ARROW_RETURN_NOT_OK(ordinals.Reserve(ts.length()));
   bool single_chunk = true;

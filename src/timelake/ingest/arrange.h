@@ -56,7 +56,21 @@ struct Arranged {
 /// followed by a check that each series is already in time order (it nearly always is: data
 /// arrives in time order), so arranging costs a hash of the key plus linear passes. Other keys
 /// use Arrow's multi-key sort.
-arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract);
+///
+/// `parts`, when given, are the lengths of consecutive pieces of `table` (they add up to its
+/// rows) that may each be sorted already: the data files a compaction reads. When every piece
+/// is sorted by (chunk, key, time) (and, for a dedup table, holds no two rows of one series and
+/// time), the pieces are merged series by series instead of sorted again; otherwise `parts`
+/// changes nothing. The result is the same either way.
+///
+/// A single series-key column may be dictionary-encoded (int32 indices, string or binary values,
+/// in chunks with dictionaries of their own): then each chunk's dictionary is hashed instead of
+/// every row's value.
+arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, const Contract& contract,
+                                const std::vector<int64_t>& parts = {});
+
+/// Tests only: how many Arrange calls so far merged sorted parts instead of sorting.
+int64_t ArrangeMergesForTesting();
 
 /// Tests only: makes the counting sort use 64-bit row positions (as for inputs of more than
 /// 2^31 rows) whatever the input's size.

@@ -347,18 +347,66 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
 
 arrow::Status Ingestor::Flush() {
   if (buffer_.empty()) return arrow::Status::OK();
+  auto batches = std::move(buffer_);
+  buffer_.clear();
+  const int64_t bytes = buffered_bytes_;
+  buffered_bytes_ = 0;
+  return Write(std::move(batches), storage_, bytes, /*sorted_batches=*/false);
+}
+
+arrow::Status Ingestor::WriteSortedBatches(std::vector<std::shared_ptr<arrow::RecordBatch>> batches) {
+  PhaseTimer wall(&profile_.wall);
+  ARROW_RETURN_NOT_OK(Flush());
+  if (batches.empty()) return arrow::Status::OK();
+  // The storage schema, with the key's type as the batches have it (plain or dictionary).
+  std::shared_ptr<arrow::Schema> schema = storage_;
+  const int key = contract_.series_key.size() == 1 ? storage_->GetFieldIndex(contract_.series_key[0]) : -1;
+  if (key >= 0 && batches.front()->num_columns() == storage_->num_fields()) {
+    const auto& type = batches.front()->column(key)->type();
+    if (type->Equals(*arrow::dictionary(arrow::int32(), storage_->field(key)->type()))) {
+      ARROW_ASSIGN_OR_RAISE(schema, storage_->SetField(key, storage_->field(key)->WithType(type)));
+    }
+  }
+  int64_t bytes = 0;
+  for (auto& batch : batches) {
+    if (!batch->schema()->Equals(*schema, /*check_metadata=*/false)) {
+      // Fields may differ in nullability or metadata (files written by other engines); the
+      // values must be of the table's types.
+      bool fits = batch->num_columns() == schema->num_fields();
+      for (int c = 0; fits && c < schema->num_fields(); ++c) {
+        fits = batch->column(c)->type()->Equals(*schema->field(c)->type());
+      }
+      if (!fits) {
+        return arrow::Status::Invalid("rows to write do not match the table's columns: ",
+                                      batch->schema()->ToString(), " against ", schema->ToString());
+      }
+      batch = arrow::RecordBatch::Make(schema, batch->num_rows(), batch->columns());
+    }
+    rows_in_ += batch->num_rows();
+    bytes += arrow::util::TotalBufferSize(*batch);
+  }
+  return Write(std::move(batches), std::move(schema), bytes, /*sorted_batches=*/true);
+}
+
+arrow::Status Ingestor::Write(std::vector<std::shared_ptr<arrow::RecordBatch>> batches,
+                              std::shared_ptr<arrow::Schema> schema, int64_t bytes, bool sorted_batches) {
   const auto arrange_start = Clock::now();
-  ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(storage_, buffer_));
+  ARROW_ASSIGN_OR_RAISE(auto table, arrow::Table::FromRecordBatches(std::move(schema), batches));
+  std::vector<int64_t> parts;
+  if (sorted_batches) {
+    for (const auto& batch : batches) parts.push_back(batch->num_rows());
+  }
+  batches.clear();
   // Handing freed pages back to the system bounds resident memory after a large flush; after a
   // small one it only costs the madvise calls and the page faults of using them again.
-  const bool release_pages = buffered_bytes_ >= kReleaseAfterBytes;
-  buffer_.clear();
-  buffered_bytes_ = 0;
-  // The sort wants each column as one array. Concatenating them column by column, and dropping
-  // each column's batch chunks as soon as its copy exists, keeps the extra memory at one column
-  // instead of a second copy of the whole buffer.
+  const bool release_pages = bytes >= kReleaseAfterBytes;
+  // The sort wants each column as one array (but a dictionary-encoded key, whose chunks' ids it
+  // maps as they are). Concatenating them column by column, and dropping each column's batch
+  // chunks as soon as its copy exists, keeps the extra memory at one column instead of a second
+  // copy of the whole buffer.
   for (int c = 0; c < table->num_columns(); ++c) {
     if (table->column(c)->num_chunks() <= 1) continue;
+    if (table->field(c)->type()->id() == arrow::Type::DICTIONARY) continue;
     ARROW_ASSIGN_OR_RAISE(auto whole, ContiguousColumn(table->column(c)));
     ARROW_ASSIGN_OR_RAISE(table, table->SetColumn(c, table->field(c),
                                                   std::make_shared<arrow::ChunkedArray>(whole)));
@@ -366,7 +414,7 @@ arrow::Status Ingestor::Flush() {
     // small blocks the large copies cannot reuse: hand them back, or resident memory holds both.
     if (release_pages) arrow::default_memory_pool()->ReleaseUnused();
   }
-  ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
+  ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_, parts));
   table.reset();  // the arrangement holds what it needs
   // Every core writes files to the end: chunks that do not divide evenly among the cores are
   // cut in two by series (large ones only: small files cost more than the idle core).

@@ -83,6 +83,14 @@ class Ingestor {
   /// deduplicated) apart, into different files.
   arrow::Status Flush();
 
+  /// Writes `batches` at once, as Flush() writes a buffer (after writing what is buffered): the
+  /// rows of a compaction, read from the table's data files. The batches are not aligned: they
+  /// must have the storage schema, except that a single string or binary series key may be
+  /// dictionary-encoded, and hold valid rows (no null times). Each batch is expected to be
+  /// sorted already (a data file's rows are): sorted batches are merged instead of sorted again
+  /// (Arrange's `parts`).
+  arrow::Status WriteSortedBatches(std::vector<std::shared_ptr<arrow::RecordBatch>> batches);
+
   /// Ends the input like Finish(), except that input of at most `max_rows` rows that no flush has
   /// written yet stays buffered and nothing is written (returns true): a group commit writes the
   /// rows of several such appends as one file per chunk (Sibling, Add). False when the files are
@@ -120,6 +128,10 @@ class Ingestor {
                                               const std::string& chunk, int order,
                                               bool parallel_columns, IngestProfile* profile,
                                               std::shared_ptr<ObjectOutput>* unclosed) const;
+  /// Arranges `batches` (of `schema`: the storage schema, or a dictionary-encoded key) and writes
+  /// them as files; `sorted_batches` says that each batch is likely sorted already.
+  arrow::Status Write(std::vector<std::shared_ptr<arrow::RecordBatch>> batches,
+                      std::shared_ptr<arrow::Schema> schema, int64_t bytes, bool sorted_batches);
   /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
   arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 

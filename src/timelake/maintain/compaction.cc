@@ -191,10 +191,29 @@ struct SliceReader {
   const std::shared_ptr<ObjectStore>& store;
   const std::string& table_path;
   const Contract& contract;
-  const std::shared_ptr<arrow::Schema>& storage;
+  // The storage schema, but for a single string or binary series key, which is read as the
+  // files hold it, dictionary-encoded: its values are not built row by row, and the sort maps
+  // each file's dictionary instead of hashing every row's key (Arrange).
+  std::shared_ptr<arrow::Schema> storage;
+  std::vector<std::string> as_dictionary;
   const CompactionGroup& group;
   int64_t budget;
   int64_t parallel_read_below;
+
+  SliceReader(const std::shared_ptr<ObjectStore>& store, const std::string& table_path,
+              const Contract& contract, const std::shared_ptr<arrow::Schema>& storage_schema,
+              const CompactionGroup& group, int64_t budget, int64_t parallel_read_below)
+      : store(store), table_path(table_path), contract(contract), storage(storage_schema), group(group),
+        budget(budget), parallel_read_below(parallel_read_below) {
+    const int key = contract.series_key.size() == 1 ? storage->GetFieldIndex(contract.series_key[0]) : -1;
+    if (key < 0) return;
+    const auto& type = storage->field(key)->type();
+    if (type->id() != arrow::Type::STRING && type->id() != arrow::Type::BINARY) return;
+    auto read_as = storage->SetField(key, storage->field(key)->WithType(arrow::dictionary(arrow::int32(), type)));
+    if (!read_as.ok()) return;
+    storage = *read_as;
+    as_dictionary.push_back(contract.series_key[0]);
+  }
 
   struct Input {
     int64_t min_time, max_time, rows;
@@ -231,15 +250,19 @@ struct SliceReader {
                     const std::function<bool()>& sink) -> arrow::Status {
       const bool whole = inputs[i].min_time >= lo && inputs[i].max_time < hi;
       ARROW_ASSIGN_OR_RAISE(auto path, DataFileStorePath(table_path, group.inputs[i].path));
-      ARROW_ASSIGN_OR_RAISE(auto reader, ReadParquetBatches(store.get(), path, 64 * 1024));
+      ARROW_ASSIGN_OR_RAISE(auto reader, ReadParquetBatches(store.get(), path, 64 * 1024, as_dictionary));
       for (;;) {
         std::shared_ptr<arrow::RecordBatch> batch;
         ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
         if (!batch) break;
+        ARROW_ASSIGN_OR_RAISE(batch, WithColumnsOf(batch, storage));
+        if (time_index >= 0 && batch->column(time_index)->null_count() > 0) {
+          return arrow::Status::Invalid("data file ", group.inputs[i].path, " has rows without a time in '",
+                                        contract.time_column, "': the file is not a valid part of the table");
+        }
         if (!whole && time_index >= 0) {
           ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
         }
-        ARROW_ASSIGN_OR_RAISE(batch, WithColumnsOf(batch, storage));
         if (batch->num_rows() == 0) continue;
         batches->push_back(std::move(batch));
         if (sink && !sink()) break;
@@ -353,8 +376,8 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
                                            const std::shared_ptr<arrow::Schema>& storage,
                                            const CompactionGroup& group, const RewriteOptions& options) {
   RewrittenGroup out;
-  SliceReader slices{store,  table_path, contract, storage, group, std::max<int64_t>(1, options.memory_budget),
-                     options.parallel_read_below, {}};
+  SliceReader slices(store, table_path, contract, storage, group, std::max<int64_t>(1, options.memory_budget),
+                     options.parallel_read_below);
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (const auto& add : group.inputs) {
     SliceReader::Input in{TagInt(add, kMinTimeTag, INT64_MIN), TagInt(add, kMaxTimeTag, INT64_MAX - 1),
@@ -426,9 +449,9 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
         continue;
       }
       out.rows_in += rows.rows;
-      ARROW_ASSIGN_OR_RAISE(auto reader, arrow::RecordBatchReader::Make(std::move(rows.batches), storage));
-      ARROW_RETURN_NOT_OK(ingestor.Consume(reader.get()));
-      ARROW_RETURN_NOT_OK(ingestor.Flush());
+      // Each batch is a piece of one data file, sorted as the table's files are: merged, not
+      // sorted again, where they allow it.
+      ARROW_RETURN_NOT_OK(ingestor.WriteSortedBatches(std::move(rows.batches)));
       out.full.resize(ingestor.files_written(), rows.bytes >= slices.budget / 2);
     }
     ARROW_ASSIGN_OR_RAISE(out.outputs, ingestor.Finish());

@@ -5,6 +5,9 @@
 #include <arrow/io/memory.h>
 #include <arrow/record_batch.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
 
 #include "timelake/util/status.h"
 
@@ -90,15 +93,27 @@ class ParquetBatches : public arrow::RecordBatchReader {
 
 }  // namespace
 
-arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(ObjectStore* store,
-                                                                            const std::string& path,
-                                                                            int64_t batch_rows) {
+arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(
+    ObjectStore* store, const std::string& path, int64_t batch_rows,
+    const std::vector<std::string>& as_dictionary) {
   ARROW_ASSIGN_OR_RAISE(auto input, OpenObject(store, path));
   auto opened = [&]() -> arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> {
     parquet::arrow::FileReaderBuilder builder;
     ARROW_RETURN_NOT_OK(builder.Open(std::move(input), VerifyingReaderProperties()));
     parquet::ArrowReaderProperties arrow_properties;
     arrow_properties.set_batch_size(std::max<int64_t>(1, batch_rows));
+    if (!as_dictionary.empty()) {
+      const parquet::SchemaDescriptor& schema = *builder.raw_reader()->metadata()->schema();
+      for (int i = 0; i < schema.num_columns(); ++i) {
+        const auto& column = *schema.Column(i);
+        if (column.physical_type() != parquet::Type::BYTE_ARRAY || column.path()->ToDotVector().size() != 1) {
+          continue;
+        }
+        if (std::find(as_dictionary.begin(), as_dictionary.end(), column.name()) != as_dictionary.end()) {
+          arrow_properties.set_read_dictionary(i, true);
+        }
+      }
+    }
     std::unique_ptr<parquet::arrow::FileReader> file;
     ARROW_RETURN_NOT_OK(builder.memory_pool(arrow::default_memory_pool())
                             ->properties(arrow_properties)

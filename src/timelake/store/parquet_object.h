@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <arrow/buffer.h>
 #include <arrow/record_batch.h>
@@ -34,10 +35,12 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetTable(ObjectStore* store
 
 /// Opens the Parquet object at `path` for reading in batches of at most `batch_rows` rows, a row
 /// group's pages at a time (an object up to 32 MiB is fetched whole first). Errors as
-/// ReadParquetTable's, from ReadNext() too.
-arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(ObjectStore* store,
-                                                                            const std::string& path,
-                                                                            int64_t batch_rows);
+/// ReadParquetTable's, from ReadNext() too. The top-level string or binary columns named in
+/// `as_dictionary` are read as dictionary arrays (int32 indices), as Parquet's dictionary
+/// encoding holds them, without building each row's value.
+arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(
+    ObjectStore* store, const std::string& path, int64_t batch_rows,
+    const std::vector<std::string>& as_dictionary = {});
 
 /// Reads a Parquet file held in memory; `origin` is the object it came from, for errors.
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(
