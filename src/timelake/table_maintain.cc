@@ -5,7 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include <unistd.h>
 
@@ -75,105 +81,137 @@ CompactionOptions CompactionOptionsFor(const TableContext& t, CompactionScope sc
   return options;
 }
 
-// Rewrites crowded chunks as `options` bounds; `interrupt` is checked before and after rewriting
-// each group.
+// Rewrites crowded chunks as `options` bounds; `interrupt` is checked before each group's commit
+// (an interruption waits for the rewrites under way and deletes what they wrote).
 arrow::Status Compact(TableContext& t, const CompactionOptions& options,
                       const InterruptCheck& interrupt, MaintainResult* result) {
   const std::vector<CompactionGroup> groups = PlanCompaction(t.snapshot, t.contract, options);
-  // Groups are rewritten a few at a time on all cores (each mostly one thread's work: reading,
-  // sorting one chunk), sharing the memory budget, then committed one by one in plan order.
-  const size_t wave = std::max<size_t>(1, std::min<size_t>(CpuParallelism(), groups.size()));
-  const int64_t budget = std::max<int64_t>(1, options.memory_budget / static_cast<int64_t>(wave));
-  for (size_t first = 0; first < groups.size(); first += wave) {
-    ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
-    const size_t n = std::min(wave, groups.size() - first);
-    std::vector<arrow::Result<RewrittenGroup>> rewrites(n, arrow::Status::UnknownError("not rewritten"));
-    (void)RunParallel(n, static_cast<int>(n), [&](size_t k) {
+  if (groups.empty()) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
+  // Groups are rewritten on all cores, each mostly one thread's work (reading, merging one
+  // chunk), sharing the memory budget; this thread commits them one by one in plan order as each
+  // is ready. Commits overlap the next rewrites, and no core waits for a slower group of the same
+  // round to finish.
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(CpuParallelism(), groups.size()));
+  const int64_t budget = std::max<int64_t>(1, options.memory_budget / static_cast<int64_t>(workers));
+  // What a rewrite reads, copied: a commit here may update the context (rebasing) meanwhile.
+  const std::shared_ptr<ObjectStore> store = t.store;
+  const std::string table_path = t.table_path;
+  const Contract contract = t.contract;
+  const std::shared_ptr<arrow::Schema> declared = t.declared, storage = t.storage;
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::vector<std::optional<arrow::Result<RewrittenGroup>>> rewrites(groups.size());
+  size_t next = 0;
+  bool stopping = false;
+  auto work = [&] {
+    for (;;) {
+      size_t k;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (stopping || next == groups.size()) return;
+        k = next++;
+      }
       RewriteOptions rewrite;
       rewrite.memory_budget = budget;
-      rewrites[k] = RewriteGroup(t.store, t.table_path, t.contract, t.declared, t.storage,
-                                 groups[first + k], rewrite);
-      return arrow::Status::OK();
-    });
-    // Outputs written but not committed (yet) are deleted when this wave stops early.
-    auto delete_from = [&](size_t k) {
-      for (; k < n; ++k) {
-        if (!rewrites[k].ok()) continue;
-        for (const auto& f : rewrites[k]->outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+      auto rewritten = RewriteGroup(store, table_path, contract, declared, storage, groups[k], rewrite);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        rewrites[k] = std::move(rewritten);
       }
-    };
-    for (size_t k = 0; k < n; ++k) {
-      const CompactionGroup& group = groups[first + k];
-      if (!rewrites[k].ok() && IsNotFound(rewrites[k].status())) {
-        // An input vanished: another process compacted the group (or retention dropped it) and
-        // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
-        // unless the newest snapshot still lists the file.
-        if (arrow::Status st = Update(t); !st.ok()) {
-          delete_from(k + 1);
-          return st;
-        }
-        const bool overtaken = std::any_of(group.inputs.begin(), group.inputs.end(), [&](const AddFile& f) {
-          return !t.snapshot.files.count(f.path);
-        });
-        if (overtaken) continue;
-      }
-      if (!rewrites[k].ok()) {
-        delete_from(k + 1);
-        return rewrites[k].status();
-      }
-      RewrittenGroup& rewritten = *rewrites[k];
-      auto delete_outputs = [&] {
-        for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
-      };
-      if (arrow::Status st = CheckInterrupt(interrupt); !st.ok()) {
-        delete_from(k);  // rewritten but not committed
-        return st;
-      }
-      // Deduplication changes what readers see; merging files alone does not.
-      const bool data_change = rewritten.rows_out != rewritten.rows_in;
-      const int64_t now_ms = NowMillis();
-      Commit commit;
-      for (const auto& input : group.inputs) {
-        commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
-      }
-      for (size_t i = 0; i < rewritten.outputs.size(); ++i) {
-        AddFile add = ToAddAction(rewritten.outputs[i], data_change, now_ms);
-        if (i < rewritten.full.size() && rewritten.full[i]) add.tags[kFullTag] = "true";
-        add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
-        commit.adds.push_back(std::move(add));
-      }
-      CommitInfo info = NewCommitInfo("OPTIMIZE");
-      info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
-                                   {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
-      info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
-                      {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
-                      {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
-      commit.commit_info = info;
-      // Appends never conflict; a winner that removed one of the inputs (another compaction,
-      // retention) abandons this group: the next maintain plans again.
-      PendingCommit pending;
-      pending.intent.kind = CommitKind::kCompaction;
-      for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
-      pending.commit = std::move(commit);
-      CommitOutcome outcome;
-      arrow::Status st = CommitPending(t, &pending, &outcome);
-      if (!st.ok() || !outcome.version) {
-        if (!outcome.outcome_unknown) delete_outputs();
-        if (!st.ok()) {
-          delete_from(k + 1);
-          return st;
-        }
-        continue;
-      }
-      // Best effort (see post_commit.h): a missing index record only makes latest() read the
-      // outputs.
-      (void)HooksAfter(t, &rewritten.outputs, *outcome.version, group.seq).Run();
-      result->partitions_compacted += 1;
-      result->files_rewritten += static_cast<int64_t>(group.inputs.size());
-      result->files_written += static_cast<int64_t>(rewritten.outputs.size());
-      result->rows_rewritten += rewritten.rows_in;
-      result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
+      ready.notify_all();
     }
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // Fewer threads than asked: the ones started do the work.
+  }
+  if (pool.empty()) work();  // no thread at all: every group rewritten here first
+  // On the way out, however it goes: the workers stop after the group each is rewriting, and
+  // outputs rewritten but not committed (groups from `uncommitted` on) are deleted.
+  size_t uncommitted = 0;
+  struct StopWorkers {
+    std::function<void()> stop;
+    ~StopWorkers() { stop(); }
+  } stop_workers{[&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    for (auto& thread : pool) thread.join();
+    for (size_t k = uncommitted; k < groups.size(); ++k) {
+      if (!rewrites[k] || !rewrites[k]->ok()) continue;
+      for (const auto& f : (*rewrites[k])->outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+    }
+  }};
+  for (size_t k = 0; k < groups.size(); ++k) {
+    uncommitted = k;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      ready.wait(lock, [&] { return rewrites[k].has_value(); });
+    }
+    arrow::Result<RewrittenGroup>& rewrite = *rewrites[k];
+    const CompactionGroup& group = groups[k];
+    if (!rewrite.ok() && IsNotFound(rewrite.status())) {
+      // An input vanished: another process compacted the group (or retention dropped it) and
+      // vacuumed the files since this snapshot was taken. That is a lost race, not damage,
+      // unless the newest snapshot still lists the file.
+      ARROW_RETURN_NOT_OK(Update(t));
+      const bool overtaken = std::any_of(group.inputs.begin(), group.inputs.end(), [&](const AddFile& f) {
+        return !t.snapshot.files.count(f.path);
+      });
+      if (overtaken) continue;
+    }
+    if (!rewrite.ok()) return rewrite.status();
+    // Rewritten but not committed: deleted (on the way out) if this stops here.
+    ARROW_RETURN_NOT_OK(CheckInterrupt(interrupt));
+    RewrittenGroup& rewritten = *rewrite;
+    // Deduplication changes what readers see; merging files alone does not.
+    const bool data_change = rewritten.rows_out != rewritten.rows_in;
+    const int64_t now_ms = NowMillis();
+    Commit commit;
+    for (const auto& input : group.inputs) {
+      commit.removes.push_back(RemoveOf(input, data_change, now_ms, kRemovedByCompaction));
+    }
+    for (size_t i = 0; i < rewritten.outputs.size(); ++i) {
+      AddFile add = ToAddAction(rewritten.outputs[i], data_change, now_ms);
+      if (i < rewritten.full.size() && rewritten.full[i]) add.tags[kFullTag] = "true";
+      add.tags[kSeqTag] = std::to_string(group.seq);  // the rows are as new as the newest input
+      commit.adds.push_back(std::move(add));
+    }
+    CommitInfo info = NewCommitInfo("OPTIMIZE");
+    info.operation_parameters = {{"targetSize", std::to_string(options.target_file_bytes)},
+                                 {"predicate", "[\"chunk = '" + group.chunk + "'\"]"}};
+    info.metrics = {{"numRemovedFiles", static_cast<int64_t>(group.inputs.size())},
+                    {"numAddedFiles", static_cast<int64_t>(rewritten.outputs.size())},
+                    {"numDeduplicatedRows", rewritten.rows_in - rewritten.rows_out}};
+    commit.commit_info = info;
+    // Appends never conflict; a winner that removed one of the inputs (another compaction,
+    // retention) abandons this group: the next maintain plans again.
+    PendingCommit pending;
+    pending.intent.kind = CommitKind::kCompaction;
+    for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
+    pending.commit = std::move(commit);
+    CommitOutcome outcome;
+    arrow::Status st = CommitPending(t, &pending, &outcome);
+    uncommitted = k + 1;  // this group's outputs are committed, deleted here, or of unknown fate
+    if (!st.ok() || !outcome.version) {
+      if (!outcome.outcome_unknown) {
+        for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
+      }
+      if (!st.ok()) return st;
+      continue;
+    }
+    // Best effort (see post_commit.h): a missing index record only makes latest() read the
+    // outputs.
+    (void)HooksAfter(t, &rewritten.outputs, *outcome.version, group.seq).Run();
+    result->partitions_compacted += 1;
+    result->files_rewritten += static_cast<int64_t>(group.inputs.size());
+    result->files_written += static_cast<int64_t>(rewritten.outputs.size());
+    result->rows_rewritten += rewritten.rows_in;
+    result->duplicates_removed += rewritten.rows_in - rewritten.rows_out;
   }
   return arrow::Status::OK();
 }
