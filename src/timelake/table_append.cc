@@ -103,7 +103,7 @@ arrow::Status WriteSharedFiles(const std::vector<StagedAppend*>& group,
       member.shared = false;
       continue;
     }
-    st = out->ingestor->Add(member.ingestor->buffered());
+    st = out->ingestor->Add(*member.ingestor);
     if (!st.ok()) break;
     out->members.push_back(i);
   }

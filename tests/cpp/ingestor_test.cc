@@ -22,6 +22,7 @@
 #include <rapidjson/document.h>
 
 #include "test_util.h"
+#include "timelake/ingest/arrange.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
@@ -88,6 +89,77 @@ class IngestorTest : public ::testing::Test {
        field("value", arrow::float64())});
   std::shared_ptr<arrow::Schema> storage_ = StorageSchemaOf(*declared_).ValueOrDie();
 };
+
+// A small append of a group commit is arranged once: BufferedRowsAfterDedup's arrangement is the
+// one its rows are written in, by the append's own ingestor or by the group's (Add) when the group
+// is that one append. Whenever the rows change after it (more input, a second append added), the
+// rows are arranged again: a stale arrangement would write some rows twice or not at all.
+TEST_F(IngestorTest, ASmallAppendIsArrangedOnceAndRowsAddedSinceAreArrangedAgain) {
+  contract_.dedup = DedupPolicy::kLast;
+  // Two copies of (a, day 1 hour 1): one row after dedup.
+  auto batch = [&](double v) {
+    return Batch(declared_, {"[" + Ts(1, 1) + "," + Ts(1, 1) + "," + Ts(2, 1) + "]", R"(["a", "a", "b"])",
+                             "[" + std::to_string(v) + ", " + std::to_string(v + 1) + ", 7.0]"});
+  };
+  auto staged = [&](double v) {
+    auto ingestor = std::make_unique<Ingestor>(Make());
+    auto reader = Reader(declared_, {batch(v)});
+    EXPECT_OK(ingestor->Consume(reader.get()));
+    EXPECT_TRUE(ingestor->FinishOrKeep(100).ValueOrDie());
+    EXPECT_EQ(ingestor->BufferedRowsAfterDedup().ValueOrDie(), 2);
+    return ingestor;
+  };
+  auto rows_of = [&](const std::vector<WrittenFile>& files) {
+    int64_t rows = 0;
+    for (const auto& f : files) rows += ReadBack("ns/t/" + f.path)->num_rows();
+    return rows;
+  };
+  {
+    SCOPED_TRACE("a group of one");
+    auto member = staged(1);
+    const int64_t calls = ArrangeCallsForTesting();
+    auto group = member->Sibling();
+    ASSERT_OK(group->Add(*member));
+    ASSERT_OK_AND_ASSIGN(auto files, group->Finish());
+    EXPECT_EQ(ArrangeCallsForTesting(), calls) << "arranged again";
+    EXPECT_EQ(rows_of(files), 2);
+  }
+  {
+    SCOPED_TRACE("the append's own ingestor");
+    auto member = staged(1);
+    const int64_t calls = ArrangeCallsForTesting();
+    ASSERT_OK_AND_ASSIGN(auto files, member->Finish());
+    EXPECT_EQ(ArrangeCallsForTesting(), calls) << "arranged again";
+    EXPECT_EQ(rows_of(files), 2);
+  }
+  {
+    SCOPED_TRACE("a group of two");
+    auto first = staged(1);
+    auto second = staged(10);
+    const int64_t calls = ArrangeCallsForTesting();
+    auto group = first->Sibling();
+    ASSERT_OK(group->Add(*first));
+    ASSERT_OK(group->Add(*second));
+    ASSERT_OK_AND_ASSIGN(auto files, group->Finish());
+    EXPECT_EQ(ArrangeCallsForTesting(), calls + 1);
+    ASSERT_EQ(rows_of(files), 2);  // the second append's copies win
+    std::set<double> values;
+    for (const auto& f : files) {
+      auto t = ReadBack("ns/t/" + f.path)->CombineChunks().ValueOrDie();
+      const auto& v = static_cast<const arrow::DoubleArray&>(*t->GetColumnByName("value")->chunk(0));
+      for (int64_t i = 0; i < v.length(); ++i) values.insert(v.Value(i));
+    }
+    EXPECT_EQ(values, (std::set<double>{11.0, 7.0}));
+  }
+  {
+    SCOPED_TRACE("input after the count");
+    auto member = staged(1);
+    auto more = Reader(declared_, {Batch(declared_, {"[" + Ts(1, 2) + "]", R"(["c"])", "[5.0]"})});
+    ASSERT_OK(member->Consume(more.get()));
+    ASSERT_OK_AND_ASSIGN(auto files, member->Finish());
+    EXPECT_EQ(rows_of(files), 3);
+  }
+}
 
 TEST_F(IngestorTest, WritesOneFilePerChunkUnderItsFolder) {
   Ingestor ingestor = Make();

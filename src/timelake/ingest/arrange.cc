@@ -363,6 +363,7 @@ void CloseBucket(int64_t ordinal, int64_t from, int64_t m, std::vector<ChunkRun>
 }
 
 std::atomic<int64_t> merges{0};  // ArrangeMergesForTesting
+std::atomic<int64_t> calls{0};   // ArrangeCallsForTesting
 
 // The order of an input made of parts that are each sorted by (bucket, time) already, such as the
 // data files a compaction reads: each part is cut into runs of one bucket, the runs are ordered
@@ -736,6 +737,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> Arranged::All() const {
 }
 
 int64_t ArrangeMergesForTesting() { return merges.load(); }
+int64_t ArrangeCallsForTesting() { return calls.load(); }
 
 arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& given, const Contract& contract,
                                 const std::vector<int64_t>& parts) {
@@ -763,6 +765,7 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& given, cons
     }
     return out;
   }
+  ++calls;
   // Chunk ordinal per row, from the (microsecond) time column.
   ARROW_ASSIGN_OR_RAISE(auto time, ContiguousColumn(input->GetColumnByName(contract.time_column)));
   const auto& ts = static_cast<const arrow::TimestampArray&>(*time);

@@ -71,6 +71,8 @@ arrow::Result<Arranged> Arrange(const std::shared_ptr<arrow::Table>& table, cons
 
 /// Tests only: how many Arrange calls so far merged sorted parts instead of sorting.
 int64_t ArrangeMergesForTesting();
+/// Tests only: how many Arrange calls so far arranged rows of a time-series table.
+int64_t ArrangeCallsForTesting();
 
 /// Tests only: makes the counting sort use 64-bit row positions (as for inputs of more than
 /// 2^31 rows) whatever the input's size.

@@ -340,6 +340,7 @@ arrow::Status Ingestor::Consume(arrow::RecordBatchReader* reader) {
     rows_in_ += aligned->num_rows();
     buffered_bytes_ += arrow::util::TotalBufferSize(*aligned);
     buffer_.push_back(std::move(aligned));
+    arranged_buffer_.reset();
     if (buffered_bytes_ >= options_.buffer_bytes) ARROW_RETURN_NOT_OK(Flush());
   }
   return arrow::Status::OK();
@@ -351,6 +352,12 @@ arrow::Status Ingestor::Flush() {
   buffer_.clear();
   const int64_t bytes = buffered_bytes_;
   buffered_bytes_ = 0;
+  if (arranged_buffer_) {
+    // BufferedRowsAfterDedup arranged these very rows already (a small append of a group commit).
+    Arranged arranged = *arranged_buffer_;
+    arranged_buffer_.reset();
+    return WriteArranged(std::move(arranged), Clock::now(), /*release_pages=*/false);
+  }
   return Write(std::move(batches), storage_, bytes, /*sorted_batches=*/false);
 }
 
@@ -416,6 +423,10 @@ arrow::Status Ingestor::Write(std::vector<std::shared_ptr<arrow::RecordBatch>> b
   }
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_, parts));
   table.reset();  // the arrangement holds what it needs
+  return WriteArranged(std::move(arranged), arrange_start, release_pages);
+}
+
+arrow::Status Ingestor::WriteArranged(Arranged arranged, Clock::time_point arrange_start, bool release_pages) {
   // Every core writes files to the end: chunks that do not divide evenly among the cores are
   // cut in two by series (large ones only: small files cost more than the idle core).
   arranged.BalanceRuns(CpuParallelism(), kBalanceMinRows);
@@ -644,6 +655,8 @@ arrow::Result<int64_t> Ingestor::BufferedRowsAfterDedup() const {
   ARROW_ASSIGN_OR_RAISE(auto arranged, Arrange(table, contract_));
   rows = 0;
   for (const auto& run : arranged.runs) rows += run.length;
+  // Kept for the flush that writes these rows: they are arranged once.
+  arranged_buffer_ = std::make_shared<const Arranged>(std::move(arranged));
   return rows;
 }
 
@@ -653,19 +666,27 @@ std::unique_ptr<Ingestor> Ingestor::Sibling() const {
   return std::make_unique<Ingestor>(store_, table_path_, contract_, declared_, storage_, options);
 }
 
-arrow::Status Ingestor::Add(const std::vector<std::shared_ptr<arrow::RecordBatch>>& aligned) {
+arrow::Status Ingestor::Add(const Ingestor& other) {
   PhaseTimer wall(&profile_.wall);
-  for (const auto& batch : aligned) {
+  const bool fresh = buffer_.empty() && written_.empty();
+  for (const auto& batch : other.buffer_) {
     rows_in_ += batch->num_rows();
     buffered_bytes_ += arrow::util::TotalBufferSize(*batch);
     buffer_.push_back(batch);
+    arranged_buffer_.reset();
     if (buffered_bytes_ >= options_.buffer_bytes) ARROW_RETURN_NOT_OK(Flush());
+  }
+  // Holding exactly the other's rows (a group of one append), this one writes them as the other
+  // arranged them.
+  if (fresh && written_.empty() && buffer_.size() == other.buffer_.size()) {
+    arranged_buffer_ = other.arranged_buffer_;
   }
   return arrow::Status::OK();
 }
 
 void Ingestor::Abort() {
   buffer_.clear();
+  arranged_buffer_.reset();
   std::vector<std::string> paths;
   for (const auto& f : written_) paths.push_back(table_path_ + "/" + f.path);
   (void)store_->DeleteMany(paths);

@@ -8,6 +8,7 @@
 // a duplicate, Abort() deletes them (a crash leaves them unreferenced, for vacuum).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,8 +104,9 @@ class Ingestor {
   /// A new ingestor writing into the same table with the same settings (no interrupt check).
   std::unique_ptr<Ingestor> Sibling() const;
   /// Appends another ingestor's `buffered()` batches to this one's buffer, flushing as Consume
-  /// does when the budget fills.
-  arrow::Status Add(const std::vector<std::shared_ptr<arrow::RecordBatch>>& aligned);
+  /// does when the budget fills. When this one held nothing, it takes over the arrangement the
+  /// other's BufferedRowsAfterDedup made, if any: a group of one append is arranged once.
+  arrow::Status Add(const Ingestor& other);
 
   int64_t rows_in() const { return rows_in_; }
   const std::shared_ptr<arrow::Schema>& storage() const { return storage_; }
@@ -132,6 +134,9 @@ class Ingestor {
   /// them as files; `sorted_batches` says that each batch is likely sorted already.
   arrow::Status Write(std::vector<std::shared_ptr<arrow::RecordBatch>> batches,
                       std::shared_ptr<arrow::Schema> schema, int64_t bytes, bool sorted_batches);
+  /// Writes the files of an arrangement (one per chunk run, on all cores).
+  arrow::Status WriteArranged(Arranged arranged, std::chrono::steady_clock::time_point arrange_start,
+                              bool release_pages);
   /// `table` with dictionary-encoded columns decoded back to the storage schema's types.
   arrow::Result<std::shared_ptr<arrow::Table>> Decoded(const std::shared_ptr<arrow::Table>& table) const;
 
@@ -142,6 +147,9 @@ class Ingestor {
   std::shared_ptr<arrow::Schema> storage_;
   IngestOptions options_;
   std::vector<std::shared_ptr<arrow::RecordBatch>> buffer_;
+  // The arrangement of exactly `buffer_` that BufferedRowsAfterDedup made (null when none or when
+  // the buffer changed since): the flush writes it instead of arranging the rows again.
+  mutable std::shared_ptr<const Arranged> arranged_buffer_;
   int64_t buffered_bytes_ = 0;
   int64_t rows_in_ = 0;
   std::vector<WrittenFile> written_;
