@@ -114,7 +114,12 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
       }
       RewriteOptions rewrite;
       rewrite.memory_budget = budget;
-      auto rewritten = RewriteGroup(store, table_path, contract, declared, storage, groups[k], rewrite);
+      arrow::Result<RewrittenGroup> rewritten = arrow::Status::UnknownError("not rewritten");
+      try {
+        rewritten = RewriteGroup(store, table_path, contract, declared, storage, groups[k], rewrite);
+      } catch (const std::exception& e) {  // (bad_alloc): an error of this group, not the process's end
+        rewritten = arrow::Status::OutOfMemory("rewriting chunk ", groups[k].chunk, ": ", e.what());
+      }
       {
         std::lock_guard<std::mutex> lock(mutex);
         rewrites[k] = std::move(rewritten);
@@ -123,12 +128,7 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
     }
   };
   std::vector<std::thread> pool;
-  try {
-    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
-  } catch (const std::system_error&) {
-    // Fewer threads than asked: the ones started do the work.
-  }
-  if (pool.empty()) work();  // no thread at all: every group rewritten here first
+  pool.reserve(workers);
   // On the way out, however it goes: the workers stop after the group each is rewriting, and
   // outputs rewritten but not committed (groups from `uncommitted` on) are deleted.
   size_t uncommitted = 0;
@@ -146,11 +146,18 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
       for (const auto& f : (*rewrites[k])->outputs) (void)t.store->Delete(t.table_path + "/" + f.path);
     }
   }};
+  try {
+    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
+  } catch (const std::exception&) {
+    // Fewer threads than asked: the ones started do the work.
+  }
+  if (pool.empty()) work();  // no thread at all: every group rewritten here first
   for (size_t k = 0; k < groups.size(); ++k) {
     uncommitted = k;
     {
       std::unique_lock<std::mutex> lock(mutex);
       ready.wait(lock, [&] { return rewrites[k].has_value(); });
+      if (k > 0) rewrites[k - 1].reset();  // committed or given up: its rows' summaries go
     }
     arrow::Result<RewrittenGroup>& rewrite = *rewrites[k];
     const CompactionGroup& group = groups[k];
@@ -195,8 +202,10 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
     for (const auto& input : group.inputs) pending.intent.removes.insert(input.path);
     pending.commit = std::move(commit);
     CommitOutcome outcome;
+    // From here this group's outputs are committed, deleted below, or of unknown fate: never
+    // deleted on the way out (not even if the commit throws after its entry landed).
+    uncommitted = k + 1;
     arrow::Status st = CommitPending(t, &pending, &outcome);
-    uncommitted = k + 1;  // this group's outputs are committed, deleted here, or of unknown fate
     if (!st.ok() || !outcome.version) {
       if (!outcome.outcome_unknown) {
         for (const auto& f : rewritten.outputs) (void)t.store->Delete(t.table_path + "/" + f.path);

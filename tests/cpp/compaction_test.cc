@@ -4,6 +4,7 @@
 #include "timelake/maintain/compaction.h"
 
 #include <functional>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -297,6 +298,72 @@ TEST_F(CompactionTest, AnInputWithARowWithoutATimeStopsTheRewriteNamingIt) {
     EXPECT_NE(out.status().message().find(damaged), std::string::npos) << out.status();
     EXPECT_NE(out.status().message().find("without a time"), std::string::npos) << out.status();
   }
+}
+
+// A null in a column declared not nullable (a damaged or foreign file) stops the rewrite with an
+// error naming the column and the file, before anything is written.
+TEST_F(CompactionTest, AnInputWithANullInANotNullableColumnStopsTheRewriteNamingIt) {
+  auto strict = arrow::schema({arrow::field("ts", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"), false),
+                               arrow::field("sensor", arrow::utf8()), arrow::field("value", arrow::float64(), false)});
+  ContractOptions options;
+  options.series_key = std::vector<std::string>{"sensor"};
+  options.dedup = "last";
+  auto table = lake_->CreateTable("strict", strict, options).ValueOrDie();
+  for (int hour : {0, 1}) {
+    auto reader = Reader(strict, {Batch(strict, {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                                 R"(["a"])", "[1.0]"})});
+    AppendOptions append;
+    append.maintain = false;
+    ASSERT_OK(table->Append(reader.get(), append).status());
+  }
+  auto snapshot = DeltaLog(store_, "default/strict").Load().ValueOrDie();
+  auto contract = ContractFromConfiguration(snapshot.metadata.configuration).ValueOrDie();
+  auto storage = StorageSchemaOf(*strict).ValueOrDie();
+  auto groups = PlanCompaction(snapshot, contract, CompactionOptions{});
+  ASSERT_EQ(groups.size(), 1u);
+  const std::string damaged = groups[0].inputs[1].path;
+  RewriteFile(store_, "default/strict/" + damaged, [](std::shared_ptr<arrow::Table> t) {
+    const int c = t->schema()->GetFieldIndex("value");
+    return t->SetColumn(c, t->field(c)->WithNullable(true),
+                        std::make_shared<arrow::ChunkedArray>(Json(arrow::float64(), "[null]")))
+        .ValueOrDie();
+  });
+  auto out = RewriteGroup(store_, "default/strict", contract, strict, storage, groups[0]);
+  ASSERT_TRUE(out.status().IsInvalid()) << out.status();
+  EXPECT_NE(out.status().message().find(damaged), std::string::npos) << out.status();
+  EXPECT_NE(out.status().message().find("'value' is declared not nullable"), std::string::npos) << out.status();
+  EXPECT_TRUE(store_->List("default/strict/data/").ValueOrDie().size() == 2u) << "an output was left behind";
+}
+
+// Rows at the last representable microsecond: a file whose time range reaches INT64_MAX is read
+// in every slice (its range cannot be told), and the group's last slice, which ends there, keeps
+// the row at INT64_MAX instead of dropping it as out of every slice.
+TEST_F(CompactionTest, ARowAtTheLastMicrosecondSurvivesASlicedRewrite) {
+  auto table = Create("end", "last");
+  const int64_t end = std::numeric_limits<int64_t>::max();
+  for (int file = 0; file < 2; ++file) {
+    std::string ts = "[", names = "[", values = "[";
+    for (int i = 0; i < 300; ++i) {
+      const char* sep = i ? "," : "";
+      ts += sep + std::to_string(end - 2 * (299 - i) - file);  // file 0 ends at INT64_MAX
+      names += std::string(sep) + "\"s" + std::to_string(i % 3) + "\"";
+      values += sep + std::to_string(file);
+    }
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
+    AppendOptions options;
+    options.maintain = false;
+    ASSERT_OK(table->Append(reader.get(), options).status());
+  }
+  auto plan = Plan("end");
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto out, RewriteGroup(store_, "default/end", plan.contract, plan.declared,
+                                              plan.storage, plan.groups[0], RewriteOptions{4096}));
+  EXPECT_GT(out.outputs.size(), 1u) << "the rewrite was not sliced";
+  EXPECT_EQ(out.rows_in, 600);
+  EXPECT_EQ(out.rows_out, 600);  // every time differs
+  int64_t last = 0;
+  for (const auto& [ts, sensor, value] : RowsOf("end", out.outputs)) last = std::max(last, ts);
+  EXPECT_EQ(last, end);
 }
 
 }  // namespace

@@ -1152,6 +1152,28 @@ TEST(ArrangeTest, PartsThatAreNotSortedLikeAFileAreSortedInstead) {
   EXPECT_TRUE(short_parts.status().IsInvalid()) << short_parts.status();
 }
 
+// A batch read from Parquet carries its row group's whole dictionary: only the entries rows use
+// are taken in (hashed, ranked), so a few rows of a file of many series keep the counting sort
+// (one bucket per dictionary entry would have outnumbered the rows many times over).
+TEST(ArrangeTest, OnlyTheDictionaryEntriesRowsUseAreTakenIn) {
+  arrow::StringBuilder entries;
+  for (int i = 0; i < 50'000; ++i) ASSERT_OK(entries.Append("k" + std::to_string(i)));
+  auto dict = entries.Finish().ValueOrDie();
+  auto type = arrow::dictionary(arrow::int32(), arrow::utf8());
+  auto key = std::make_shared<arrow::DictionaryArray>(type, Json(arrow::int32(), "[49999, 7, 7, 123]"), dict);
+  auto schema = arrow::schema({field("ts", kUtcMicros), field("sensor", type), field("value", arrow::int64())});
+  auto table = arrow::Table::Make(
+      schema, {Json(kUtcMicros, "[" + Day(1) + "," + Day(1, 2) + "," + Day(1, 1) + "," + Day(1) + "]"), key,
+               Json(arrow::int64(), "[1, 2, 3, 4]")});
+  ASSERT_OK_AND_ASSIGN(auto arranged, Arrange(table, DayContract()));
+  ASSERT_NE(arranged.perm, nullptr) << "the counting sort, not the generic one";
+  const auto& arranged_key = static_cast<const arrow::DictionaryArray&>(*arranged.source->column(1)->chunk(0));
+  EXPECT_EQ(arranged_key.dictionary()->length(), 3);
+  ASSERT_OK_AND_ASSIGN(auto rows, arranged.All());
+  EXPECT_EQ(Strings(rows, "sensor"), (std::vector<std::string>{"k123", "k49999", "k7", "k7"}));
+  EXPECT_EQ(Ints(rows, "value"), (std::vector<int64_t>{4, 1, 3, 2}));
+}
+
 // A dictionary-encoded key whose index points past its dictionary (damaged data) is an error,
 // not a read out of bounds.
 TEST(ArrangeTest, ADictionaryIndexOutsideItsDictionaryIsInvalid) {

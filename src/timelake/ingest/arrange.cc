@@ -197,10 +197,9 @@ arrow::Result<std::optional<EncodedKey>> EncodeKey(const std::shared_ptr<arrow::
 }
 
 // A key read as dictionary arrays (compaction reads the key column of data files so: Parquet
-// stores it dictionary-encoded). Each chunk's dictionary entries are hashed, not every row's
-// value, and a row's id is its entry's; chunks cut from one row group share their dictionary,
-// which is mapped once. Nullopt for indices other than int32 or values other than string and
-// binary (the caller decodes the column then).
+// stores it dictionary-encoded). A chunk's dictionary entries are hashed as rows first refer to
+// them, not every row's value, and a row's id is its entry's. Nullopt for indices other than
+// int32 or values other than string and binary (the caller decodes the column then).
 arrow::Result<std::optional<EncodedKey>> EncodeDictionaryKey(const arrow::ChunkedArray& key, int64_t n) {
   const auto& type = static_cast<const arrow::DictionaryType&>(*key.type());
   const auto values = type.value_type()->id();
@@ -211,20 +210,21 @@ arrow::Result<std::optional<EncodedKey>> EncodeDictionaryKey(const arrow::Chunke
   EncodedKey out;
   ARROW_RETURN_NOT_OK(AllocateIds(n, &out));
   KeyDictionary unified;  // views into the chunks' dictionaries, which `key` keeps alive
-  std::vector<int32_t> map;  // entry of the current dictionary -> unified id (-1: null entry)
-  const arrow::Array* mapped = nullptr;
+  // Entry of the current chunk's dictionary -> unified id: -1 for a null entry, kUnmapped until a
+  // row refers to it. A batch read from Parquet carries every key its row group has met so far,
+  // most of which may be in no row of the batch (or of the slice being rewritten): only the keys
+  // rows use are hashed, and ranked.
+  constexpr int32_t kUnmapped = -2;
+  std::vector<int32_t> map;
+  const arrow::ArrayData* mapped = nullptr;  // the dictionary `map` is of
   int64_t at = 0;
   for (const auto& chunk : key.chunks()) {
     const auto& encoded = static_cast<const arrow::DictionaryArray&>(*chunk);
     // StringArray is a BinaryArray: one view for both.
     const auto& dictionary = static_cast<const arrow::BinaryArray&>(*encoded.dictionary());
-    if (encoded.dictionary().get() != mapped) {
-      map.resize(static_cast<size_t>(dictionary.length()));
-      for (int64_t e = 0; e < dictionary.length(); ++e) {
-        const std::string_view v = dictionary.GetView(e);
-        map[static_cast<size_t>(e)] = dictionary.IsNull(e) ? -1 : unified.IdOf(v.data(), v.size());
-      }
-      mapped = encoded.dictionary().get();
+    if (chunk->data()->dictionary.get() != mapped) {
+      map.assign(static_cast<size_t>(dictionary.length()), kUnmapped);
+      mapped = chunk->data()->dictionary.get();
     }
     const auto& indices = static_cast<const arrow::Int32Array&>(*encoded.indices());
     const int32_t* raw = indices.raw_values();
@@ -236,12 +236,18 @@ arrow::Result<std::optional<EncodedKey>> EncodeDictionaryKey(const arrow::Chunke
         ++out.nulls;
         continue;
       }
-      if (static_cast<uint32_t>(raw[i]) >= entries) {
+      const auto e = static_cast<uint32_t>(raw[i]);
+      if (e >= entries) {
         return arrow::Status::Invalid("a dictionary index (", raw[i], ") is outside its dictionary of ",
                                       entries, " entries: the data is damaged");
       }
-      out.ids[at + i] = map[static_cast<size_t>(raw[i])];
-      out.nulls += out.ids[at + i] < 0;  // a null dictionary entry
+      int32_t& id = map[e];
+      if (id == kUnmapped) {
+        const std::string_view v = dictionary.GetView(e);
+        id = dictionary.IsNull(e) ? -1 : unified.IdOf(v.data(), v.size());
+      }
+      out.ids[at + i] = id;
+      out.nulls += id < 0;  // a null dictionary entry
     }
     at += indices.length();
   }

@@ -378,10 +378,11 @@ arrow::Status Ingestor::WriteSortedBatches(std::vector<std::shared_ptr<arrow::Re
   for (auto& batch : batches) {
     if (!batch->schema()->Equals(*schema, /*check_metadata=*/false)) {
       // Fields may differ in nullability or metadata (files written by other engines); the
-      // values must be of the table's types.
+      // columns must be the table's, in its order and of its types.
       bool fits = batch->num_columns() == schema->num_fields();
       for (int c = 0; fits && c < schema->num_fields(); ++c) {
-        fits = batch->column(c)->type()->Equals(*schema->field(c)->type());
+        fits = batch->schema()->field(c)->name() == schema->field(c)->name() &&
+               batch->column(c)->type()->Equals(*schema->field(c)->type());
       }
       if (!fits) {
         return arrow::Status::Invalid("rows to write do not match the table's columns: ",

@@ -23,13 +23,15 @@ namespace {
 
 // `batch` with the columns of `storage`, by name: a file written before add_columns lacks the
 // columns added since, which read as null (slices gather batches of several files in one reader).
+// A null in a column declared not nullable (a damaged or foreign file) is Invalid.
 arrow::Result<std::shared_ptr<arrow::RecordBatch>> WithColumnsOf(
     const std::shared_ptr<arrow::RecordBatch>& batch, const std::shared_ptr<arrow::Schema>& storage) {
   if (batch->num_columns() == storage->num_fields()) {
     bool same = true;
     for (int i = 0; i < storage->num_fields() && same; ++i) {
       same = batch->schema()->field(i)->name() == storage->field(i)->name() &&
-             batch->column(i)->type()->Equals(*storage->field(i)->type());
+             batch->column(i)->type()->Equals(*storage->field(i)->type()) &&
+             (storage->field(i)->nullable() || batch->column(i)->null_count() == 0);
     }
     if (same) return batch;
   }
@@ -39,8 +41,20 @@ arrow::Result<std::shared_ptr<arrow::RecordBatch>> WithColumnsOf(
     if (!column) {
       ARROW_ASSIGN_OR_RAISE(column, arrow::MakeArrayOfNull(field->type(), batch->num_rows()));
     } else if (!column->type()->Equals(*field->type())) {
-      ARROW_ASSIGN_OR_RAISE(auto cast, arrow::compute::Cast(column, field->type()));
-      column = cast.make_array();
+      if (field->type()->id() == arrow::Type::DICTIONARY) {
+        // A key read dictionary-encoded (SliceReader) that the file stores otherwise: its values
+        // as the table's type, then encoded (Arrow casts into a dictionary from strings only).
+        const auto& values = static_cast<const arrow::DictionaryType&>(*field->type()).value_type();
+        ARROW_ASSIGN_OR_RAISE(auto plain, arrow::compute::Cast(column, values));
+        ARROW_ASSIGN_OR_RAISE(auto encoded, arrow::compute::DictionaryEncode(plain));
+        column = encoded.make_array();
+      } else {
+        ARROW_ASSIGN_OR_RAISE(auto cast, arrow::compute::Cast(column, field->type()));
+        column = cast.make_array();
+      }
+    }
+    if (!field->nullable() && column->null_count() > 0) {
+      return arrow::Status::Invalid("column '", field->name(), "' is declared not nullable but holds nulls");
     }
     columns.push_back(std::move(column));
   }
@@ -255,11 +269,15 @@ struct SliceReader {
         std::shared_ptr<arrow::RecordBatch> batch;
         ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
         if (!batch) break;
-        ARROW_ASSIGN_OR_RAISE(batch, WithColumnsOf(batch, storage));
-        if (time_index >= 0 && batch->column(time_index)->null_count() > 0) {
+        if (auto time = batch->GetColumnByName(contract.time_column); time && time->null_count() > 0) {
           return arrow::Status::Invalid("data file ", group.inputs[i].path, " has rows without a time in '",
                                         contract.time_column, "': the file is not a valid part of the table");
         }
+        auto aligned = WithColumnsOf(batch, storage);
+        if (!aligned.ok()) {
+          return aligned.status().WithMessage("data file ", group.inputs[i].path, ": ", aligned.status().message());
+        }
+        batch = std::move(*aligned);
         if (!whole && time_index >= 0) {
           ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
         }
@@ -324,7 +342,8 @@ struct SliceReader {
     ARROW_RETURN_NOT_OK(keep.Reserve(batch->num_rows()));
     int64_t kept = 0;
     for (int64_t r = 0; r < batch->num_rows(); ++r) {
-      const bool in = times.IsValid(r) && times.Value(r) >= lo && times.Value(r) < hi;
+      // The group's last slice ends at INT64_MAX at most, and holds a row at INT64_MAX too.
+      const bool in = times.IsValid(r) && times.Value(r) >= lo && (times.Value(r) < hi || hi == INT64_MAX);
       keep.UnsafeAppend(in);
       kept += in;
     }
