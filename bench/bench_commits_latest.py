@@ -370,8 +370,6 @@ def run_single(args, work: Path, start_us: int) -> list[dict]:
                     entry["traceback"] = traceback.format_exc()
                     log(f"    {name}: FAILED {entry['error']}")
                     break
-                finally:
-                    shutil.rmtree(dest, ignore_errors=True)
                 run = entry["runs"][-1]
                 log(f"    {name}: run {r + 1}/{args.append_runs} {run['commits_per_s']:.0f} commits/s, "
                     f"p50 {run['p50_ms']:.2f} ms, p99 {run['p99_ms']:.2f} ms"
@@ -582,8 +580,6 @@ def run_concurrent(args, work: Path, start_us: int) -> dict:
                 entry["traceback"] = traceback.format_exc()
                 log(f"    {name}: FAILED {entry['error']}")
                 break
-            finally:
-                shutil.rmtree(dest, ignore_errors=True)
             entry["runs"].append(run)
             rate = run["commits_per_s"]
             log(f"    {name}: run {r + 1}/{args.append_runs} "
@@ -1134,6 +1130,10 @@ def main(argv=None) -> int:
                 log(f"  FAILED {report[key + '_error']}")
             log(f"  ({time.perf_counter() - t0:.0f} s)")
     finally:
+        # Tables are deleted here, once, not after each run: on ext4 without a journal (this
+        # project's benchmark machines) the inode allocator skips inodes freed in the last minute
+        # or more, checking each one, so a run right after another run's deletion paid for it in
+        # every file it created (bench/README.md, "Where a small append's time goes").
         if args.keep:
             log(f"kept the tables in {work}")
         else:

@@ -116,6 +116,16 @@ def commit_versions(tdir: Path) -> list[int]:
     return sorted(int(p.name.split(".")[0]) for p in (tdir / "_delta_log").glob("*.json"))
 
 
+def grouped_commits(tdir: Path) -> int:
+    """Commits that carried more than one append (group commit)."""
+    n = 0
+    for v in commit_versions(tdir):
+        first = json.loads(log_path(tdir, v).read_text().splitlines()[0])
+        if "timelake.groupedAppends" in first.get("commitInfo", {}).get("operationParameters", {}):
+            n += 1
+    return n
+
+
 class StreamOnly:
     """An object that offers nothing but the Arrow PyCapsule stream interface."""
 

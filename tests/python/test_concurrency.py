@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import timelake
-from helpers import NO_BACKGROUND, IOT_SCHEMA, commit_versions, table_dir
+from helpers import NO_BACKGROUND, IOT_SCHEMA, commit_versions, grouped_commits, table_dir
 
 WRITER = textwrap.dedent(
     """
@@ -247,18 +247,6 @@ def test_threads_share_one_handle_safely(lake):
         assert t.append(pa.table({"time": [base], "device_id": ["x"], "temp": [0.0]}), batch_id=f"t{n}-9")["duplicate"]
 
 
-def _grouped_commits(tdir) -> int:
-    """Commits that carried more than one append (group commit)."""
-    import json
-
-    n = 0
-    for v in commit_versions(tdir):
-        first = json.loads((tdir / "_delta_log" / f"{v:020d}.json").read_text().splitlines()[0])
-        if "timelake.groupedAppends" in first.get("commitInfo", {}).get("operationParameters", {}):
-            n += 1
-    return n
-
-
 def test_threads_appending_to_one_handle_share_commits_and_lose_nothing(lake, tmp_path):
     from helpers import T0, delta_read, iot_table, sorted_rows
 
@@ -330,7 +318,7 @@ def test_grouped_appends_to_a_dedup_table_agree_everywhere(lake, tmp_path, dedup
         t.maintain()
         assert sorted_rows(lake.sql(f"SELECT * FROM {name}")) == before
         assert {r["device_id"]: r["temp"] for r in timelake.Lake(str(table_dir(t).parent.parent)).latest(name).to_pylist()} == newest
-        grouped += _grouped_commits(table_dir(t))
+        grouped += grouped_commits(table_dir(t))
         if grouped:
             break
     assert grouped > 0, "no commit carried more than one append in three tries"
