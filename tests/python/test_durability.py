@@ -13,30 +13,42 @@ import pytest
 
 from helpers import IOT_SCHEMA, delta_read, grouped_commits, table_dir
 
+# Appends batches first..last-1 (each one device, `rows` rows, in hour `i % hours`) with batch
+# ids, by `threads` threads taking every threads-th batch, printing "acked i duplicate" per append.
 WRITER = textwrap.dedent(
     """
-    import datetime as dt, sys
+    import datetime as dt, sys, threading
     import pyarrow as pa
     import timelake
-    lake_path, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    lake_path, first, last, threads, rows, hours = sys.argv[1], *(int(a) for a in sys.argv[2:7])
     t = timelake.Lake(lake_path).table("readings")
     base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-    for i in range(first, last):
-        rows = 200
-        batch = pa.table({
-            "time": [base + dt.timedelta(hours=i % 72, seconds=k) for k in range(rows)],
-            "device_id": [f"batch-{i}"] * rows,
-            "temp": [float(i)] * rows,
-        })
-        r = t.append(batch, batch_id=f"b-{i}")
-        print("acked", i, r["duplicate"], flush=True)
+    out = threading.Lock()
+
+    def work(start):
+        for i in range(start, last, threads):
+            batch = pa.table({
+                "time": [base + dt.timedelta(hours=i % hours, seconds=k) for k in range(rows)],
+                "device_id": [f"batch-{i}"] * rows,
+                "temp": [float(i)] * rows,
+            })
+            r = t.append(batch, batch_id=f"b-{i}")
+            with out:  # one whole line per ack, never two threads' text interleaved
+                sys.stdout.write(f"acked {i} {r['duplicate']}\\n")
+                sys.stdout.flush()
+
+    workers = [threading.Thread(target=work, args=(first + n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
     """
 )
 
 
-def _start_writer(lake_path, first, last):
+def _start_writer(lake_path, first, last, threads=1, rows=200, hours=72):
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(lake_path), str(first), str(last)],
+        [sys.executable, "-c", WRITER, str(lake_path), *(str(a) for a in (first, last, threads, rows, hours))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,40 +93,6 @@ def test_kill_9_mid_append_keeps_every_acknowledged_batch_once(lake, lake_path, 
     assert _counts(lake) == {f"batch-{i}": 200 for i in range(last)}
 
 
-# Threads of one writer process appending through one handle: their appends share commits (group
-# commit) and a group's small appends share a data file per chunk.
-THREADED_WRITER = textwrap.dedent(
-    """
-    import datetime as dt, sys, threading
-    import pyarrow as pa
-    import timelake
-    lake_path, last, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    t = timelake.Lake(lake_path).table("readings")
-    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-    out = threading.Lock()
-
-    def work(first):
-        for i in range(first, last, threads):
-            rows = 50
-            batch = pa.table({
-                "time": [base + dt.timedelta(hours=i % 5, seconds=k) for k in range(rows)],
-                "device_id": [f"batch-{i}"] * rows,
-                "temp": [float(i)] * rows,
-            })
-            r = t.append(batch, batch_id=f"b-{i}")
-            with out:  # one whole line per ack, never two threads' text interleaved
-                sys.stdout.write(f"acked {i} {r['duplicate']}\\n")
-                sys.stdout.flush()
-
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    """
-)
-
-
 def _acks(lines) -> list[tuple[int, bool]]:
     """The whole ack lines among `lines` (a kill may cut the last one short)."""
     acks = []
@@ -131,12 +109,9 @@ def test_kill_9_during_group_commits_keeps_every_acknowledged_append_once(
 ):
     t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], chunk="hour", dedup="last")
     tdir = table_dir(t)
-    writer = subprocess.Popen(
-        [sys.executable, "-c", THREADED_WRITER, str(lake_path), "100000", "6"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Six threads of one writer process append through one handle: their appends share commits
+    # (group commit) and a group's small appends share a data file per chunk.
+    writer = _start_writer(lake_path, 0, 100_000, threads=6, rows=50, hours=5)
     acked = []
     for line in writer.stdout:
         acked += [i for i, _ in _acks([line])]
@@ -161,12 +136,7 @@ def test_kill_9_during_group_commits_keeps_every_acknowledged_append_once(
 
     # Replayed by threads again, every acknowledged append is a duplicate and each lands once.
     last = max(acked) + 7
-    replay = subprocess.Popen(
-        [sys.executable, "-c", THREADED_WRITER, str(lake_path), str(last), "6"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    replay = _start_writer(lake_path, 0, last, threads=6, rows=50, hours=5)
     stdout, stderr = replay.communicate(timeout=300)
     assert replay.returncode == 0, stderr
     replayed = _acks(stdout.splitlines(keepends=True))
