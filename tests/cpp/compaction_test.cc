@@ -31,22 +31,28 @@ class CompactionTest : public LakeFixture {
   // Appends `hours` hours of 2025-01-01 (from `first_hour`) for sensors s0..s{sensors-1}, one
   // row per sensor per minute, with value = `value`.
   void Append(Table* table, int first_hour, int hours, int sensors, double value) {
-    std::string ts = "[", names = "[", values = "[";
-    bool first = true;
+    std::vector<Row> rows;
     for (int h = first_hour; h < first_hour + hours; ++h) {
       for (int m = 0; m < 60; ++m) {
-        for (int s = 0; s < sensors; ++s) {
-          const char* sep = first ? "" : ",";
-          first = false;
-          ts += sep + std::to_string(Micros(2025, 1, 1, h, m));
-          names += std::string(sep) + "\"s" + std::to_string(s) + "\"";
-          values += sep + std::to_string(value);
-        }
+        for (int s = 0; s < sensors; ++s) rows.emplace_back(Micros(2025, 1, 1, h, m), "s" + std::to_string(s), value);
       }
+    }
+    AppendRows(table, rows);
+  }
+
+  // Appends `rows` as one batch, with no background pass (the tests compact).
+  void AppendRows(Table* table, const std::vector<Row>& rows) {
+    std::string ts = "[", names = "[", values = "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const char* sep = i ? "," : "";
+      const auto& [time, sensor, value] = rows[i];
+      ts += sep + std::to_string(time);
+      names += std::string(sep) + "\"" + sensor + "\"";
+      values += sep + std::to_string(value);
     }
     auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
     AppendOptions options;
-    options.maintain = false;  // no background pass: the test compacts
+    options.maintain = false;
     ASSERT_OK(table->Append(reader.get(), options).status());
   }
 
@@ -189,17 +195,9 @@ TEST_F(CompactionTest, ASliceOfOneInstantIsReadWholeWhateverTheBudget) {
   auto table = Create("t", "last");
   // Every row at one instant: no slice can cut it.
   for (double v : {1.0, 2.0}) {
-    std::string names = "[", ts = "[", values = "[";
-    for (int s = 0; s < 500; ++s) {
-      const char* sep = s ? "," : "";
-      names += std::string(sep) + "\"s" + std::to_string(s) + "\"";
-      ts += sep + std::to_string(Micros(2025, 1, 1));
-      values += sep + std::to_string(v);
-    }
-    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
-    AppendOptions options;
-    options.maintain = false;
-    ASSERT_OK(table->Append(reader.get(), options).status());
+    std::vector<Row> rows;
+    for (int s = 0; s < 500; ++s) rows.emplace_back(Micros(2025, 1, 1), "s" + std::to_string(s), v);
+    AppendRows(table.get(), rows);
   }
   auto plan = Plan("t");
   ASSERT_EQ(plan.groups.size(), 1u);
@@ -342,17 +340,12 @@ TEST_F(CompactionTest, ARowAtTheLastMicrosecondSurvivesASlicedRewrite) {
   auto table = Create("end", "last");
   const int64_t end = std::numeric_limits<int64_t>::max();
   for (int file = 0; file < 2; ++file) {
-    std::string ts = "[", names = "[", values = "[";
+    std::vector<Row> rows;
     for (int i = 0; i < 300; ++i) {
-      const char* sep = i ? "," : "";
-      ts += sep + std::to_string(end - 2 * (299 - i) - file);  // file 0 ends at INT64_MAX
-      names += std::string(sep) + "\"s" + std::to_string(i % 3) + "\"";
-      values += sep + std::to_string(file);
+      // file 0 ends at INT64_MAX
+      rows.emplace_back(end - 2 * (299 - i) - file, "s" + std::to_string(i % 3), file);
     }
-    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", names + "]", values + "]"})});
-    AppendOptions options;
-    options.maintain = false;
-    ASSERT_OK(table->Append(reader.get(), options).status());
+    AppendRows(table.get(), rows);
   }
   auto plan = Plan("end");
   ASSERT_EQ(plan.groups.size(), 1u);
