@@ -161,6 +161,69 @@ TEST_F(IngestorTest, ASmallAppendIsArrangedOnceAndRowsAddedSinceAreArrangedAgain
   }
 }
 
+TEST_F(IngestorTest, RowsInRisingTimeOrderAreCountedWithoutArrangingThem) {
+  contract_.dedup = DedupPolicy::kLast;
+  auto staged = [&](std::vector<std::shared_ptr<arrow::RecordBatch>> batches, int64_t expect_rows,
+                    int64_t expect_arranges) {
+    auto ingestor = std::make_unique<Ingestor>(Make());
+    auto reader = Reader(declared_, std::move(batches));
+    EXPECT_OK(ingestor->Consume(reader.get()));
+    EXPECT_TRUE(ingestor->FinishOrKeep(100).ValueOrDie());
+    const int64_t calls = ArrangeCallsForTesting();
+    EXPECT_EQ(ingestor->BufferedRowsAfterDedup().ValueOrDie(), expect_rows);
+    EXPECT_EQ(ArrangeCallsForTesting(), calls + expect_arranges);
+    return ingestor;
+  };
+  auto rows_of = [&](const std::vector<WrittenFile>& files) {
+    std::map<std::string, double> rows;  // "key@time" -> value
+    for (const auto& f : files) {
+      auto t = ReadBack("ns/t/" + f.path)->CombineChunks().ValueOrDie();
+      const auto& ts = static_cast<const arrow::TimestampArray&>(*t->GetColumnByName("ts")->chunk(0));
+      const auto& key = static_cast<const arrow::StringArray&>(*t->GetColumnByName("sensor")->chunk(0));
+      const auto& v = static_cast<const arrow::DoubleArray&>(*t->GetColumnByName("value")->chunk(0));
+      for (int64_t i = 0; i < t->num_rows(); ++i) {
+        EXPECT_TRUE(rows.emplace(key.GetString(i) + "@" + std::to_string(ts.Value(i)), v.Value(i)).second);
+      }
+    }
+    return rows;
+  };
+  const auto rising = Batch(declared_, {"[" + Ts(1, 1) + "," + Ts(1, 2) + "," + Ts(1, 3) + "]",
+                                        R"(["a", "b", "a"])", "[1.0, 2.0, 3.0]"});
+  // Its first row repeats the second row of `rising` (another append): the group keeps this one.
+  const auto later = Batch(declared_, {"[" + Ts(1, 2) + "," + Ts(1, 4) + "]", R"(["b", "c"])", "[20.0, 4.0]"});
+  {
+    SCOPED_TRACE("one append, then its flush");
+    auto member = staged({rising}, 3, 0);
+    const int64_t calls = ArrangeCallsForTesting();
+    ASSERT_OK_AND_ASSIGN(auto files, member->Finish());
+    EXPECT_EQ(ArrangeCallsForTesting(), calls + 1);
+    EXPECT_EQ(rows_of(files).size(), 3u);
+  }
+  {
+    SCOPED_TRACE("a group of two: deduplicated across its appends");
+    auto first = staged({rising}, 3, 0);
+    auto second = staged({later}, 2, 0);
+    auto group = first->Sibling();
+    ASSERT_OK(group->Add(*first));
+    ASSERT_OK(group->Add(*second));
+    ASSERT_OK_AND_ASSIGN(auto files, group->Finish());
+    const auto rows = rows_of(files);
+    EXPECT_EQ(rows.size(), 4u);
+    EXPECT_EQ(rows.at("b@" + Ts(1, 2)), 20.0);
+  }
+  {
+    SCOPED_TRACE("batches of one append whose times rise within each but not across them");
+    auto member = staged({later, rising}, 4, 1);  // b@hour 2 twice: one row
+    ASSERT_OK_AND_ASSIGN(auto files, member->Finish());
+    EXPECT_EQ(rows_of(files).at("b@" + Ts(1, 2)), 2.0);  // the later row of the append wins
+  }
+  {
+    SCOPED_TRACE("times not in order, none repeated");
+    auto shuffled = Batch(declared_, {"[" + Ts(1, 3) + "," + Ts(1, 1) + "]", R"(["a", "a"])", "[1.0, 2.0]"});
+    staged({shuffled}, 2, 1);
+  }
+}
+
 TEST_F(IngestorTest, WritesOneFilePerChunkUnderItsFolder) {
   Ingestor ingestor = Make();
   auto reader = Reader(declared_, {TwoDays()});

@@ -99,7 +99,9 @@ class Ingestor {
   arrow::Result<bool> FinishOrKeep(int64_t max_rows);
   /// The aligned batches buffered and not written yet, in arrival order.
   const std::vector<std::shared_ptr<arrow::RecordBatch>>& buffered() const { return buffer_; }
-  /// The rows the buffer holds after in-batch deduplication (what writing it would write).
+  /// The rows the buffer holds after in-batch deduplication (what writing it would write). Rows
+  /// whose times rise strictly are counted without arranging them; others are arranged, and the
+  /// arrangement is kept for the flush.
   arrow::Result<int64_t> BufferedRowsAfterDedup() const;
   /// A new ingestor writing into the same table with the same settings (no interrupt check).
   std::unique_ptr<Ingestor> Sibling() const;
