@@ -31,6 +31,7 @@ from urllib.parse import unquote
 import duckdb
 import pyarrow as pa
 
+from . import _tree
 from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
 from ._sql_filter import resolve as resolve_filter
 from ._types import restore_declared
@@ -195,9 +196,11 @@ class _Catalog:
             if not path.startswith(self._root):
                 continue  # outside the lake: stays unreadable, and the query says so
             parts = path[len(self._root):].split("/")
+            if ".." in parts or "." in parts:
+                continue  # the core confines log paths (data_path.h); never admit one that climbs
             # <ns>/<table>/<folder>/.../<file>: admit the folder, unless it is the log, the
-            # index or another hidden one (a log may name any file; admit that file alone).
-            if len(parts) > 3 and not parts[2].startswith(("_", ".")) and ".." not in parts:
+            # index or another hidden one (a log may name any file there; admit that file alone).
+            if len(parts) > 3 and not parts[2].startswith(("_", ".")):
                 directories.add(f"{self._root}{parts[0]}/{parts[1]}/{parts[2]}/")
             else:
                 files.add(path)
@@ -677,7 +680,7 @@ def _quote_default_namespace(query: str) -> str:
 def _parse_tree(con: duckdb.DuckDBPyConnection, select: str) -> Dict[str, Any]:
     """DuckDB's parse tree of the SELECT (json_serialize_sql)."""
     try:
-        return json.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
+        return _tree.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
     except duckdb.Error as e:
         raise RuntimeError(f"SQL syntax error: {e}") from None
 
@@ -735,13 +738,10 @@ _MAX_VERSION = 2**63 - 1
 
 def _reads_a_table(node: Any) -> bool:
     """True if a parse-tree expression holds a subquery or names a table."""
-    if isinstance(node, list):
-        return any(_reads_a_table(v) for v in node)
-    if not isinstance(node, dict):
-        return False
-    if node.get("class") == "SUBQUERY" or node.get("type") in ("BASE_TABLE", "SUBQUERY"):
-        return True
-    return any(_reads_a_table(v) for v in node.values())
+    return any(
+        isinstance(n, dict) and (n.get("class") == "SUBQUERY" or n.get("type") in ("BASE_TABLE", "SUBQUERY"))
+        for n in _tree.nodes(node)
+    )
 
 
 def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: str) -> Dict[str, int]:
@@ -755,7 +755,7 @@ def _at_clause_spec(con: duckdb.DuckDBPyConnection, at: Dict[str, Any], table: s
     statement = json.loads(con.execute("SELECT json_serialize_sql('SELECT 1')").fetchall()[0][0])
     statement["statements"][0]["node"]["select_list"][0] = at["expr"]
     try:
-        text = con.execute("SELECT json_deserialize_sql(?)", [json.dumps(statement)]).fetchall()[0][0]
+        text = con.execute("SELECT json_deserialize_sql(?)", [_tree.dumps(statement)]).fetchall()[0][0]
         value = con.execute(text).fetchall()[0][0]
     except duckdb.Error as e:
         raise ValueError(f"{table} AT ({unit} => ...): the value could not be computed: {_message(e)}") from None
@@ -784,28 +784,32 @@ def _travel_views(con: duckdb.DuckDBPyConnection, tree: Dict[str, Any], tables: 
     by_lower = {(ns.lower(), name.lower()): (ns, name) for ns, name in tables}
     out: List[Tuple[str, str, str, Dict[str, int]]] = []
 
-    def visit(node: Any, ctes: frozenset = frozenset()) -> None:
-        # `ctes`: the CTE names in scope (lower case); an unqualified reference to one is the CTE.
+    # An explicit stack of (node, the CTE names in scope, lower case), walked in document order:
+    # parse trees can nest deeper than Python's recursion limit (see _tree). An unqualified
+    # reference to a CTE in scope is the CTE.
+    stack: List[Tuple[Any, frozenset]] = [(tree, frozenset())]
+    while stack:
+        node, ctes = stack.pop()
         if isinstance(node, list):
-            for value in node:
-                visit(value, ctes)
-            return
+            stack.extend((value, ctes) for value in reversed(node))
+            continue
         if not isinstance(node, dict):
-            return
+            continue
         entries = (node.get("cte_map") or {}).get("map") or []
         if entries:
             # A CTE's body sees the names of the CTEs before it (and the lake table it may share
             # a name with); the rest of the statement sees them all.
             seen = set(ctes)
+            scoped = []
             for entry in entries:
-                visit(entry.get("value"), frozenset(seen))
+                scoped.append((entry.get("value"), frozenset(seen)))
                 seen.add(str(entry.get("key", "")).lower())
-            rest = {k: v for k, v in node.items() if k != "cte_map"}
-            visit(rest, frozenset(seen))
-            return
+            rest = [(v, frozenset(seen)) for k, v in node.items() if k != "cte_map"]
+            stack.extend(reversed(scoped + rest))
+            continue
         if node.get("type") == "BASE_TABLE" and not node.get("catalog_name") and node.get("table_name"):
             if not node.get("schema_name") and node["table_name"].lower() in ctes:
-                return
+                continue
             found = by_lower.get(((node.get("schema_name") or namespace).lower(), node["table_name"].lower()))
             at = node.get("at_clause")
             if found is not None and (at or as_of is not None):
@@ -815,15 +819,36 @@ def _travel_views(con: duckdb.DuckDBPyConnection, tree: Dict[str, Any], tables: 
                 view = f"{name}@{'v' if kind == 'version' else 't'}{value}"
                 if not node.get("alias"):
                     node["alias"] = node["table_name"]
+                # Where the reference stood in the text (bytes), for _rewrite_travels.
+                node["timelake_travel_text"] = f"{_quote(ns)}.{_quote(view)} AS {_quote(node['alias'])}"
                 node.update(schema_name=ns, table_name=view, at_clause=None,
                             qualified_name={"path": [ns, view]})
                 out.append((ns, name, view, spec))
-            return
-        for value in node.values():
-            visit(value, ctes)
-
-    visit(tree)
+            continue
+        stack.extend((value, ctes) for value in reversed(list(node.values())))
     return out
+
+
+def _rewrite_travels(con: duckdb.DuckDBPyConnection, select: str, tree: Dict[str, Any]) -> str:
+    """The SELECT with its time-travel references rewritten (_travel_views marked them in `tree`).
+
+    DuckDB renders the rewritten tree back to SQL (json_deserialize_sql), which takes trees
+    nested at most 256 levels deep; a deeper statement has each reference's text replaced
+    instead, at the byte range the parse tree gives for it.
+    """
+    marked = [n for n in _tree.nodes(tree) if isinstance(n, dict) and "timelake_travel_text" in n]
+    edits = [(n.get("query_location"), n.get("query_location_length"), n.pop("timelake_travel_text")) for n in marked]
+    try:
+        return con.execute("SELECT json_deserialize_sql(?)", [_tree.dumps(tree)]).fetchall()[0][0]
+    except duckdb.SerializationException:
+        pass
+    text = select.encode("utf-8")
+    if not all(isinstance(at, int) and isinstance(size, int) and size > 0 for at, size, _ in edits):
+        raise ValueError("this statement nests too deeply for time travel to rewrite it: "
+                         "nest its expressions less, or read the older version with a simpler statement")
+    for at, size, replacement in sorted(edits, reverse=True):
+        text = text[:at] + replacement.encode("utf-8") + text[at + size:]
+    return text.decode("utf-8")
 
 
 def _pruning_conjuncts(tree: Dict[str, Any], tables: List[Tuple[str, str]], namespace: str) -> Optional[List[Conjunct]]:
@@ -845,17 +870,14 @@ def _names_table(tree: Dict[str, Any], table: Tuple[str, str], namespace: str) -
     return (table[0].lower(), table[1].lower()) in names
 
 
-def _collect_tables(node: Any, namespace: str, out: set) -> None:
-    if isinstance(node, dict):
+def _collect_tables(tree: Any, namespace: str, out: set) -> None:
+    for node in _tree.nodes(tree):
+        if not isinstance(node, dict):
+            continue
         kind = node.get("type")
         if kind == "BASE_TABLE" or (kind == "SHOW_REF" and node.get("show_type") == "SHOW"):
             if not node.get("catalog_name") and node.get("table_name"):
                 out.add(((node.get("schema_name") or namespace).lower(), node["table_name"].lower()))
-        for value in node.values():
-            _collect_tables(value, namespace, out)
-    elif isinstance(node, list):
-        for value in node:
-            _collect_tables(value, namespace, out)
 
 
 def _execute(catalog: _Catalog, namespace: str, prefix: str, select: str) -> pa.Table:
@@ -932,7 +954,7 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
         )
     current = tables
     if travels:
-        select = catalog.con.execute("SELECT json_deserialize_sql(?)", [json.dumps(tree)]).fetchall()[0][0]
+        select = _rewrite_travels(catalog.con, select, tree)
         traveled = {(ns, name) for ns, name, _, _ in travels}
         current = [t for t in tables if t not in traveled or _names_table(tree, t, namespace)]
     conjuncts = _pruning_conjuncts(tree, current, namespace) if not travels else None

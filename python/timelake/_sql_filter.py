@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import duckdb
 import pyarrow as pa
 
+from . import _tree
+
 # Comparison node type -> operator, and the operator seen from the other side.
 _COMPARISONS = {
     "COMPARE_EQUAL": "=",
@@ -119,25 +121,32 @@ def resolve(
     return ScanFilter(low, high, tuple(sorted(equals.items())))
 
 
-def _count_table_reads(node: Any) -> int:
+def _count_table_reads(tree: Any) -> int:
     """Base tables named in the statement; a large number for anything else that reads."""
-    if isinstance(node, list):
-        return sum(_count_table_reads(v) for v in node)
-    if not isinstance(node, dict):
-        return 0
-    kind = node.get("type")
-    if kind in _OTHER_READS or node.get("class") == "SUBQUERY":
-        return 1 << 20
-    own = 1 if kind == "BASE_TABLE" else 0
-    return own + sum(_count_table_reads(v) for v in node.values())
+    count = 0
+    for node in _tree.nodes(tree):
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if kind in _OTHER_READS or node.get("class") == "SUBQUERY":
+            return 1 << 20
+        count += 1 if kind == "BASE_TABLE" else 0
+    return count
 
 
 def _and_children(expr: Any) -> List[Dict[str, Any]]:
-    if not isinstance(expr, dict):
-        return []
-    if expr.get("class") == "CONJUNCTION" and expr.get("type") == "CONJUNCTION_AND":
-        return [c for child in expr.get("children") or [] for c in _and_children(child)]
-    return [expr]
+    """The operands of a tree of ANDs, left to right (walked without recursion: see _tree)."""
+    out: List[Dict[str, Any]] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if node.get("class") == "CONJUNCTION" and node.get("type") == "CONJUNCTION_AND":
+            stack.extend(reversed(node.get("children") or []))
+        else:
+            out.append(node)
+    return out
 
 
 def _column(expr: Any, qualifiers: set) -> Optional[str]:
@@ -176,9 +185,10 @@ def _is_constant(expr: Any) -> bool:
     return _render(expr) is not None
 
 
-def _render(expr: Any) -> Optional[str]:
-    """SQL for a string or integer literal, possibly cast to a date or timestamp type."""
-    if not isinstance(expr, dict):
+def _render(expr: Any, depth: int = 0) -> Optional[str]:
+    """SQL for a string or integer literal, possibly cast to a date or timestamp type (a few
+    casts deep: nothing prunes through a deeper pile)."""
+    if not isinstance(expr, dict) or depth > 8:
         return None
     if expr.get("class") == "CONSTANT":
         literal = expr.get("literal") or {}
@@ -197,7 +207,7 @@ def _render(expr: Any) -> Optional[str]:
             return None
         if name not in _TIME_CASTS:
             return None
-        inner = _render(expr.get("child"))
+        inner = _render(expr.get("child"), depth + 1)
         return None if inner is None else f"CAST({inner} AS {name})"
     return None
 

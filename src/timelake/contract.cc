@@ -10,6 +10,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "timelake/log/schema.h"
 #include "timelake/log/snapshot.h"
 #include "timelake/util/time.h"
 #include "timelake/util/json.h"
@@ -232,7 +233,12 @@ arrow::Result<Contract> MakeContract(const arrow::Schema& declared, const Contra
                                       "' is the time column; a series key identifies a series "
                                       "apart from time");
       }
-      if (!IsSeriesKeyType(*field->type())) {
+      // Keys are sorted, compared and indexed as stored: a declared type is a key type when its
+      // Delta storage type is one (date64 is stored as a date, string and binary views as
+      // strings and binary, decimal256 of up to 38 digits as decimal128).
+      auto stored = StorageSchemaOf(arrow::Schema({field}));
+      const arrow::DataType& key_type = stored.ok() ? *(*stored)->field(0)->type() : *field->type();
+      if (!IsSeriesKeyType(key_type)) {
         return arrow::Status::Invalid("series_key column '", name, "' has type ",
                                       field->type()->ToString(),
                                       "; use strings, integers, booleans, binary, dates, "

@@ -547,6 +547,44 @@ TEST_F(CommitterTest, AbandonsACompactionWhoseInputsAConcurrentCompactionRemoved
   EXPECT_EQ(mine_.files.count("ab.parquet"), 1u);
 }
 
+// The second group of a compaction commits on the snapshot its first group advanced: a
+// concurrent compaction that removed the second group's inputs was rebased over (and judged
+// against the first group's inputs only) before the second group's commit began. The winner is
+// already in the snapshot, no winner is left to judge, and the commit must still not land: its
+// inputs are not live (two OPTIMIZE commits removing the same files stored their rows twice).
+TEST_F(CommitterTest, AbandonsARemovalWhoseFilesAreNotLiveInItsOwnSnapshot) {
+  CommitOutcome out;
+  for (const char* path : {"a.parquet", "b.parquet", "c.parquet", "d.parquet"}) {
+    ASSERT_OK(Put(&mine_, AppendOf(path), &out));
+  }
+  other_ = mine_;
+  ASSERT_OK(Put(&other_, CompactionOf({"a.parquet", "b.parquet"}, "ab.parquet"), &out));
+  ASSERT_OK(Put(&other_, CompactionOf({"c.parquet", "d.parquet"}, "cd.parquet"), &out));
+  // Group one (a, b) loses to the other compaction: abandoned, and `mine_` now includes both
+  // winners.
+  CommitOutcome first;
+  ASSERT_OK(Put(&mine_, CompactionOf({"a.parquet", "b.parquet"}, "ab2.parquet"), &first));
+  EXPECT_FALSE(first.version);
+  ASSERT_EQ(mine_.version, other_.version);
+  // Group two (c, d) starts on that snapshot: no commit after it, yet its inputs are gone.
+  CommitOutcome second;
+  ASSERT_OK(Put(&mine_, CompactionOf({"c.parquet", "d.parquet"}, "cd2.parquet"), &second));
+  EXPECT_FALSE(second.version);
+  ASSERT_TRUE(second.abandoned);
+  EXPECT_NE(second.abandoned->reason.find("no longer live"), std::string::npos)
+      << second.abandoned->reason;
+  // The same for a removal of a file retention dropped, and for a file never in the table.
+  PendingCommit retention = CompactionOf({"cd.parquet", "never.parquet"}, "x.parquet");
+  retention.intent.kind = CommitKind::kRetention;
+  CommitOutcome third;
+  ASSERT_OK(Put(&mine_, std::move(retention), &third));
+  EXPECT_FALSE(third.version);
+  ASSERT_OK_AND_ASSIGN(auto head, log_.Load());
+  EXPECT_EQ(head.version, other_.version);
+  EXPECT_EQ(head.files.count("cd2.parquet"), 0u);
+  EXPECT_EQ(head.files.count("cd.parquet"), 1u);
+}
+
 TEST_F(CommitterTest, ASchemaChangeIsATypedConflictNamingWhatChanged) {
   PendingCommit schema;
   schema.commit.commit_info = Info("ADD COLUMNS");

@@ -18,13 +18,25 @@ KEYS = [
     ("decimal", pa.decimal128(10, 2), [decimal.Decimal("1.50"), decimal.Decimal("0.10"), decimal.Decimal("1.50")]),
     ("fixed_binary", pa.binary(4), [b"abcd", b"aaaa", b"abcd"]),
     ("date", pa.date32(), [dt.date(2024, 1, 2), dt.date(2024, 1, 1), dt.date(2024, 1, 2)]),
+    # Types stored as one of the above (Delta has one date, one string, one binary type).
+    ("date64", pa.date64(), [dt.date(2024, 1, 2), dt.date(2024, 1, 1), dt.date(2024, 1, 2)]),
+    ("string_view", pa.string_view(), ["b", "a", "b"]),
+    ("binary_view", pa.binary_view(), [b"b", b"a", b"b"]),
+    ("large_binary", pa.large_binary(), [b"b", b"a", b"b"]),
+    ("plain_binary", pa.binary(), [b"b", b"", b"b"]),
+    ("int8", pa.int8(), [-1, -128, -1]),
+    ("uint32", pa.uint32(), [4_000_000_000, 1, 4_000_000_000]),
+    ("decimal256", pa.decimal256(20, 2), [decimal.Decimal("1.50"), decimal.Decimal("0.10"), decimal.Decimal("1.50")]),
+    ("timestamp_key", pa.timestamp("ms", tz="UTC"),
+     [dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc), dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+      dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)]),
 ]
 
 
 @pytest.mark.parametrize("name,key_type,keys", KEYS, ids=[k[0] for k in KEYS])
 def test_series_key_type_dedups_and_reports_latest(lake, name, key_type, keys):
     schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("k", key_type), ("v", pa.float64())])
-    t = lake.create_table(name, schema, series_key=["k"], dedup="last")
+    t = lake.create_table(name, schema, time_column="time", series_key=["k"], dedup="last")
     ts = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     data = pa.table({"time": [ts, ts, ts], "k": pa.array(keys).cast(key_type), "v": [1.0, 2.0, 3.0]})
     assert t.append(data)["rows"] == 2  # the two rows of the first key collapse to the last

@@ -361,3 +361,56 @@ def test_tables_differing_only_in_case_are_value_error(lake, lake_path, readings
     shutil.copytree(lake_path / "default" / "readings", lake_path / "default" / "Readings")
     with pytest.raises(ValueError, match="differ only in case"):
         lake.sql("SELECT count(*) FROM readings")
+
+
+# ------------------------------------------------------------------ deeply nested expressions
+
+# DuckDB runs expressions nested up to 1,000 levels; their JSON parse trees nest about three times
+# deeper, past Python's recursion limit. sql() analyses the tree (tables, time travel, pruning)
+# without recursing, so such queries run as DuckDB runs them.
+DEEP_QUERIES = {
+    "sum_of_400_terms": ("SELECT " + "+".join(["1"] * 400) + " AS v", [{"v": 400}]),
+    "200_nested_cases": ("SELECT " + "CASE WHEN true THEN " * 200 + "7" + " END" * 200 + " AS v", [{"v": 7}]),
+    "deep_sum_over_a_table": (
+        "SELECT count(*) + " + "+".join(["0"] * 400) + " AS v FROM readings WHERE device_id = 'pump-0'", None),
+    "deep_and_chain_prunes": (
+        "SELECT count(*) AS v FROM readings WHERE " + " AND ".join(["device_id = 'pump-0'"] * 300), None),
+    "deep_time_travel": (
+        "SELECT count(*) + " + "+".join(["0"] * 400) + " AS v FROM readings AT (VERSION => 1)", None),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP_QUERIES))
+def test_deeply_nested_expressions_run_as_duckdb_runs_them(lake, readings, kind):
+    readings.append(iot_table(iot_series(T0, 3)))
+    query, expected = DEEP_QUERIES[kind]
+    got = lake.sql(query).to_pylist()
+    if expected is None:
+        one_series = lake.sql("SELECT count(*) AS v FROM readings WHERE device_id = 'pump-0'").to_pylist()
+        expected = [{"v": count_rows(lake, "readings")}] if "VERSION" in query else one_series
+    assert got == expected
+
+
+def test_a_tree_deeper_than_duckdb_allows_is_duckdbs_error_not_a_recursion_error(lake, readings):
+    with pytest.raises(RuntimeError) as raised:
+        lake.sql("SELECT " + "(" * 3000 + "1" + ")" * 3000)
+    assert not isinstance(raised.value, RecursionError)
+
+
+def test_parse_tree_reader_and_writer_agree_with_json_on_deep_and_odd_trees():
+    import json
+
+    from timelake import _tree
+
+    deep: object = 1
+    for i in range(5000):
+        deep = {"k": [deep, i, "s\u00e9\\\"", None, True, -1.5e-3]} if i % 2 else [deep, {}, []]
+    text = _tree._dumps_iterative(deep)
+    back = _tree._loads_iterative(text)
+    assert _tree._dumps_iterative(back) == text
+    shallow = {"a": [1, 2.5, "x\ny", {"b": None, "c": [True, False]}], "": {}, "d": []}
+    assert _tree._loads_iterative(json.dumps(shallow)) == shallow
+    assert _tree._dumps_iterative(shallow) == json.dumps(shallow)
+    for bad in ("", "{", "[1,", '{"a" 1}', "[1] 2", "}"):
+        with pytest.raises(ValueError):
+            _tree._loads_iterative(bad)

@@ -317,3 +317,39 @@ def test_errors_do_not_show_the_internal_wrapper(scene):
         lake.sql("SELECT no_such_column FROM readings")
     assert "query(" not in str(caught.value)
     assert "no_such_column" in str(caught.value)
+
+
+@pytest.mark.parametrize("spelling", ["relative", "escaped", "absolute", "file_uri", "log_folder"])
+def test_a_log_that_names_files_outside_its_table_is_refused_and_opens_nothing(lake, lake_path, tmp_path, spelling):
+    # A Delta log is data, not trust: a table in the lake whose add.path climbs out of its
+    # folder must not make sql() read that file, nor admit it to later queries' read_blob.
+    import json
+
+    from deltalake import write_deltalake
+
+    secret = tmp_path / "secret.parquet"
+    pq.write_table(pa.table({"x": [42], "s": [SECRET]}), secret)
+    tdir = lake_path / "default" / "plain"
+    write_deltalake(str(tdir), pa.table({"x": [1], "s": ["fine"]}))
+    climb = os.path.relpath(secret, tdir)
+    path = {
+        "relative": climb,
+        "escaped": climb.replace(".", "%2E").replace("/", "%2F"),
+        "absolute": str(secret),
+        "file_uri": "file://" + str(secret),
+        "log_folder": "_delta_log/../../plain/_delta_log/00000000000000000000.json",
+    }[spelling]
+    log = tdir / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    for action in actions:
+        if "add" in action:
+            action["add"]["path"] = path
+            action["add"]["size"] = secret.stat().st_size
+    log.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    with pytest.raises(RuntimeError) as raised:
+        lake.sql("SELECT * FROM plain")
+    assert SECRET not in str(raised.value)
+    assert "table's folder" in str(raised.value) or "outside" in str(raised.value)
+    for probe in (f"SELECT * FROM read_blob('{secret}')", f"SELECT * FROM read_parquet('{secret}')"):
+        with pytest.raises(RuntimeError):
+            lake.sql(probe)

@@ -173,7 +173,10 @@ arrow::Result<std::string> DeletionVectorPath(const std::string& table_path, con
   const std::string prefix = encoded.substr(0, encoded.size() - 20);
   ARROW_ASSIGN_OR_RAISE(std::string uuid, Z85Decode(std::string_view(encoded).substr(encoded.size() - 20)));
   const std::string name = "deletion_vector_" + UuidText(uuid) + ".bin";
-  return table_path + "/" + (prefix.empty() ? "" : prefix + "/") + name;
+  // The prefix is a random folder name of the writer's, from the log: confined like any path.
+  ARROW_ASSIGN_OR_RAISE(std::string relative,
+                        ConfineToTable((prefix.empty() ? "" : prefix + "/") + name));
+  return JoinPath(table_path, relative);
 }
 
 arrow::Result<std::vector<uint64_t>> ReadDeletionVector(ObjectStore* store, const std::string& table_path,

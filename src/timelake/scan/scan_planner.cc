@@ -279,7 +279,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   for (const auto& [path, add] : snapshot.files) {
     const FileStats stats(add);
     ScanFile f;
-    f.path = DataFileExternalPath(*source.store, source.table_path, add.path);
+    ARROW_ASSIGN_OR_RAISE(f.path, DataFileExternalPath(*source.store, source.table_path, add.path));
     if (!arrow::util::ValidateUTF8(f.path)) {
       return arrow::Status::NotImplemented(
           "data file '", add.path, "' of the table at '", source.table_path,

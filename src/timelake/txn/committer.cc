@@ -22,6 +22,13 @@ void BackOff(int attempt) {
 
 }  // namespace
 
+std::optional<std::string> FirstRemovedNotLive(const CommitIntent& intent, const Snapshot& snapshot) {
+  for (const auto& path : intent.removes) {
+    if (!snapshot.files.count(path)) return path;
+  }
+  return std::nullopt;
+}
+
 Committer::Committer(DeltaLog* log, std::string table_name)
     : log_(log), table_name_(std::move(table_name)) {}
 
@@ -92,6 +99,18 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
       if (auto done = settle(std::move(verdict), snapshot->version + 1)) return *done;
     }
     const int64_t version = snapshot->version + 1;
+    // Whatever path led here (a first attempt on a snapshot an earlier commit of the same
+    // operation advanced, a rebase, a retry), a commit that removes files lands only on a
+    // version where each of them is still live: otherwise two compactions of the same files
+    // would both add their outputs, and a compaction racing retention would bring back rows
+    // it dropped.
+    if (auto gone = FirstRemovedNotLive(pending->intent, *snapshot)) {
+      out->abandoned = Verdict{Resolution::kAbandon, WinnerEffect::kRemovedSameFile,
+                               "file " + *gone + ", which this " + CommitKindName(pending->intent.kind) +
+                                   " removes, is no longer live at version " +
+                                   std::to_string(snapshot->version)};
+      return arrow::Status::OK();
+    }
     if (pending->prepare && version != staged_version) ARROW_RETURN_NOT_OK(stage(version));
     // Never put a version into a folder whose version - 1 is not this handle's head: after a
     // drop (and a create at the same path) that would leave a stray version, and a gap, in

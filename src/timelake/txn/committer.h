@@ -51,6 +51,11 @@ struct PendingCommit {
   std::function<int64_t()> own_head;
 };
 
+/// The first file `intent` removes that is not live in `snapshot`, if any: a commit that
+/// removes files never lands on a version where one of them is gone (Committer::Commit checks
+/// before every put).
+std::optional<std::string> FirstRemovedNotLive(const CommitIntent& intent, const Snapshot& snapshot);
+
 /// How a commit ended when Commit() returned OK or an error.
 struct CommitOutcome {
   std::optional<int64_t> version;  // the version committed; unset if abandoned
