@@ -2,6 +2,9 @@
 #include "timelake/ingest/ingestor.h"
 
 #include <atomic>
+#include <chrono>
+#include <new>
+#include <thread>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -535,6 +538,69 @@ TEST_F(IngestorTest, FailedWriteFailsFinishAndAbortCleansUp) {
   ingestor.Abort();
   store_->SetFaultHook(nullptr);
   EXPECT_TRUE(DataObjects().empty());
+}
+
+// Rows one hour apart in an hourly table: one file per row. A review's append of 60,000 such
+// rows started a thread per file to close it, and the stacks of threads not yet joined used up
+// the process's memory mappings (std::bad_alloc, then std::terminate, 35,000 files left behind).
+std::shared_ptr<arrow::RecordBatch> HourlyRows(const std::shared_ptr<arrow::Schema>& schema, int rows) {
+  arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
+  arrow::StringBuilder sensors;
+  arrow::DoubleBuilder values;
+  for (int i = 0; i < rows; ++i) {
+    EXPECT_TRUE(times.Append(Micros(2025, 1, 1) + i * 3'600'000'000LL).ok());
+    EXPECT_TRUE(sensors.Append("s").ok());
+    EXPECT_TRUE(values.Append(i).ok());
+  }
+  return arrow::RecordBatch::Make(schema, rows, {times.Finish().ValueOrDie(), sensors.Finish().ValueOrDie(),
+                                                 values.Finish().ValueOrDie()});
+}
+
+TEST_F(IngestorTest, AnAppendOfManyChunksClosesABoundedNumberOfFilesAtOnce) {
+  contract_.chunk = ChunkWidth::kHour;
+  std::atomic<int> closing{0};
+  std::atomic<int> most{0};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put" && path.find("/data/") != std::string::npos) {
+      const int now = ++closing;
+      for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a close waits on a device
+      --closing;
+    }
+    return arrow::Status::OK();
+  });
+  constexpr int kRows = 600;
+  Ingestor ingestor = Make();
+  auto reader = Reader(declared_, {HourlyRows(declared_, kRows)});
+  ASSERT_OK(ingestor.Consume(reader.get()));
+  ASSERT_OK_AND_ASSIGN(auto files, ingestor.Finish());
+  store_->SetFaultHook(nullptr);
+  EXPECT_EQ(files.size(), static_cast<size_t>(kRows));
+  EXPECT_EQ(DataObjects().size(), static_cast<size_t>(kRows));
+  EXPECT_GE(most.load(), 1);
+  EXPECT_LE(most.load(), static_cast<int>(kMaxFilesClosing));
+}
+
+// No exception thrown while a file is written or closed (std::bad_alloc, on any thread) may end
+// the process or leave the ingestor's files behind: it fails the flush, and Abort cleans up.
+TEST_F(IngestorTest, AnExceptionWhileWritingFilesFailsTheFlushAndAbortCleansUp) {
+  contract_.chunk = ChunkWidth::kHour;
+  for (const char* op : {"open_output", "put"}) {
+    SCOPED_TRACE(op);
+    std::atomic<int> seen{0};
+    store_->SetFaultHook([&](const std::string& o, const std::string& path) -> arrow::Status {
+      if (o == op && path.find("/data/") != std::string::npos && ++seen == 40) throw std::bad_alloc();
+      return arrow::Status::OK();
+    });
+    Ingestor ingestor = Make();
+    auto reader = Reader(declared_, {HourlyRows(declared_, 100)});
+    ASSERT_OK(ingestor.Consume(reader.get()));
+    EXPECT_TRUE(FailsWith(ingestor.Finish(), arrow::StatusCode::OutOfMemory, "out of memory"));
+    ingestor.Abort();
+    store_->SetFaultHook(nullptr);
+    EXPECT_TRUE(DataObjects().empty());
+  }
 }
 
 TEST_F(IngestorTest, SeriesKeyTagsAreCutLikeTheStringStats) {

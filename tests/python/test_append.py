@@ -4,6 +4,7 @@ import datetime as dt
 import random
 import re
 
+import deltalake
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -467,3 +468,52 @@ def test_appends_accumulate_rows(lake, readings):
     readings.append(iot_table(ROWS))
     readings.append(iot_table(THREE_DAYS))
     assert count_rows(lake, "readings") == len(ROWS) + len(THREE_DAYS)
+
+
+# -- appends spanning many chunks ---------------------------------------------------------------
+
+
+def _hourly_table(lake):
+    schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("id", pa.string()), ("v", pa.float64())])
+    return lake.create_table("hourly", schema=schema, time_column="time", series_key="id", chunk="hour")
+
+
+def _one_row_per_hour(n, start=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)):
+    times = [start + dt.timedelta(hours=i) for i in range(n)]
+    return pa.table({"time": pa.array(times, pa.timestamp("us", tz="UTC")), "id": ["a"] * n,
+                     "v": [float(i) for i in range(n)]})
+
+
+def _data_files(table_dir):
+    return sorted(str(p.relative_to(table_dir)) for p in (table_dir / "data").rglob("*.parquet"))
+
+
+def test_an_append_spanning_twenty_thousand_hourly_chunks_lands_whole(tmp_path):
+    # A review's append of 60,000 rows an hour apart (a file per chunk) ended the process with
+    # std::bad_alloc -> terminate and left ~35,000 files behind: a thread per file's close.
+    lake = timelake.Lake(tmp_path)
+    table = _hourly_table(lake)
+    result = table.append(_one_row_per_hour(20_000))
+    assert result["rows"] == 20_000 and result["files"] == 20_000
+    assert lake.sql("SELECT count(*) AS n, sum(v) AS s FROM hourly").to_pylist() == [
+        {"n": 20_000, "s": float(sum(range(20_000)))}]
+    # Every file on disk is one the log adds (delta-rs reads the log): none left over.
+    table_dir = tmp_path / "default" / "hourly"
+    logged = [uri.split("/hourly/", 1)[1] for uri in deltalake.DeltaTable(str(table_dir)).file_uris()]
+    assert sorted(logged) == _data_files(table_dir)
+
+
+def test_an_append_that_fails_on_one_of_many_chunks_leaves_no_file(tmp_path):
+    # The 3,000th hour's folder cannot be made (a plain file holds its name): the append fails
+    # after thousands of other files were written, and every one of them is deleted.
+    lake = timelake.Lake(tmp_path)
+    table = _hourly_table(lake)
+    table_dir = tmp_path / "default" / "hourly"
+    blocked = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=3_000)
+    (table_dir / "data").mkdir(exist_ok=True)
+    (table_dir / "data" / blocked.strftime("%Y-%m-%dT%H")).write_text("not a folder")
+    with pytest.raises(RuntimeError):
+        table.append(_one_row_per_hour(6_000))
+    assert _data_files(table_dir) == []
+    assert table.version == 0
+    assert lake.sql("SELECT count(*) AS n FROM hourly").to_pylist() == [{"n": 0}]

@@ -229,7 +229,7 @@ std::vector<std::shared_ptr<const LastValueIndex::Object>> LastValueIndex::ReadO
       }
     }
   }
-  auto read = [&](size_t i) {
+  auto read_one = [&](size_t i) {
     auto object = ReadIndexObject(store_.get(), metas[i].path, expected);
     if (!object.ok()) {
       (*errors)[i] = object.status();
@@ -239,10 +239,17 @@ std::vector<std::shared_ptr<const LastValueIndex::Object>> LastValueIndex::ReadO
     static_cast<IndexObject&>(*shared) = std::move(*object);
     out[i] = std::move(shared);
   };
+  auto read = [&](size_t i) {
+    arrow::Status thrown = NoThrow("reading an index object", [&] {
+      read_one(i);
+      return arrow::Status::OK();
+    });
+    if (!thrown.ok()) (*errors)[i] = thrown;
+  };
   for (size_t start = 0; start < missing.size(); start += kParallelReads) {
     const size_t end = std::min(missing.size(), start + kParallelReads);
     std::vector<std::future<void>> running;
-    for (size_t j = start + 1; j < end; ++j) running.push_back(std::async(std::launch::async, read, missing[j]));
+    for (size_t j = start + 1; j < end; ++j) running.push_back(AsyncOrDeferred([&read, &missing, j] { read(missing[j]); }));
     read(missing[start]);
     for (auto& r : running) r.get();
   }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <system_error>
 #include <tuple>
 
@@ -452,9 +455,19 @@ arrow::Status Ingestor::WriteArranged(Arranged arranged, Clock::time_point arran
   // parallel instead (not both: that would run more threads than cores).
   const int first_order = static_cast<int>(written_.size());
   const bool parallel_columns = jobs.size() == 1;
+  std::mutex closing_mutex;
+  std::condition_variable slot_freed;
+  std::deque<size_t> closing;  // jobs whose file is being closed, oldest first, not yet awaited
+  size_t active_closes = 0;    // closes started and not yet awaited (in `closing` or being awaited)
+  // Waits for job k's close; its failure becomes the job's.
+  auto settle = [&jobs](size_t k) {
+    Job& job = jobs[k];
+    if (arrow::Status st = job.closed.get(); !st.ok()) job.file = st;
+    job.sink.reset();
+  };
   (void)RunParallel(jobs.size(), CpuParallelism(), [&](size_t j) {
     Job& job = jobs[j];
-    job.file = [&]() -> arrow::Result<WrittenFile> {
+    auto write = [&]() -> arrow::Result<WrittenFile> {
       // A large run of a counting-sort arrangement (which knows each series' newest row) is
       // gathered a row group at a time.
       const bool newest_known = !contract_.is_time_series() || !job.run->newest.empty();
@@ -476,31 +489,56 @@ arrow::Status Ingestor::WriteArranged(Arranged arranged, Clock::time_point arran
       job.profile.gather += SecondsSince(gather_start);
       return WriteFile(rows, job.chunk, newest, first_order + static_cast<int>(j),
                        parallel_columns, &job.profile, &job.sink);
-    }();
+    };
+    if (arrow::Status thrown = NoThrow("writing a data file", [&] {
+          job.file = write();
+          return arrow::Status::OK();
+        });
+        !thrown.ok()) {
+      job.file = thrown;
+      if (job.sink) (void)job.sink->Abort();
+      job.sink.reset();
+    }
     // Closing makes the file durable (an fsync, an upload's completion): mostly waiting on the
     // device or the network. With more files to encode it runs on its own thread so that this
-    // one encodes the next file meanwhile; a lone file is closed here.
+    // one encodes the next file meanwhile; a lone file is closed here. At most kMaxFilesClosing
+    // closes are under way at once: an append spanning 60,000 chunks once started a thread per
+    // file, and the stacks of threads not yet joined exhausted the process's memory mappings.
     if (job.file.ok() && jobs.size() == 1) {
       PhaseTimer timer(&job.profile.close);
       if (arrow::Status st = job.sink->Close(); !st.ok()) job.file = st;
+      job.sink.reset();
     } else if (job.file.ok()) {
+      {
+        // A slot for this close: waits for the oldest close under way while all are taken.
+        std::unique_lock<std::mutex> lock(closing_mutex);
+        while (active_closes >= kMaxFilesClosing) {
+          if (closing.empty()) {  // the other threads are waiting for theirs
+            slot_freed.wait(lock);
+            continue;
+          }
+          const size_t oldest = closing.front();
+          closing.pop_front();
+          lock.unlock();
+          settle(oldest);
+          lock.lock();
+          --active_closes;
+          slot_freed.notify_all();
+        }
+        ++active_closes;
+      }
       auto close = [sink = job.sink, seconds = &job.profile.close] {
         PhaseTimer timer(seconds);
-        return sink->Close();
+        return NoThrow("closing a data file", [&] { return sink->Close(); });
       };
-      try {
-        job.closed = std::async(std::launch::async, close);
-      } catch (const std::system_error&) {  // no thread to spare: close here
-        std::promise<arrow::Status> now;
-        now.set_value(close());
-        job.closed = now.get_future();
-      }
+      job.closed = AsyncOrDeferred(std::move(close));
+      std::lock_guard<std::mutex> lock(closing_mutex);
+      closing.push_back(j);
     }
     return arrow::Status::OK();
   });
   for (auto& job : jobs) {
-    if (!job.closed.valid()) continue;
-    if (arrow::Status st = job.closed.get(); !st.ok()) job.file = st;
+    if (job.closed.valid()) settle(static_cast<size_t>(&job - jobs.data()));
   }
   if (release_pages) arrow::default_memory_pool()->ReleaseUnused();  // the arrangement's pages
   arrow::Status status;

@@ -27,6 +27,10 @@ namespace timelake {
 struct Arranged;  // ingest/arrange.h
 struct ChunkRun;
 
+/// Files of one flush being closed (made durable: an fsync, an upload's completion) at once, each
+/// on a thread of its own while the next file is encoded.
+constexpr size_t kMaxFilesClosing = 16;
+
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;

@@ -245,11 +245,27 @@ struct SliceReader {
   arrow::Result<Rows> Read(int64_t lo, int64_t hi, int64_t limit) const {
     Rows out;
     const int time_index = storage->GetFieldIndex(contract.time_column);
+    // A dictionary shared by several batches is counted once. (Batches read from Parquet each
+    // carry their own copy of the row group's dictionary: `read` compacts those, see there.)
+    std::set<const arrow::ArrayData*> dictionaries;
+    auto bytes_of = [&](const arrow::RecordBatch& batch) {
+      int64_t bytes = 0;
+      for (const auto& column : batch.column_data()) {
+        for (const auto& buffer : column->buffers) {
+          if (buffer) bytes += buffer->size();
+        }
+        for (const auto& child : column->child_data) bytes += arrow::util::TotalBufferSize(*child);
+        if (column->dictionary && dictionaries.insert(column->dictionary.get()).second) {
+          bytes += arrow::util::TotalBufferSize(*column->dictionary);
+        }
+      }
+      return bytes;
+    };
     // Adds `batches` to the slice; false once it holds more than `limit` bytes.
     auto take = [&](std::vector<std::shared_ptr<arrow::RecordBatch>>* batches) {
       for (auto& batch : *batches) {
         out.rows += batch->num_rows();
-        out.bytes += arrow::util::TotalBufferSize(*batch);
+        out.bytes += bytes_of(*batch);
         out.batches.push_back(std::move(batch));
         if (out.bytes > limit) {
           out.overflowed = true;
@@ -282,6 +298,7 @@ struct SliceReader {
           ARROW_ASSIGN_OR_RAISE(batch, InSlice(batch, time_index, lo, hi));
         }
         if (batch->num_rows() == 0) continue;
+        ARROW_ASSIGN_OR_RAISE(batch, WithCompactDictionaries(batch));
         batches->push_back(std::move(batch));
         if (sink && !sink()) break;
       }
@@ -324,6 +341,26 @@ struct SliceReader {
         if (!take(&batches)) return out;
       }
       m = end;
+    }
+    return out;
+  }
+
+  // `batch` with each dictionary holding only the entries its rows use, where the dictionary
+  // is longer than the batch. Parquet hands every batch of a row group its own copy of the row
+  // group's whole dictionary: with a million distinct keys, each 64k-row batch held a million
+  // strings. Counted as they are, the copies made every slice look over budget, slices were cut
+  // down to single instants, each rereading every input (compaction practically hung); kept,
+  // they hold the budget's memory many times over, and the arrangement maps each one entry by
+  // entry. Compacted, a batch's dictionary is at most its own length.
+  static arrow::Result<std::shared_ptr<arrow::RecordBatch>> WithCompactDictionaries(
+      const std::shared_ptr<arrow::RecordBatch>& batch) {
+    std::shared_ptr<arrow::RecordBatch> out = batch;
+    for (int c = 0; c < batch->num_columns(); ++c) {
+      const auto& data = batch->column_data(c);
+      if (!data->dictionary || data->dictionary->length <= batch->num_rows()) continue;
+      const auto& encoded = static_cast<const arrow::DictionaryArray&>(*batch->column(c));
+      ARROW_ASSIGN_OR_RAISE(auto compact, encoded.Compact());
+      ARROW_ASSIGN_OR_RAISE(out, out->SetColumn(c, batch->schema()->field(c), compact));
     }
     return out;
   }
@@ -456,6 +493,7 @@ arrow::Result<RewrittenGroup> RewriteGroup(const std::shared_ptr<ObjectStore>& s
       // A slice of one instant cannot be cut: its rows are read whatever they hold.
       const bool cuttable = static_cast<uint64_t>(b) - static_cast<uint64_t>(a) > 1;
       ARROW_ASSIGN_OR_RAISE(auto rows, slices.Read(a, b, cuttable ? slices.budget : INT64_MAX));
+      ++out.slices_read;
       if (rows.overflowed) {
         // Cut it into slices of about 3/4 of the budget each, by the rows seen so far per byte.
         const double bytes_per_row = static_cast<double>(rows.bytes) / static_cast<double>(rows.rows);

@@ -60,6 +60,7 @@ struct RewrittenGroup {
   std::vector<bool> full;  // per output: its rows filled the memory budget (kFullTag)
   int64_t rows_in = 0;
   int64_t rows_out = 0;
+  int64_t slices_read = 0;  // time slices read (an overflowing slice, cut and read again, counts)
 };
 
 struct RewriteOptions {

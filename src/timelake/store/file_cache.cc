@@ -23,6 +23,7 @@
 #include "timelake/scan/row_groups.h"
 #include "timelake/store/sigv4.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 
 namespace timelake {
@@ -359,7 +360,7 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
     std::vector<std::future<arrow::Result<std::optional<Target>>>> running;
     for (size_t j = start; j < end; ++j) {
       const size_t i = row_group_candidates[j];
-      running.push_back(std::async(std::launch::async, [this, &files, &locals, &choose, i] {
+      running.push_back(AsyncOrDeferred([this, &files, &locals, &choose, i] {
         return PlanRowGroupCopy(files[i], locals[i], choose);
       }));
     }

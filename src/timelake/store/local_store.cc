@@ -29,6 +29,7 @@
 #include <arrow/io/file.h>
 
 #include "timelake/util/ids.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 
 namespace fs = std::filesystem;
@@ -138,7 +139,7 @@ class SyncQueue {
     job->seq = next_seq_++;
     jobs_.emplace_back(::getpid(), job);
     workers.Run(lock, [job, sync = std::move(sync)] {
-      arrow::Status st = sync();
+      arrow::Status st = NoThrow("syncing a file", sync);
       std::lock_guard<std::mutex> done(job->mutex);
       job->status = std::move(st);
       job->done = true;

@@ -12,6 +12,8 @@
 #include <set>
 #include <system_error>
 
+#include "timelake/util/parallel.h"
+
 namespace timelake {
 namespace {
 
@@ -189,7 +191,8 @@ void Upkeep::RunFront(std::unique_lock<std::mutex>& lock) {
   queue_.pop_front();
   running_task_ = true;
   lock.unlock();
-  arrow::Status status = task();
+  // A task that throws (std::bad_alloc) fails as a task; the exception must not end the thread.
+  arrow::Status status = NoThrow(name.c_str(), task);
   lock.lock();
   running_task_ = false;
   ++finished_;

@@ -23,7 +23,7 @@ arrow::Status RunParallel(size_t n, int parallelism,
   arrow::Status first;
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
-      arrow::Status status = task(i);
+      arrow::Status status = NoThrow("a parallel task", [&] { return task(i); });
       if (!status.ok()) {
         std::lock_guard<std::mutex> lock(mutex);
         if (first.ok()) first = std::move(status);
