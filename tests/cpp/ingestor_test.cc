@@ -5,6 +5,7 @@
 #include <chrono>
 #include <new>
 #include <thread>
+#include <tuple>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -586,15 +587,18 @@ TEST_F(IngestorTest, AnAppendOfManyChunksClosesABoundedNumberOfFilesAtOnce) {
 // the process or leave the ingestor's files behind: it fails the flush, and Abort cleans up.
 TEST_F(IngestorTest, AnExceptionWhileWritingFilesFailsTheFlushAndAbortCleansUp) {
   contract_.chunk = ChunkWidth::kHour;
-  for (const char* op : {"open_output", "put"}) {
-    SCOPED_TRACE(op);
+  // 100 files (closed on threads of their own) failing at the 40th, and a lone file (closed on
+  // the writing thread).
+  for (auto [op, rows, at] : {std::tuple{"open_output", 100, 40}, std::tuple{"put", 100, 40},
+                              std::tuple{"open_output", 1, 1}, std::tuple{"put", 1, 1}}) {
+    SCOPED_TRACE(std::string(op) + " of " + std::to_string(rows));
     std::atomic<int> seen{0};
-    store_->SetFaultHook([&](const std::string& o, const std::string& path) -> arrow::Status {
-      if (o == op && path.find("/data/") != std::string::npos && ++seen == 40) throw std::bad_alloc();
+    store_->SetFaultHook([&, op = op, at = at](const std::string& o, const std::string& path) -> arrow::Status {
+      if (o == op && path.find("/data/") != std::string::npos && ++seen == at) throw std::bad_alloc();
       return arrow::Status::OK();
     });
     Ingestor ingestor = Make();
-    auto reader = Reader(declared_, {HourlyRows(declared_, 100)});
+    auto reader = Reader(declared_, {HourlyRows(declared_, rows)});
     ASSERT_OK(ingestor.Consume(reader.get()));
     EXPECT_TRUE(FailsWith(ingestor.Finish(), arrow::StatusCode::OutOfMemory, "out of memory"));
     ingestor.Abort();

@@ -506,7 +506,8 @@ arrow::Status Ingestor::WriteArranged(Arranged arranged, Clock::time_point arran
     // file, and the stacks of threads not yet joined exhausted the process's memory mappings.
     if (job.file.ok() && jobs.size() == 1) {
       PhaseTimer timer(&job.profile.close);
-      if (arrow::Status st = job.sink->Close(); !st.ok()) job.file = st;
+      arrow::Status st = NoThrow("closing a data file", [&] { return job.sink->Close(); });
+      if (!st.ok()) job.file = st;
       job.sink.reset();
     } else if (job.file.ok()) {
       {
