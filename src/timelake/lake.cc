@@ -259,13 +259,17 @@ arrow::Result<std::string> Lake::LockName(const TableName& name) {
   ARROW_RETURN_NOT_OK(store_->MakeFolders(kNameLocks));
   const int64_t deadline = NowMillis() + kNameLockWaitMs;
   for (int attempt = 0;; ++attempt) {
-    ARROW_ASSIGN_OR_RAISE(bool won, store_->PutIfAbsent(path, arrow::Buffer::FromString(
-                                                                   std::to_string(NowMillis()))));
+    // "<taken at, ms> <token>": the token tells this creator's lock from another's, since a
+    // retried PutIfAbsent can be refused by its own first attempt (object_store.h).
+    const std::string mine = std::to_string(NowMillis()) + " " + NewUuid();
+    ARROW_ASSIGN_OR_RAISE(bool won, store_->PutIfAbsent(path, arrow::Buffer::FromString(mine)));
     if (won) return path;
     // A lock older than any creation takes was left by a creator that died: break it.
     auto held = store_->Get(path);
+    if (held.ok() && (*held)->ToString() == mine) return path;
     if (held.ok()) {
-      auto since = ParseInt64((*held)->ToString());
+      const std::string text = (*held)->ToString();
+      auto since = ParseInt64(text.substr(0, text.find(' ')));
       if (!since || NowMillis() - *since > kNameLockStaleMs) (void)store_->Delete(path);
     } else if (!IsNotFound(held.status())) {
       return held.status();

@@ -337,6 +337,25 @@ def test_a_failed_multipart_upload_fails_the_append_and_leaves_nothing(upload_pr
 
 # ------------------------------------------------------------------------------- S3 alone
 
+@pytest.mark.parametrize("fault", ["lost_reply", "cut_body"])
+def test_a_multipart_upload_started_twice_leaves_no_orphan(s3_server, s3_bucket, fault):
+    """The reply to CreateMultipartUpload is lost after S3 started the upload (the request is
+    not idempotent: the retry, or curl's own resend on a new connection, starts a second one).
+    The append lands once and the bucket holds no incomplete upload afterwards: the one nobody
+    would complete is aborted."""
+    with FaultProxy(s3_server.endpoint) as proxy:
+        options = dict(s3_server.storage_options(), aws_endpoint=proxy.endpoint)
+        url = f"s3://{s3_bucket}/lake"
+        lake = timelake.Lake(url, storage_options=options)
+        t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], chunk="day")
+        proxy.add_rule(fault, count=1, method="POST", path=r"[?&]uploads(=|&|$)")
+        t.append(_large_day())
+        assert proxy.counts()[fault] == 1
+        assert sql_rows(lake, "SELECT count(*) AS n FROM readings") == [{"n": 40 * 30000}]
+    client = s3_server.client()
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
 def _child(code: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 

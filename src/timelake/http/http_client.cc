@@ -53,7 +53,14 @@ void GlobalInit() {
 struct Exchange {
   std::string body;
   HttpResponse* response = nullptr;
+  int sends = 0;  // times curl was about to send the request (once per connection it tried)
 };
+
+// Called by curl right before it sends the request on a connection, again for each resend.
+int OnSend(void* user, char*, char*, int, int) {
+  ++static_cast<Exchange*>(user)->sends;
+  return CURL_PREREQFUNC_OK;
+}
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
   auto* exchange = static_cast<Exchange*>(user);
@@ -238,6 +245,8 @@ arrow::Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &exchange);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &exchange);
+  curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, OnSend);
+  curl_easy_setopt(h, CURLOPT_PREREQDATA, &exchange);
 
   const std::string& method = request.method;
   if (method == "HEAD") {
@@ -270,10 +279,12 @@ arrow::Result<HttpResponse> HttpClient::Send(const HttpRequest& request) {
                             code == CURLE_UNSUPPORTED_PROTOCOL || code == CURLE_URL_MALFORMAT;
     arrow::Status error = arrow::Status::IOError(request.method, " ", RedactUrl(request.url), ": ",
                                                  curl_easy_strerror(code));
-    if (never_sent) return error.WithDetail(std::make_shared<NotSentDetail>());
+    // A resend that could not connect says nothing of the send before it.
+    if (never_sent && exchange.sends <= 1) return error.WithDetail(std::make_shared<NotSentDetail>());
     return error;
   }
   response.status = static_cast<int>(status);
+  response.sends = std::max(1, exchange.sends);
   response.body = arrow::Buffer::FromString(std::move(exchange.body));
   return response;
 }

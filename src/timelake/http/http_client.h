@@ -59,6 +59,11 @@ struct HttpResponse {
   /// Header names lowercased; a repeated header keeps its last value.
   std::map<std::string, std::string> headers;
   std::shared_ptr<arrow::Buffer> body;  // never null (empty when there was none)
+  /// How often the request went out in this one Send: libcurl resends a request by itself when
+  /// the reused connection it went out on turns out dead with no byte of reply. More than 1: an
+  /// earlier send may have reached the server, so this reply may describe what that send did (a
+  /// 412 to a conditional put that the first send made, a second upload that it started).
+  int sends = 1;
 
   /// The header's value, "" when absent. `name` in lowercase.
   std::string Header(const std::string& name) const;
@@ -119,7 +124,8 @@ using MillisClock = std::function<int64_t()>;
 
 /// True if a transport error from Send may have happened after the request reached the server
 /// (a timeout, a reset or a closed connection mid-exchange), false if it surely did not (the
-/// connection was never made). Also true for statuses Send did not make.
+/// connection was never made, and curl had not sent the request before on a connection that
+/// died). Also true for statuses Send did not make.
 bool MayHaveReachedServer(const arrow::Status& status);
 
 /// A URL with its secrets hidden, for error messages: the query string is dropped.

@@ -52,6 +52,8 @@ arrow::Result<HttpResponse> SendWithRetry(
     ++out.attempts;
     auto reply = client.Send(request);
     if (reply.ok()) {
+      // curl resent it on a new connection: the send before may have been applied.
+      if (reply->sends > 1) out.maybe_applied = true;
       if (judge(*reply) == ReplyVerdict::kDone) return reply;
       last_status = reply->status;
       last_code = ServiceErrorCode(*reply);

@@ -40,8 +40,9 @@ std::string ServiceErrorCode(const HttpResponse& response);
 
 struct RetryOutcome {
   /// True if some attempt may have reached the server without its reply reaching us (a
-  /// transport failure after sending, or a 5xx): a write whose final result is an error may
-  /// still have landed.
+  /// transport failure after sending, a 5xx, or a request curl resent on a new connection): a
+  /// write whose final result is an error may still have landed, and a conditional write's
+  /// refusal may be its own earlier send's doing.
   bool maybe_applied = false;
   int attempts = 0;
 };

@@ -95,8 +95,9 @@ struct OutputOptions {
   /// way (a data file, before the commit that adds it): the store may write it at its final name
   /// as it goes, so a listing can show it partial and a crash can leave it partial (unreferenced,
   /// for vacuum). LocalStore then skips the temporary file and the rename, which makes the sync
-  /// of the folder after the file's cheap. Object stores ignore it (an upload is invisible until
-  /// it completes).
+  /// of the folder after the file's cheap. Object stores write in parts as always (an upload is
+  /// invisible until it completes); S3 takes it to mean that every other upload of the name was
+  /// started by this stream (a CreateMultipartUpload whose reply was lost), and aborts those.
   bool in_place = false;
 
   /// Invalid (naming the value and the bounds) unless kMinPartSize <= part_size <= kMaxPartSize.

@@ -87,8 +87,10 @@ class S3Store;
 // An object sent as a multipart upload whose parts go up in parallel.
 class S3PartUploader : public PartUploader {
  public:
-  S3PartUploader(std::shared_ptr<S3Store> store, std::string path, int parallelism)
-      : store_(std::move(store)), path_(std::move(path)), parallelism_(parallelism) {}
+  /// `unique_name`: nobody else writes `path` (OutputOptions::in_place).
+  S3PartUploader(std::shared_ptr<S3Store> store, std::string path, int parallelism, bool unique_name)
+      : store_(std::move(store)), path_(std::move(path)), parallelism_(parallelism),
+        unique_name_(unique_name) {}
   arrow::Status PutWhole(std::shared_ptr<arrow::Buffer> data) override;
   arrow::Result<std::string> Begin() override;
   arrow::Result<std::string> UploadPart(const std::string& upload_id, int number, int64_t offset,
@@ -104,6 +106,7 @@ class S3PartUploader : public PartUploader {
   std::shared_ptr<S3Store> store_;
   std::string path_;
   int parallelism_;
+  bool unique_name_;
 };
 
 class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store> {
@@ -319,7 +322,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     ARROW_RETURN_NOT_OK(options.Validate());
     return std::make_shared<MultipartOutput>(
         std::make_unique<S3PartUploader>(shared_from_this(), path,
-                                         std::max(1, config_.upload_parallelism)),
+                                         std::max(1, config_.upload_parallelism), options.in_place),
         options.part_size);
   }
 
@@ -475,19 +478,53 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
 
   // ---- multipart uploads (used by S3PartUploader) ----------------------------------------------
 
-  arrow::Result<std::string> CreateUpload(const std::string& path) {
+  arrow::Result<std::string> CreateUpload(const std::string& path, bool unique_name) {
     Call call;
     call.method = "POST";
     call.key = Key(path);
     call.query["uploads"] = "";
     call.headers["Content-Type"] = "application/octet-stream";
     call.what = "CreateMultipartUpload " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
+    const int64_t started = NowMillis();
+    RetryOutcome outcome;
+    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call, &outcome));
     if (reply.status != 200) return ReplyError(call.what, reply);
     ARROW_ASSIGN_OR_RAISE(auto xml, ParseXml(reply.BodyText()));
     std::string id = xml.ChildText("UploadId");
     if (id.empty()) return arrow::Status::IOError(call.what, ": no UploadId in the reply");
+    if (outcome.maybe_applied) {
+      // The request is not idempotent: an attempt whose reply was lost (or one curl resent)
+      // may have started an upload of its own, which nobody would ever complete or abort.
+      AbortStrayUploads(path, id, unique_name, reply, NowMillis() - started);
+    }
     return id;
+  }
+
+  // Aborts the uploads of `path` other than `kept` that this CreateMultipartUpload may have
+  // started: all of them for a name nobody else writes (`unique_name`, a data file); for any
+  // other name, those that began while it was being tried (`elapsed_ms`), by the server's clock:
+  // from its reply's Date back over the time the attempts took, with slack for the Date's
+  // rounding. Best effort: an upload left behind holds no part yet.
+  void AbortStrayUploads(const std::string& path, const std::string& kept, bool unique_name,
+                         const HttpResponse& reply, int64_t elapsed_ms) {
+    const std::string date = reply.Header("date");
+    if (!unique_name && date.empty()) return;  // no server time to judge by: leave them alone
+    const int64_t answered = date.empty() ? 0 : ParseServiceTimeMs(date);
+    const int64_t from = answered - elapsed_ms - 2000, to = answered + 1000;
+    Call list;
+    list.query["uploads"] = "";
+    list.query["prefix"] = Key(path);
+    list.what = "ListMultipartUploads " + Url(path);
+    auto listed = Send(list);
+    if (!listed.ok() || listed->status != 200) return;
+    auto xml = ParseXml(listed->BodyText());
+    if (!xml.ok()) return;
+    for (const XmlElement* upload : xml->Children("Upload")) {
+      const std::string id = upload->ChildText("UploadId");
+      if (upload->ChildText("Key") != Key(path) || id.empty() || id == kept) continue;
+      const int64_t initiated = ParseServiceTimeMs(upload->ChildText("Initiated"));
+      if (unique_name || (initiated >= from && initiated <= to)) (void)AbortUpload(path, id);
+    }
   }
 
   arrow::Result<std::string> UploadPart(const std::string& path, const std::string& upload_id,
@@ -564,7 +601,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
 arrow::Status S3PartUploader::PutWhole(std::shared_ptr<arrow::Buffer> data) {
   return store_->Put(path_, data);
 }
-arrow::Result<std::string> S3PartUploader::Begin() { return store_->CreateUpload(path_); }
+arrow::Result<std::string> S3PartUploader::Begin() { return store_->CreateUpload(path_, unique_name_); }
 arrow::Result<std::string> S3PartUploader::UploadPart(const std::string& upload_id, int number,
                                                       int64_t, std::shared_ptr<arrow::Buffer> data,
                                                       bool) {
