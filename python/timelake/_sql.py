@@ -173,6 +173,7 @@ class _Catalog:
                 ns, name = qualified.split(".", 1)
                 self._directories.add(f"{self._root}{ns}/{name}/data/")
         self.generation = 0  # counts connections: a new one has none of the old one's views
+        self._pins: List[Any] = []  # the current statement's pins on local copies (end())
         self._connect()
         self.declared: Dict[str, pa.Field] = {}
 
@@ -218,6 +219,7 @@ class _Catalog:
 
     def begin(self, namespace: str) -> None:
         """Starts a statement: result-type hints are per statement."""
+        self.end()
         self.declared = {}
         self._ensure_schema(namespace)
         self.con.execute(f"SET schema = {_literal(namespace)}")
@@ -320,7 +322,15 @@ class _Catalog:
         outside = [f.path for f in files if not f.store_path]
         if outside:
             raise RuntimeError(f"data file {outside[0]} lies outside the lake's store; timelake cannot read it")
-        return self.lake._core.local_copies(plan)
+        paths, pin = self.lake._core.local_copies(plan)
+        self._pins.append(pin)  # no eviction takes them until the statement ends
+        return paths
+
+    def end(self) -> None:
+        """Ends a statement: its local copies may be evicted again."""
+        pins, self._pins = self._pins, []
+        for pin in pins:
+            pin.release()
 
     def _view_sql(self, plan: Any, declared: pa.Schema, file_schema: pa.Schema,
                   paths: Optional[List[str]] = None) -> Tuple[str, Optional[str]]:
@@ -959,20 +969,23 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
         current = [t for t in tables if t not in traveled or _names_table(tree, t, namespace)]
     conjuncts = _pruning_conjuncts(tree, current, namespace) if not travels else None
     try:
-        # A table whose files need admitting restarts the preparation on a new connection; the
-        # second pass admits nothing new.
-        for attempt in range(len(tables) + len(travels) + 1):
-            try:
-                catalog.begin(namespace)
-                schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in current]
-                schemas += [catalog.add_travel(ns, name, view, spec) for ns, name, view, spec in travels]
-                break
-            except _Reconnected:
-                continue
-        catalog.use_fast_time_bucket(schemas)
-    except duckdb.Error as e:
-        raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None
-    result = _execute(catalog, namespace, prefix, select)
+        try:
+            # A table whose files need admitting restarts the preparation on a new connection;
+            # the second pass admits nothing new.
+            for attempt in range(len(tables) + len(travels) + 1):
+                try:
+                    catalog.begin(namespace)
+                    schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in current]
+                    schemas += [catalog.add_travel(ns, name, view, spec) for ns, name, view, spec in travels]
+                    break
+                except _Reconnected:
+                    continue
+            catalog.use_fast_time_bucket(schemas)
+        except duckdb.Error as e:
+            raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None
+        result = _execute(catalog, namespace, prefix, select)
+    finally:
+        catalog.end()  # the result is read: the copies it came from may be evicted
     return _restore_types(result, catalog, _storage_type)
 
 

@@ -22,6 +22,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
@@ -372,6 +373,9 @@ NB_MODULE(_core, m) {
       .def_ro("partition_columns", &ScanPlan::partition_columns)
       .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
 
+  // The copies of one sql() statement, kept from eviction until released (store/file_cache.h).
+  nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);
+
   nb::class_<Lake>(m, "Lake")
       .def_static("open", &OpenLake, "location"_a, "storage_options"_a)
       .def_prop_ro("location", &Lake::location)
@@ -413,6 +417,8 @@ NB_MODULE(_core, m) {
                  return RowGroupsAdmitted(meta, filter, time);
                };
              }
-             return Released([&] { return cache->Materialize(files, choose); });
+             std::shared_ptr<CachePin> pin;
+             auto paths = Released([&] { return cache->Materialize(files, choose, &pin); });
+             return std::make_pair(std::move(paths), std::move(pin));
            });
 }

@@ -3,7 +3,12 @@
 
 #include "timelake/store/file_cache.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <limits>
 
@@ -18,6 +23,7 @@
 
 #include "timelake/scan/row_groups.h"
 #include "timelake/store/memory_store.h"
+#include "test_util.h"
 #include "timelake/util/ids.h"
 
 namespace timelake::testing {
@@ -284,6 +290,63 @@ TEST_F(FileCacheTest, WholeCopiesOfSeveralFilesDownloadInParallelRanges) {
   auto paths = cache.Materialize(files);
   ASSERT_TRUE(paths.ok()) << paths.status().ToString();
   for (const auto& p : *paths) EXPECT_TRUE(ReadLocal(p)->Equals(*table_));
+}
+
+// Eviction (budget: 1 byte, so every idle copy is due) spares the copies a pin names, whether
+// this process or another holds it; a pin whose process was killed frees its copies.
+TEST_F(FileCacheTest, EvictionSparesPinnedCopiesOfAnyProcessAndFreesThoseOfAKilledOne) {
+  const CachedFile a{"t/data/a.bin", 1000}, b{"t/data/b.bin", 1000};
+  ASSERT_TRUE(store_->Put(a.store_path, arrow::Buffer::FromString(std::string(1000, 'a'))).ok());
+  ASSERT_TRUE(store_->Put(b.store_path, arrow::Buffer::FromString(std::string(1000, 'b'))).ok());
+  FileCache cache(store_, root_.string(), 1);
+  auto idle = [](const std::string& path) {  // last asked for two minutes ago
+    fs::last_write_time(path, fs::file_time_type::clock::now() - std::chrono::minutes(2));
+  };
+  auto pins = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(cache.directory() + ".pins")) n += e.path().extension() == ".pin";
+    return n;
+  };
+  std::shared_ptr<CachePin> pin_a;
+  ASSERT_OK_AND_ASSIGN(auto local_a, cache.Materialize({a}, nullptr, &pin_a));
+  ASSERT_OK_AND_ASSIGN(auto local_b, cache.Materialize({b}));
+  idle(local_a[0]);
+  idle(local_b[0]);
+  EXPECT_EQ(pins(), 1);
+  cache.EvictNow();
+  EXPECT_TRUE(fs::exists(local_a[0])) << "a pinned copy was evicted";
+  EXPECT_FALSE(fs::exists(local_b[0])) << "an unpinned idle copy was kept";
+
+  // Another process pins b (downloading it again) and lives on.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FileCache other(store_, root_.string(), 1);
+    std::shared_ptr<CachePin> pin_b;
+    const char ok = other.Materialize({b}, nullptr, &pin_b).ok() ? 'y' : 'n';
+    (void)!write(ready[1], &ok, 1);
+    for (;;) pause();
+  }
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  ASSERT_TRUE(fs::exists(local_b[0]));
+  idle(local_b[0]);
+  pin_a->Release();
+  EXPECT_EQ(pins(), 1);
+  cache.EvictNow();
+  EXPECT_FALSE(fs::exists(local_a[0])) << "a released copy was kept";
+  EXPECT_TRUE(fs::exists(local_b[0])) << "a copy pinned by another process was evicted";
+
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  cache.EvictNow();
+  EXPECT_FALSE(fs::exists(local_b[0])) << "the copy of a killed process's pin was kept";
+  EXPECT_EQ(pins(), 0) << "the killed process's pin was left";
 }
 
 }  // namespace

@@ -174,6 +174,66 @@ def test_sql_reads_local_copies_and_recovers_a_damaged_cache(cloud_lake):
     assert list(cache.rglob("*.parquet")) == []
 
 
+EVICTOR = """
+import json, sys, timelake
+lake = timelake.Lake(sys.argv[1], storage_options=json.loads(sys.argv[2]))
+print(lake.sql("SELECT count(*) AS n FROM other").column("n")[0].as_py())
+"""
+
+
+def test_a_statement_keeps_its_local_copies_while_another_process_evicts(cloud, cloud_lake, tmp_path):
+    """A statement pins the cache copies it reads: another process whose cache budget is 1 byte
+    (so every copy idle for a minute is due) evicts around them while the statement runs, and
+    evicts them once it has ended. Pins are files beside the copies, one per statement, gone
+    afterwards."""
+    url, options = cloud_lake
+    lake = timelake.Lake(url, storage_options=options)
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], chunk="day")
+    t.append(iot_table(iot_series(T0, 2000)))
+    other = iot_table(iot_series(T0, 3))
+    other_rows = other.num_rows
+    lake.create_table("other", IOT_SCHEMA, series_key=["device_id"]).append(other)
+    expected = sql_rows(lake, "SELECT count(*) AS n, round(sum(temp), 3) AS s FROM readings")
+    copies_dir = Path(lake._core.cache_directory)
+    pins = copies_dir / ".pins"
+    # The evictor shares this process's cache (the folder of a store is named by its identity).
+    env = dict(os.environ, TIMELAKE_CACHE_DIR=str(copies_dir.parent), TIMELAKE_CACHE_MAX_BYTES="1")
+
+    def copies():
+        return sorted(p for p in (copies_dir / "default" / "readings").rglob("*.parquet"))
+
+    def idle_all():
+        for p in copies_dir.rglob("*"):
+            if p.is_file() and p.parent != pins:
+                os.utime(p, (p.stat().st_atime, p.stat().st_mtime - 120))
+
+    def evict():
+        # The evictor downloads `other` again: a pass runs after a download.
+        for p in (copies_dir / "default" / "other").rglob("*.parquet"):
+            p.unlink()
+        out = subprocess.run([sys.executable, "-c", EVICTOR, url, json.dumps(options)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str(other_rows)
+
+    held = copies()
+    assert len(held) > 1
+    assert list(pins.glob("*.pin")) == [], "a finished statement left its pin"
+    catalog = lake._catalog()
+    catalog.begin("default")  # a statement in progress, past planning: its copies are pinned
+    catalog.add_table("default", "readings")
+    assert len(list(pins.glob("*.pin"))) == 1
+    idle_all()
+    evict()
+    assert copies() == held, "copies a running statement reads were evicted"
+    catalog.end()
+    assert list(pins.glob("*.pin")) == []
+    idle_all()
+    evict()
+    assert copies() == [], "copies of an ended statement stayed past the budget"
+    assert sql_rows(lake, "SELECT count(*) AS n, round(sum(temp), 3) AS s FROM readings") == expected
+
+
 def test_sql_cannot_read_the_cache_of_another_lake_or_the_log(cloud, cloud_lake):
     url, options = cloud_lake
     lake = timelake.Lake(url, storage_options=options)

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
@@ -53,7 +54,63 @@ bool SafeRelative(const std::string& path) {
   return true;
 }
 
+arrow::Status WriteAt(int fd, const uint8_t* data, int64_t size, int64_t offset, const std::string& path);
+
+constexpr const char* kPins = ".pins/";
+constexpr const char* kEvictLock = "evict.lock";
+
+// flock() that waits, through signals.
+int LockWaiting(int fd, int operation) {
+  int r;
+  do {
+    r = ::flock(fd, operation);
+  } while (r != 0 && errno == EINTR);
+  return r;
+}
+
 }  // namespace
+
+void CachePin::Release() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // then unlock: an eviction never sees it unlocked and listed
+  ::close(fd_);
+  fd_ = -1;
+}
+
+arrow::Result<std::shared_ptr<CachePin>> FileCache::Pin(const std::vector<CachedFile>& files) {
+  const std::string pins = directory_ + kPins;
+  std::error_code ec;
+  fs::create_directories(pins, ec);
+  if (ec) return arrow::Status::IOError("cannot create the cache folder ", pins, ": ", ec.message());
+  const std::string lock_path = pins + kEvictLock;
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0 || LockWaiting(lock, LOCK_SH) != 0) {
+    const std::string why = std::strerror(errno);
+    if (lock >= 0) ::close(lock);
+    return arrow::Status::IOError("cannot lock the cache file ", lock_path, ": ", why);
+  }
+  std::string listed;
+  for (const auto& f : files) listed += directory_ + f.store_path + "\n";
+  const std::string path = pins + NewUuid() + ".pin";
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  arrow::Status status;
+  if (fd < 0 || LockWaiting(fd, LOCK_EX) != 0) {
+    status = arrow::Status::IOError("cannot write the cache pin ", path, ": ", std::strerror(errno));
+  } else {
+    status = WriteAt(fd, reinterpret_cast<const uint8_t*>(listed.data()),
+                     static_cast<int64_t>(listed.size()), 0, path);
+  }
+  ::close(lock);
+  if (!status.ok()) {
+    if (fd >= 0) {
+      ::unlink(path.c_str());
+      ::close(fd);
+    }
+    return status;
+  }
+  return std::make_shared<CachePin>(fd, path);
+}
 
 std::string FileCache::DefaultRoot() {
   if (auto dir = EnvOr("TIMELAKE_CACHE_DIR"); !dir.empty()) return dir;
@@ -313,7 +370,17 @@ arrow::Status FileCache::Download(std::vector<Target>& targets) {
 }
 
 arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector<CachedFile>& files,
-                                                                const RowGroupChooser& choose) {
+                                                                const RowGroupChooser& choose,
+                                                                std::shared_ptr<CachePin>* pin) {
+  for (const auto& f : files) {
+    if (!SafeRelative(f.store_path)) {
+      return arrow::Status::Invalid("data file path '", f.store_path,
+                                    "' cannot be copied to the local cache");
+    }
+  }
+  // Pinned before any copy is looked at: from here on no eviction deletes them.
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<CachePin> pinned, Pin(files));
+  if (pin) *pin = pinned;
   std::vector<std::string> locals(files.size());
   std::vector<Target> targets;
   std::vector<size_t> row_group_candidates;
@@ -415,11 +482,54 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
       check = true;
     }
   }
-  if (check) Evict(locals);
+  if (check) Evict();
   return locals;
 }
 
-void FileCache::Evict(const std::vector<std::string>& keep) {
+void FileCache::Evict() {
+  const std::string pins = directory_ + kPins;
+  std::error_code ec;
+  fs::create_directories(pins, ec);
+  const std::string lock_path = pins + kEvictLock;
+  const int lock = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0) return;  // best effort: the next request's pass tries again
+  if (LockWaiting(lock, LOCK_EX) != 0) {
+    ::close(lock);
+    return;
+  }
+  // The copies the live pins name. A pin nobody holds locked (its holder died) is deleted.
+  std::vector<std::string> pinned;
+  for (auto it = fs::directory_iterator(pins, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string path = it->path().string();
+    if (it->path().extension() != ".pin") continue;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+      ::unlink(path.c_str());
+      ::close(fd);
+      continue;
+    }
+    std::string text;
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) pinned.push_back(std::move(line));
+    }
+  }
+  std::sort(pinned.begin(), pinned.end());
+  // A copy is pinned when a pin names it, or names the file whose row-group or footer copy
+  // (<path>.rg-…, <path>.footer-…) or download (<path>.part-…) it is.
+  auto is_pinned = [&pinned](const std::string& path) {
+    if (std::binary_search(pinned.begin(), pinned.end(), path)) return true;
+    for (size_t dot = path.find('.', path.rfind('/') + 1); dot != std::string::npos;
+         dot = path.find('.', dot + 1)) {
+      if (std::binary_search(pinned.begin(), pinned.end(), path.substr(0, dot))) return true;
+    }
+    return false;
+  };
+
   struct Entry {
     fs::file_time_type used;
     int64_t size;
@@ -427,9 +537,13 @@ void FileCache::Evict(const std::vector<std::string>& keep) {
   };
   std::vector<Entry> entries;
   int64_t total = 0;
-  std::error_code ec;
+  const fs::path pins_folder = fs::path(pins).parent_path();
   for (auto it = fs::recursive_directory_iterator(directory_, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path() == pins_folder) {
+      it.disable_recursion_pending();
+      continue;
+    }
     if (!it->is_regular_file(ec)) continue;
     struct stat st {};
     if (::stat(it->path().c_str(), &st) != 0) continue;
@@ -437,20 +551,23 @@ void FileCache::Evict(const std::vector<std::string>& keep) {
     entries.push_back({it->last_write_time(ec), size, it->path().string()});
     total += size;
   }
-  if (total <= max_bytes_) return;
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.used < b.used; });
-  const auto idle_before = fs::file_time_type::clock::now() - kEvictAfterIdle;
-  const auto abandoned_before = fs::file_time_type::clock::now() - std::chrono::hours(6);
-  for (const auto& e : entries) {
-    if (total <= max_bytes_) break;
-    if (e.used > idle_before) break;  // in use now, perhaps by another process's query
-    if (std::find(keep.begin(), keep.end(), e.path) != keep.end()) continue;
-    // A download in progress (of another process, its pieces can take minutes on a slow link)
-    // is left alone unless it was abandoned long ago.
-    if (e.path.find(".part-") != std::string::npos && e.used > abandoned_before) continue;
-    if (fs::remove(e.path, ec)) total -= e.size;
+  if (total > max_bytes_) {
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    const auto idle_before = fs::file_time_type::clock::now() - kEvictAfterIdle;
+    const auto abandoned_before = fs::file_time_type::clock::now() - std::chrono::hours(6);
+    for (const auto& e : entries) {
+      if (total <= max_bytes_) break;
+      // Asked for within the minute: perhaps by a process of a timelake that pins nothing.
+      if (e.used > idle_before) break;
+      if (is_pinned(e.path)) continue;
+      // A download in progress (of another process, its pieces can take minutes on a slow link)
+      // is left alone unless it was abandoned long ago.
+      if (e.path.find(".part-") != std::string::npos && e.used > abandoned_before) continue;
+      if (fs::remove(e.path, ec)) total -= e.size;
+    }
   }
+  ::close(lock);
 }
 
 }  // namespace timelake

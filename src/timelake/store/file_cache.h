@@ -17,8 +17,16 @@
 // Layout: <root>/<hash of the store's root URL>/<path in the store>, and a row-group copy beside
 // it named <path>.rg-<hash of the chosen row groups>. Downloads go to a temporary name beside the
 // target (16 MiB ranges, up to 8 at once over all files of a request), are synced, and renamed
-// into place, so concurrent processes sharing a cache see whole files or none. When the cache holds more than its budget, the least recently used
-// copies not needed by the current request and untouched for a minute are deleted.
+// into place, so concurrent processes sharing a cache see whole files or none.
+//
+// Eviction: when the cache holds more than its budget, the least recently used copies (by the
+// time a request last asked for them) are deleted, except those that are pinned or were asked
+// for within the last minute. A request pins the copies it answers with (CachePin) until the
+// caller releases the pin (sql() holds it until its statement's result is read), so a query in
+// any process never loses a copy it still reads. Pins are files under <directory>/.pins/, each
+// flock()ed by its holder: a pin whose holder died is unlocked, and the next eviction deletes
+// it. Pins are written under a shared lock of .pins/evict.lock and an eviction holds it
+// exclusively, so no copy is deleted between a request's pin and its use.
 //
 // Thread-safe.
 #pragma once
@@ -49,6 +57,23 @@ struct CachedFile {
   int64_t size = -1;       // expected size; -1: unknown (asked of the store)
 };
 
+/// The copies one request answered with, kept from eviction (in every process sharing the
+/// cache) until Release or destruction. Not copyable.
+class CachePin {
+ public:
+  CachePin(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~CachePin() { Release(); }
+  CachePin(const CachePin&) = delete;
+  CachePin& operator=(const CachePin&) = delete;
+  /// Unpins (idempotent).
+  void Release();
+
+ private:
+  std::mutex mutex_;
+  int fd_;
+  std::string path_;
+};
+
 class FileCache {
  public:
   /// The default root: $TIMELAKE_CACHE_DIR, else $XDG_CACHE_HOME/timelake, else
@@ -69,15 +94,24 @@ class FileCache {
   /// file of at least kRowGroupCopyMinBytes that has no whole copy gets a row-group copy of the
   /// row groups `choose` names (a whole copy when it names all of them, or when the footer is
   /// not one timelake can rewrite).
+  /// With `pin`, the copies stay pinned until the caller releases *pin; without, only until
+  /// this call returns.
   arrow::Result<std::vector<std::string>> Materialize(const std::vector<CachedFile>& files,
-                                                      const RowGroupChooser& choose = nullptr);
+                                                      const RowGroupChooser& choose = nullptr,
+                                                      std::shared_ptr<CachePin>* pin = nullptr);
+
+  /// Runs one eviction pass now (Materialize runs one after every tenth of the budget it
+  /// downloads). For tests and tools.
+  void EvictNow() { Evict(); }
 
  private:
   struct Target;
   arrow::Result<std::optional<Target>> PlanRowGroupCopy(const CachedFile& file, const std::string& whole,
                                                         const RowGroupChooser& choose);
   arrow::Status Download(std::vector<Target>& targets);
-  void Evict(const std::vector<std::string>& keep);
+  /// Pins the copies of `store_paths` (and their row-group and footer copies).
+  arrow::Result<std::shared_ptr<CachePin>> Pin(const std::vector<CachedFile>& files);
+  void Evict();
 
   std::shared_ptr<ObjectStore> store_;
   std::string directory_;
