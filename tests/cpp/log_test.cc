@@ -247,7 +247,8 @@ TEST_F(DeltaLogTest, LoadWorksWhenCommitsBeforeTheCheckpointAreDeleted) {
   WriteThreeCommits();
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
   ASSERT_OK(log_.Checkpoint(snapshot));
-  for (int v = 0; v <= 2; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
+  // Delta's log cleanup deletes what comes before the checkpoint, and keeps its commit.
+  for (int v = 0; v <= 1; ++v) ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(v))));
   ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
   EXPECT_EQ(loaded.version, 2);
   EXPECT_EQ(loaded.oldest_version, -1);  // opened from the checkpoint: not listed yet
@@ -257,6 +258,20 @@ TEST_F(DeltaLogTest, LoadWorksWhenCommitsBeforeTheCheckpointAreDeleted) {
   ASSERT_OK(store_->Delete(log_.LogPath("_last_checkpoint")));
   ASSERT_OK_AND_ASSIGN(loaded, log_.Load());
   EXPECT_EQ(loaded.oldest_version, 2);
+  // With the commit after it, a checkpoint stands without its own commit (a cleanup that took
+  // that one too).
+  Commit v3;
+  v3.adds = {Add("d")};
+  WriteCommit(3, v3);
+  ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(2))));
+  ASSERT_OK_AND_ASSIGN(loaded, log_.Load());
+  EXPECT_EQ(loaded.version, 3);
+  EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"b", "c", "d"}));
+  // A checkpoint with no commit at or after it is what a dropped table's stale writer leaves in
+  // an object store after the drop: no table.
+  ASSERT_OK(store_->Delete(log_.LogPath(CommitFileName(3))));
+  EXPECT_TRUE(log_.Load().status().IsKeyError());
+  EXPECT_FALSE(log_.Exists().ValueOrDie());
 }
 
 TEST_F(DeltaLogTest, LoadReplaysCommitsAfterTheCheckpoint) {

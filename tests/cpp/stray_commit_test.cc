@@ -118,6 +118,76 @@ TEST(DroppedWhileReadingTest, LatestAndInfoReportADropDuringTheirReadsAsKeyError
   }
 }
 
+// A stale writer's checkpoint in a recreated table: on object stores (no folders, no rename) a
+// handle of the dropped table can put its checkpoint N and `_last_checkpoint` into the new
+// table's log after the drop. Its upkeep takes them back once it sees its commit gone, but until
+// then, or if it dies, readers must not take the old table's state for the new one's: below N
+// (the checkpoint is beyond every commit of the new table) and at or past N (it replaced the
+// new table's own checkpoint N).
+class StaleCheckpointTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StaleCheckpointTest, ReadersOfTheRecreatedTableNeverLoadIt) {
+  const int fresh_versions = GetParam();
+  auto store = std::make_shared<MemoryStore>();
+  auto lake = Lake::OverStore(store);
+  const std::string log = "default/t/_delta_log/";
+  ASSERT_OK_AND_ASSIGN(auto old, lake->CreateTable("t", Schema(), Keyed()));
+  for (int i = 0; i < 10; ++i) ASSERT_OK(old->Append(OneRow(i).get(), {}).status());
+  ASSERT_OK(old->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto checkpoint, store->Get(log + CheckpointFileName(10)));
+  ASSERT_OK_AND_ASSIGN(auto hint, store->Get(log + "_last_checkpoint"));
+  ASSERT_OK(lake->DropTable("t"));
+
+  ASSERT_OK_AND_ASSIGN(auto fresh, lake->CreateTable("t", Schema(), Keyed()));
+  for (int i = 0; i < fresh_versions; ++i) ASSERT_OK(fresh->Append(OneRow(20 + i).get(), {}).status());
+  ASSERT_OK(fresh->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto before, DeltaLog(store, "default/t").Load());
+  const std::string id = before.metadata.id;
+  // The stale writer's puts land now.
+  ASSERT_OK(store->Put(log + CheckpointFileName(10), checkpoint));
+  ASSERT_OK(store->Put(log + "_last_checkpoint", hint));
+
+  ASSERT_OK_AND_ASSIGN(auto loaded, DeltaLog(store, "default/t").Load());
+  EXPECT_EQ(loaded.version, fresh_versions);
+  EXPECT_EQ(loaded.metadata.id, id) << "the dropped table's checkpoint was loaded";
+  EXPECT_EQ(loaded.files.size(), static_cast<size_t>(fresh_versions));
+  ASSERT_OK_AND_ASSIGN(auto reopened, lake->OpenTable("t"));
+  EXPECT_EQ(reopened->version(), fresh_versions);
+  ASSERT_OK_AND_ASSIGN(auto appended, reopened->Append(OneRow(40).get(), {}));
+  EXPECT_EQ(appended.version, fresh_versions + 1);
+  ASSERT_OK_AND_ASSIGN(auto after, DeltaLog(store, "default/t").Load());
+  EXPECT_EQ(after.metadata.id, id);
+  EXPECT_EQ(after.files.size(), static_cast<size_t>(fresh_versions + 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(NewTableAt, StaleCheckpointTest, ::testing::Values(3, 9, 10, 12));
+
+// Between the drop and the create, the stale writer's checkpoint (and hint) is all the log
+// holds: that is no table, and the create finds the name free.
+TEST(StaleCheckpointTest, ALoneCheckpointOfADroppedTableIsNoTable) {
+  auto store = std::make_shared<MemoryStore>();
+  auto lake = Lake::OverStore(store);
+  const std::string log = "default/t/_delta_log/";
+  ASSERT_OK_AND_ASSIGN(auto old, lake->CreateTable("t", Schema(), Keyed()));
+  for (int i = 0; i < 10; ++i) ASSERT_OK(old->Append(OneRow(i).get(), {}).status());
+  ASSERT_OK(old->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto checkpoint, store->Get(log + CheckpointFileName(10)));
+  ASSERT_OK_AND_ASSIGN(auto hint, store->Get(log + "_last_checkpoint"));
+  ASSERT_OK(lake->DropTable("t"));
+  ASSERT_OK(store->Put(log + CheckpointFileName(10), checkpoint));
+  ASSERT_OK(store->Put(log + "_last_checkpoint", hint));
+  ASSERT_OK_AND_ASSIGN(auto tables, lake->Tables());
+  EXPECT_TRUE(tables.empty());
+  EXPECT_TRUE(IsTableNotFound(lake->OpenTable("t").status()));
+  auto loaded = DeltaLog(store, "default/t").Load();
+  EXPECT_TRUE(loaded.status().IsKeyError()) << loaded.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto fresh, lake->CreateTable("t", Schema(), Keyed()));
+  EXPECT_EQ(fresh->version(), 0);
+  ASSERT_OK_AND_ASSIGN(auto reloaded, DeltaLog(store, "default/t").Load());
+  EXPECT_EQ(reloaded.version, 0);
+  EXPECT_TRUE(reloaded.files.empty());
+}
+
 class DeadWritersStrayTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -673,3 +673,84 @@ def test_writers_killed_mid_append_leave_a_consistent_table(cloud, cloud_bucket,
     every = [f"w{w}-{i}" for w in last for i in range(last[w] + 3)]
     counts = audit(cloud, cloud_bucket, every, every, tmp_path)
     assert counts == {b: ROWS_PER_BATCH for b in every}, f"seed {seed}"
+
+
+# ------------------------------------------- drop and create against writers of the old table
+
+# Appends batches through a handle that the parent's next drop makes stale; a KeyError (the table
+# was dropped under it) sends it to the new table. Every other failure is reported.
+STALE_WRITER = textwrap.dedent(
+    """
+    import json, sys, time
+    import pyarrow as pa  # before timelake (shared Arrow libraries)
+    import timelake
+    cfg = json.loads(sys.argv[1])
+    sys.path.insert(0, cfg["tests_dir"])
+    from test_cloud_faults import batch_of
+    lake = timelake.Lake(cfg["url"], storage_options=cfg["options"])
+    deadline = time.monotonic() + cfg["seconds"]
+    t, i, acked, dropped, errors = None, 0, 0, 0, []
+    while time.monotonic() < deadline:
+        try:
+            if t is None:
+                t = lake.table(cfg["table"])
+            i += 1
+            t.append(batch_of(cfg["writer"], i))
+            acked += 1
+        except KeyError:
+            t, dropped = None, dropped + 1
+            time.sleep(0.005)
+        except Exception as e:
+            t = None
+            errors.append(f"{type(e).__name__}: {e}")
+    print(json.dumps({"acked": acked, "dropped": dropped, "errors": errors}), flush=True)
+    """
+)
+
+
+def test_drop_and_create_racing_stale_writers_leave_only_the_new_tables_log(cloud, cloud_bucket, tmp_path):
+    """Three writer processes append through handles that each drop makes stale, while this
+    process drops the table and creates it again, in a loop. On an object store nothing keeps a
+    stale writer's commit or checkpoint out of the new table's log (no folders): every create
+    must still find the name free, and the table left at the end must hold only its own log:
+    no gap, every commit of its incarnation, every checkpoint agreeing with the commits, and
+    timelake and deltalake reading the same rows."""
+    url = cloud.url(cloud_bucket)
+    options = cloud.storage_options()
+    lake = timelake.Lake(url, storage_options=options)
+    lake.create_table(TABLE, SCHEMA, series_key=["writer"])
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STALE_WRITER, json.dumps({
+            "tests_dir": str(TESTS_DIR), "url": url, "options": options, "table": TABLE,
+            "writer": f"w{w}", "seconds": 15})], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(3)
+    ]
+    cycles = 0
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            lake.drop_table(TABLE)
+            lake.create_table(TABLE, SCHEMA, series_key=["writer"])  # FileExistsError: a stray revived it
+            cycles += 1
+    finally:
+        outs = [p.communicate(timeout=180) for p in procs]
+    reports = []
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert cycles >= 10
+    assert all(r["acked"] > 0 and r["dropped"] > 0 for r in reports), reports
+    assert [e for r in reports for e in r["errors"]] == [], reports
+    time.sleep(1)  # a stale writer's upkeep may still be taking its checkpoint back
+    commits = assert_log_is_whole(cloud, cloud_bucket)
+    table_id = next(a["metaData"]["id"] for a in commits[0] if "metaData" in a)
+    for v, actions in commits.items():
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert info.get("timelakeTableId", table_id) == table_id, f"commit {v} is another table's"
+    fresh = timelake.Lake(url, storage_options=options)
+    t = fresh.table(TABLE)
+    assert t.version == max(commits)
+    n = fresh.sql(f"SELECT count(*) AS n FROM {TABLE}").column("n")[0].as_py()
+    delta, delta_version = cloud.delta_read(url + f"/default/{TABLE}", tmp_path)
+    assert (delta.num_rows, delta_version) == (n, t.version)

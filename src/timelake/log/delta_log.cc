@@ -69,12 +69,24 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
       snapshot->head_fingerprint = fingerprint;
     }
     if (snapshot->head_fingerprint == 0 && commits.count(snapshot->version)) {
-      // A checkpoint with no commit after it: fingerprint the checkpointed commit.
-      ARROW_RETURN_NOT_OK(ReadCommit(snapshot->version, &snapshot->head_fingerprint).status());
+      // A checkpoint with no commit after it (of its table): fingerprint the checkpointed
+      // commit, which must be of the checkpoint's table. A dropped table's writer can put its
+      // checkpoint into the log of a table created at the same path (object stores have no
+      // folders to keep it out); the new table's commits then look like strays to it.
+      ARROW_ASSIGN_OR_RAISE(auto head, ReadCommit(snapshot->version, &snapshot->head_fingerprint));
+      if (IsStrayCommit(head, snapshot->metadata.id)) {
+        return arrow::Status::IOError("the checkpoint belongs to another table (a dropped one of "
+                                      "the same name)");
+      }
     }
     return arrow::Status::OK();
   };
   for (auto cp = checkpoints.rbegin(); cp != checkpoints.rend(); ++cp) {
+    if (!versions.CheckpointStarts(*cp)) {
+      failures->push_back("from checkpoint " + std::to_string(*cp) +
+                          ": not part of this log (its commit is missing)");
+      continue;
+    }
     Snapshot snapshot;
     arrow::Status st = [&]() -> arrow::Status {
       ARROW_ASSIGN_OR_RAISE(auto data, log_store_.GetCheckpoint(*cp));
@@ -127,7 +139,9 @@ arrow::Result<Snapshot> DeltaLog::LoadListed(LogStore::Versions* listed) {
   // there on are seen, so the oldest version stays unknown (-1) until someone asks.
   if (auto hint = log_store_.LastCheckpointHint()) {
     ARROW_ASSIGN_OR_RAISE(auto recent, log_store_.ListVersions(*hint));
-    if (recent.checkpoints.count(*hint)) {
+    // Without the checkpoint's own commit, only the whole listing tells an expired log from a
+    // dropped table's checkpoint (see Rebuild).
+    if (recent.checkpoints.count(*hint) && recent.commits.count(*hint)) {
       auto snapshot = Rebuild(recent, /*from_zero=*/false, &failures);
       if (snapshot.ok()) {
         snapshot->oldest_version = -1;
@@ -140,7 +154,7 @@ arrow::Result<Snapshot> DeltaLog::LoadListed(LogStore::Versions* listed) {
   const LogStore::Versions& versions = *listed;
   // Without commit 0 and without a checkpoint there is no start to read from: no table, or only
   // the stray commit of a writer whose table was just dropped (it takes it back at once).
-  if (versions.checkpoints.empty() && !versions.commits.count(0)) {
+  if (!versions.HoldsATable()) {
     return arrow::Status::KeyError("no Delta table at '", table_path_, "'");
   }
   ARROW_ASSIGN_OR_RAISE(auto snapshot, Rebuild(versions, /*from_zero=*/true, &failures));

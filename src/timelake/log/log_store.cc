@@ -106,14 +106,28 @@ arrow::Result<LogStore::Versions> LogStore::ListVersions(int64_t from) {
   return out;
 }
 
+bool LogStore::Versions::CheckpointStarts(int64_t version) const {
+  if (commits.count(version)) return true;
+  return commits.count(version + 1) && *commits.begin() > version;
+}
+
+bool LogStore::Versions::HoldsATable() const {
+  if (commits.count(0)) return true;
+  for (int64_t cp : checkpoints) {
+    if (CheckpointStarts(cp)) return true;
+  }
+  return false;
+}
+
 arrow::Result<bool> LogStore::Exists() {
   auto first = store_->Head(Path(CommitFileName(0)));
   if (first.ok()) return true;
   if (!IsNotFound(first.status())) return first.status();
   // An expired log has no commit 0 but starts at a checkpoint. Commits alone are no table (a
-  // stray of a dropped table's writer, about to be taken back), as DeltaLog::Load agrees.
+  // stray of a dropped table's writer, about to be taken back), nor is a checkpoint alone (the
+  // same writer's, after the drop), as DeltaLog::Load agrees.
   ARROW_ASSIGN_OR_RAISE(auto versions, ListVersions(0));
-  return !versions.checkpoints.empty();
+  return versions.HoldsATable();
 }
 
 }  // namespace timelake

@@ -63,11 +63,20 @@ class LogStore {
     std::set<int64_t> commits;      // versions with a JSON commit
     std::set<int64_t> checkpoints;  // versions with a classic checkpoint
     std::map<int64_t, int64_t> commit_modified_ms;  // when each commit was written
+
+    /// True if checkpoint `version` can start this log: its own commit is there (Delta's log
+    /// cleanup keeps the commit of the checkpoint it starts from), or the next one is and no
+    /// older commit remains (a cleanup that took the checkpoint's commit too). A checkpoint
+    /// beyond the commits, or with a gap below it, is a dropped table's, put by its stale writer
+    /// after the drop (object stores have no folder to keep it out).
+    bool CheckpointStarts(int64_t version) const;
+    /// True if the listing holds a table: commit 0, or a checkpoint that can start it.
+    bool HoldsATable() const;
   };
   /// The commits and checkpoints of version `from` and later, from one listing that starts
   /// after the names of version `from - 1` (the whole log when `from` is 0).
   arrow::Result<Versions> ListVersions(int64_t from);
-  /// True if the log holds commit 0 or a checkpoint (where an expired log starts).
+  /// True if the log holds a table (Versions::HoldsATable).
   arrow::Result<bool> Exists();
 
   /// The path of the log object `name` relative to the store root.
