@@ -373,7 +373,7 @@ NB_MODULE(_core, m) {
       .def_ro("partition_columns", &ScanPlan::partition_columns)
       .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
 
-  // The copies of one sql() statement, kept from eviction until released (store/file_cache.h).
+  // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);
 
   nb::class_<Lake>(m, "Lake")
@@ -411,12 +411,7 @@ NB_MODULE(_core, m) {
              if (!cache) throw nb::value_error("a local lake has no file cache");
              std::vector<CachedFile> files;
              for (const auto& f : plan.files) files.push_back({f.store_path, f.size});
-             RowGroupChooser choose;
-             if (!plan.filter.empty()) {
-               choose = [filter = plan.filter, time = plan.contract.time_column](const parquet::FileMetaData& meta) {
-                 return RowGroupsAdmitted(meta, filter, time);
-               };
-             }
+             RowGroupChooser choose = ChooseRowGroups(plan);
              std::shared_ptr<CachePin> pin;
              auto paths = Released([&] { return cache->Materialize(files, choose, &pin); });
              return std::make_pair(std::move(paths), std::move(pin));

@@ -17,6 +17,7 @@
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 namespace {
@@ -31,10 +32,6 @@ constexpr const char* kNameLocks = ".timelake/create-locks/";
 constexpr int64_t kNameLockWaitMs = 10'000;
 constexpr int64_t kNameLockStaleMs = 30'000;
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 bool SameIgnoringCase(const TableName& a, const TableName& b) {
   return Lower(a.ns) == Lower(b.ns) && Lower(a.table) == Lower(b.table);

@@ -19,7 +19,7 @@
 #include <arrow/type_fwd.h>
 
 #include "timelake/contract.h"
-#include "timelake/store/file_cache.h"
+#include "timelake/scan/file_cache.h"
 #include "timelake/store/object_store.h"
 #include "timelake/table.h"
 
@@ -61,7 +61,7 @@ class Lake {
   /// commit), then deletes its files.
   arrow::Status DropTable(const std::string& name);
 
-  /// The local file cache of a lake outside the local disk (store/file_cache.h), made on first
+  /// The local file cache of a lake outside the local disk (scan/file_cache.h), made on first
   /// use; null for local lakes, whose files engines open where they are.
   std::shared_ptr<FileCache> cache();
 

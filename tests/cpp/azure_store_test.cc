@@ -13,7 +13,7 @@
 #include "store_contract.h"
 #include "test_util.h"
 #include "timelake/store/cloud_common.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -242,7 +242,7 @@ std::string AccountSas(const std::string& permissions) {
                               start + "\n" + expiry + "\n\nhttp,https\n" + version + "\n\n";
   const std::string signature = Base64Encode(HmacSha256(*key, to_sign));
   return "sv=" + version + "&ss=b&srt=sco&sp=" + permissions + "&st=" + start + "&se=" + expiry +
-         "&spr=http,https&sig=" + AwsUriEncode(signature);
+         "&spr=http,https&sig=" + UriEncode(signature);
 }
 
 TEST_F(AzureStoreTest, SasTokenReadsAndWrites) {

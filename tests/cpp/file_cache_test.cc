@@ -1,7 +1,7 @@
-// FileCache and row-group pruning (store/file_cache.h, scan/row_groups.h): which row groups a
+// FileCache and row-group pruning (scan/file_cache.h, scan/row_groups.h): which row groups a
 // filter keeps, and that a row-group copy holds exactly their rows while fetching only their bytes.
 
-#include "timelake/store/file_cache.h"
+#include "timelake/scan/file_cache.h"
 
 #include <signal.h>
 #include <sys/wait.h>

@@ -1,7 +1,7 @@
 // SigV4 against the four examples AWS publishes for S3 ("Signature Calculations for the
 // Authorization Header: Transferring Payload in a Single Chunk", examplebucket, 2013-05-24):
 // GET object with Range, PUT object, GET bucket lifecycle, GET bucket (list objects).
-#include "timelake/store/sigv4.h"
+#include "timelake/store/s3/sigv4.h"
 
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "timelake/util/status.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 
@@ -33,17 +34,7 @@ class NotSentDetail : public arrow::StatusDetail {
   std::string ToString() const override { return "the request did not reach the server"; }
 };
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
-std::string Trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 void GlobalInit() {
   static std::once_flag once;

@@ -192,4 +192,11 @@ std::optional<std::vector<std::pair<int64_t, int64_t>>> RowGroupByteRanges(
   return merged;
 }
 
+RowGroupChooser ChooseRowGroups(const ScanPlan& plan) {
+  if (plan.filter.empty()) return nullptr;
+  return [filter = plan.filter, time = plan.contract.time_column](const parquet::FileMetaData& meta) {
+    return RowGroupsAdmitted(meta, filter, time);
+  };
+}
+
 }  // namespace timelake

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,13 @@ class FileMetaData;
 }
 
 namespace timelake {
+
+/// The row groups (indices) of a Parquet file that a reader needs, given its footer.
+using RowGroupChooser = std::function<std::vector<int>(const parquet::FileMetaData&)>;
+
+/// What sql() hands the file cache for `plan`: the row groups the plan's filter may admit (by
+/// RowGroupsAdmitted); null for a plan without a filter, whose files are copied whole.
+RowGroupChooser ChooseRowGroups(const ScanPlan& plan);
 
 /// Indices of the row groups of `meta` that may hold a row `filter` admits; `time_column` names
 /// the table's time column ("" for a plain table).

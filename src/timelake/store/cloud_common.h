@@ -1,6 +1,7 @@
 // What the cloud stores (S3, Azure Blob Storage, Google Cloud Storage) share beyond HTTP itself:
 // reading storage_options that every store takes (timeouts, retries, proxies), reading the times
-// and encodings their replies use, and the output stream that sends a large object in parts.
+// their replies use, and the output stream that sends a large object in parts. (Digests and
+// encodings: util/encoding.h.)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "timelake/http/retry.h"
 #include "timelake/store/object_store.h"
 #include "timelake/store/store_factory.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/parallel.h"
 
 namespace timelake {
@@ -64,19 +66,6 @@ int64_t ParseServiceTimeMs(const std::string& text);
 
 /// An RFC 1123 HTTP date for `unix_seconds` ("Wed, 21 Oct 2015 07:28:00 GMT").
 std::string HttpDate(int64_t unix_seconds);
-
-/// Standard base64 (with padding) of `data`.
-std::string Base64Encode(std::string_view data);
-/// The URL-safe base64 of JWTs: '-' and '_' for '+' and '/', no padding.
-std::string Base64UrlEncode(std::string_view data);
-/// The bytes of standard base64 text (whitespace ignored); Invalid if it is not base64.
-arrow::Result<std::string> Base64Decode(std::string_view text);
-
-/// Raw HMAC-SHA256 of `data` under `key`.
-std::string HmacSha256(std::string_view key, std::string_view data);
-
-/// Percent-encodes every byte of `text` but RFC 3986's unreserved ones and '/' (a path).
-std::string UriEncodePath(std::string_view path);
 
 /// True if `path` has a "." or ".." segment: URL normalisation somewhere between the client and
 /// the service would resolve it (and sign or address something else), so it names no object.

@@ -15,7 +15,8 @@
 
 #include "timelake/store/cloud_common.h"
 #include "timelake/store/refreshing_value.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 
@@ -31,17 +32,7 @@ constexpr const char* kStorageScope = "https://storage.azure.com/.default";
 constexpr const char* kStorageResource = "https://storage.azure.com";
 constexpr const char* kImdsEndpoint = "http://169.254.169.254/metadata/identity/oauth2/token";
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
-std::string Trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 // Header values are signed trimmed, with runs of whitespace folded to one space.
 std::string FoldValue(const std::string& value) {
@@ -94,7 +85,7 @@ class RefreshingProvider final : public AzureCredentialProvider {
 std::string FormEncode(const std::vector<std::pair<std::string, std::string>>& fields) {
   std::string out;
   for (const auto& [name, value] : fields) {
-    out += (out.empty() ? "" : "&") + AwsUriEncode(name) + "=" + AwsUriEncode(value);
+    out += (out.empty() ? "" : "&") + UriEncode(name) + "=" + UriEncode(value);
   }
   return out;
 }
@@ -335,7 +326,7 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
       -> arrow::Result<AzureCredential> {
     HttpRequest request;
     request.method = "POST";
-    request.url = authority + "/" + AwsUriEncode(tenant) + "/oauth2/v2.0/token";
+    request.url = authority + "/" + UriEncode(tenant) + "/oauth2/v2.0/token";
     request.headers = {{"Content-Type", "application/x-www-form-urlencoded"},
                        {"Accept", "application/json"}};
     request.body = arrow::Buffer::FromString(FormEncode(form));
@@ -403,10 +394,10 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
   }
   const bool imds = msi.empty();
   if (imds) msi = kImdsEndpoint;
-  std::string query = "?api-version=2019-08-01&resource=" + AwsUriEncode(kStorageResource);
-  if (!client_id.empty()) query += "&client_id=" + AwsUriEncode(client_id);
-  if (auto v = in.Option("azure_object_id"); !v.empty()) query += "&object_id=" + AwsUriEncode(v);
-  if (auto v = in.Option("azure_msi_resource_id"); !v.empty()) query += "&msi_res_id=" + AwsUriEncode(v);
+  std::string query = "?api-version=2019-08-01&resource=" + UriEncode(kStorageResource);
+  if (!client_id.empty()) query += "&client_id=" + UriEncode(client_id);
+  if (auto v = in.Option("azure_object_id"); !v.empty()) query += "&object_id=" + UriEncode(v);
+  if (auto v = in.Option("azure_msi_resource_id"); !v.empty()) query += "&msi_res_id=" + UriEncode(v);
   auto fetch_token = [fetch, clock, msi, query, identity_header, imds]() -> arrow::Result<AzureCredential> {
     HttpRequest request;
     request.url = msi + query;

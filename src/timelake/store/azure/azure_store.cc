@@ -10,7 +10,7 @@
 
 #include "timelake/http/xml.h"
 #include "timelake/store/cloud_common.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/status.h"
 
 namespace timelake {
@@ -137,11 +137,11 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
       return arrow::Status::Invalid(call.what,
                                     ": a path with '.' or '..' segments names no Azure blob");
     }
-    const std::string path = base_path_ + "/" + AwsUriEncode(config_.container) +
+    const std::string path = base_path_ + "/" + UriEncode(config_.container) +
                              (call.blob.empty() ? "" : "/" + UriEncodePath(call.blob));
     std::string query;
     for (const auto& [name, value] : call.query) {
-      query += (query.empty() ? "?" : "&") + AwsUriEncode(name) + "=" + AwsUriEncode(value);
+      query += (query.empty() ? "?" : "&") + UriEncode(name) + "=" + UriEncode(value);
     }
     auto build = [&]() -> arrow::Result<HttpRequest> {
       ARROW_ASSIGN_OR_RAISE(AzureCredential credential, config_.settings.credentials->Get());

@@ -22,9 +22,10 @@
 
 #include "timelake/store/cloud_common.h"
 #include "timelake/store/refreshing_value.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/json.h"
 #include "timelake/util/time.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 namespace {
@@ -33,41 +34,14 @@ constexpr const char* kDefaultTokenUri = "https://oauth2.googleapis.com/token";
 constexpr const char* kDefaultMetadataHost = "169.254.169.254";
 constexpr const char* kJwtGrant = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 constexpr int64_t kJwtLifetimeSeconds = 3600;
-constexpr size_t kMaxQuotedReply = 200;
-constexpr std::string_view kRedacted = "<redacted>";
 constexpr const char* kHowToConfigure =
     "Give a service-account key with google_service_account (a path) or "
     "google_service_account_key (the JSON), a token with google_bearer_token, or set "
     "GOOGLE_APPLICATION_CREDENTIALS (or run gcloud auth application-default login); for an "
     "emulator such as fake-gcs-server set google_skip_signature=true";
 
-std::string Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
 
-// `text` with every occurrence of each non-empty secret replaced.
-std::string Redact(std::string text, std::initializer_list<std::string_view> secrets) {
-  for (std::string_view secret : secrets) {
-    if (secret.empty()) continue;
-    for (size_t at = text.find(secret); at != std::string::npos;
-         at = text.find(secret, at + kRedacted.size())) {
-      text.replace(at, secret.size(), kRedacted);
-    }
-  }
-  return text;
-}
 
-// The start of an error reply, on one line, for a message.
-std::string Quote(const std::string& text) {
-  std::string out = Trim(text.size() > kMaxQuotedReply ? text.substr(0, kMaxQuotedReply) + "…"
-                                                       : text);
-  for (char& c : out) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  }
-  return out;
-}
 
 // storage_options and the environment, as the chain reads them: absent and empty are alike.
 class Settings {
@@ -260,7 +234,7 @@ arrow::Result<GoogleToken> ParseTokenReply(const HttpResponse& response, const s
     }
     if (detail.empty()) detail = body;
     return arrow::Status::IOError(what, " answered HTTP ", response.status, " (",
-                                  Quote(Redact(detail, secrets)), ")");
+                                  QuoteReply(Redact(detail, secrets)), ")");
   }
   rapidjson::Document doc;
   doc.Parse(body.data(), body.size());
@@ -286,7 +260,7 @@ arrow::Result<GoogleToken> ParseTokenReply(const HttpResponse& response, const s
   return out;
 }
 
-std::string FormValue(const std::string& value) { return AwsUriEncode(value); }
+std::string FormValue(const std::string& value) { return UriEncode(value); }
 
 HttpRequest FormPost(const std::string& url, const std::string& form) {
   HttpRequest request;
@@ -442,7 +416,7 @@ arrow::Result<std::shared_ptr<GoogleCredentialProvider>> KeyFileProvider(
   }
   if (key.type == "authorized_user") return AuthorizedUserProvider(key, from, inputs, now_ms);
   return arrow::Status::Invalid(
-      "the Google credentials in ", from, " are of type '", Quote(key.type),
+      "the Google credentials in ", from, " are of type '", QuoteReply(key.type),
       "', which timelake does not support; use a service-account key or gcloud auth "
       "application-default login (type authorized_user)");
 }

@@ -14,7 +14,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/store/cloud_common.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/json.h"
 #include "timelake/util/status.h"
 
@@ -119,7 +119,7 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
       : config_(std::move(config)), credentials_(std::move(credentials)),
         client_(std::move(client)) {
     while (!config_.base_url.empty() && config_.base_url.back() == '/') config_.base_url.pop_back();
-    bucket_path_ = "/b/" + AwsUriEncode(config_.bucket);
+    bucket_path_ = "/b/" + UriEncode(config_.bucket);
     root_url_ = "gs://" + config_.bucket + (config_.prefix.empty() ? "" : "/" + config_.prefix);
   }
 
@@ -153,7 +153,7 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
       request.url = call.url.empty() ? config_.base_url + call.path : call.url;
       std::string query;
       for (const auto& [name, value] : call.query) {
-        query += (query.empty() ? "?" : "&") + AwsUriEncode(name) + "=" + AwsUriEncode(value);
+        query += (query.empty() ? "?" : "&") + UriEncode(name) + "=" + UriEncode(value);
       }
       request.url += query;
       request.headers = call.headers;
@@ -182,7 +182,7 @@ class GcsStore : public ObjectStore, public std::enable_shared_from_this<GcsStor
   }
   std::string Url(const std::string& path) const { return root_url_ + "/" + path; }
   std::string ObjectPath(const std::string& key) const {
-    return "/storage/v1" + bucket_path_ + "/o/" + AwsUriEncode(key);
+    return "/storage/v1" + bucket_path_ + "/o/" + UriEncode(key);
   }
   std::string ObjectsPath() const { return "/storage/v1" + bucket_path_ + "/o"; }
   std::string UploadPath() const { return "/upload/storage/v1" + bucket_path_ + "/o"; }

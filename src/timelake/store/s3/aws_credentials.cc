@@ -14,6 +14,7 @@
 #include "timelake/store/s3/aws_remote_credentials.h"
 #include "timelake/store/s3/aws_shared_files.h"
 #include "timelake/util/time.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 namespace {
@@ -26,11 +27,6 @@ constexpr const char* kHowToConfigure =
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile of ~/.aws/credentials with "
     "aws_profile or AWS_PROFILE, or set aws_skip_signature=true for a public bucket";
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 std::string WithoutTrailingSlash(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();

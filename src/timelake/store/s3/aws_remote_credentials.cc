@@ -14,44 +14,17 @@
 #include <rapidjson/document.h>
 
 #include "timelake/http/xml.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/time.h"
+#include "timelake/util/text.h"
 
 namespace timelake {
 namespace {
 
-constexpr size_t kMaxQuotedReply = 200;  // characters of an error reply quoted in a message
 constexpr const char* kImdsTokenTtlSeconds = "21600";
-constexpr std::string_view kRedacted = "<redacted>";
 
-std::string Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
 
-// `text` with every occurrence of each non-empty secret replaced. Applied to all text that
-// comes from outside (reply bodies, transport errors) before it goes into a message.
-std::string Redact(std::string text, std::initializer_list<std::string_view> secrets) {
-  for (std::string_view secret : secrets) {
-    if (secret.empty()) continue;
-    for (size_t at = text.find(secret); at != std::string::npos;
-         at = text.find(secret, at + kRedacted.size())) {
-      text.replace(at, secret.size(), kRedacted);
-    }
-  }
-  return text;
-}
 
-// The start of an error reply, on one line, for a message.
-std::string Quote(const std::string& text) {
-  std::string out = Trim(text.size() > kMaxQuotedReply ? text.substr(0, kMaxQuotedReply) + "…"
-                                                       : text);
-  for (char& c : out) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  }
-  return out;
-}
 
 std::string BodyOf(const HttpResponse& response) {
   return response.body ? response.body->ToString() : std::string();
@@ -74,7 +47,7 @@ arrow::Result<int64_t> ParseExpiration(const std::string& text, const std::strin
   const auto micros = ParseIsoMicros(text);
   if (!micros) {
     return arrow::Status::IOError(from, " gave an Expiration that is not an ISO-8601 time: '",
-                                  Quote(text), "'");
+                                  QuoteReply(text), "'");
   }
   return *micros / 1000;
 }
@@ -122,7 +95,7 @@ arrow::Result<AwsCredentials> ParseJsonCredentials(const std::string& body,
     return it != doc.MemberEnd() && it->value.IsString() ? it->value.GetString() : "";
   };
   if (const std::string code = field("Code"); !code.empty() && code != "Success") {
-    return arrow::Status::IOError(from, " did not hand out credentials (Code ", Quote(code),
+    return arrow::Status::IOError(from, " did not hand out credentials (Code ", QuoteReply(code),
                                   ")");
   }
   AwsCredentials credentials;
@@ -172,12 +145,12 @@ arrow::Result<AwsCredentials> AssumeRoleWithWebIdentity(const WebIdentitySetting
   request.headers = {{"Content-Type", "application/x-www-form-urlencoded; charset=utf-8"},
                      {"Accept", "application/xml"}};
   const std::string form = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" +
-                           AwsUriEncode(settings.role_arn) +
-                           "&RoleSessionName=" + AwsUriEncode(settings.session_name) +
-                           "&WebIdentityToken=" + AwsUriEncode(token);
+                           UriEncode(settings.role_arn) +
+                           "&RoleSessionName=" + UriEncode(settings.session_name) +
+                           "&WebIdentityToken=" + UriEncode(token);
   request.body = arrow::Buffer::FromString(form);
   ARROW_ASSIGN_OR_RAISE(const HttpResponse response,
-                        Exchange(fetch, request, what, {token, AwsUriEncode(token)}));
+                        Exchange(fetch, request, what, {token, UriEncode(token)}));
   const std::string body = BodyOf(response);
 
   if (!IsSuccess(response)) {
@@ -190,7 +163,7 @@ arrow::Result<AwsCredentials> AssumeRoleWithWebIdentity(const WebIdentitySetting
     }
     if (detail.empty()) detail = body;
     return arrow::Status::IOError(what, " answered HTTP ", response.status, " (",
-                                  Quote(Redact(detail, {token, AwsUriEncode(token)})),
+                                  QuoteReply(Redact(detail, {token, UriEncode(token)})),
                                   "): check the role's trust policy and the token file ",
                                   settings.token_file);
   }
@@ -237,7 +210,7 @@ arrow::Result<AwsCredentials> FetchContainerCredentials(const ContainerSettings&
                         Exchange(fetch, request, what, {authorization}));
   if (!IsSuccess(response)) {
     return arrow::Status::IOError(what, " answered HTTP ", response.status, " (",
-                                  Quote(Redact(BodyOf(response), {authorization})), ")");
+                                  QuoteReply(Redact(BodyOf(response), {authorization})), ")");
   }
   return ParseJsonCredentials(BodyOf(response), what);
 }

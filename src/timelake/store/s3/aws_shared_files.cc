@@ -1,4 +1,5 @@
 #include "timelake/store/s3/aws_shared_files.h"
+#include "timelake/util/text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,18 +13,7 @@
 namespace timelake {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // The file's text, "" if it does not exist.
 arrow::Result<std::string> ReadIfPresent(const std::string& path) {
@@ -47,7 +37,7 @@ std::string ConfigSectionProfile(const std::string& section) {
   constexpr std::string_view kPrefix = "profile";
   if (section.size() > kPrefix.size() && section.compare(0, kPrefix.size(), kPrefix) == 0 &&
       std::isspace(static_cast<unsigned char>(section[kPrefix.size()]))) {
-    return std::string(Trim(std::string_view(section).substr(kPrefix.size())));
+    return std::string(TrimView(std::string_view(section).substr(kPrefix.size())));
   }
   return "";
 }
@@ -62,20 +52,20 @@ AwsIni ParseAwsIni(std::string_view text) {
     std::string_view raw = text.substr(0, end);
     text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
     if (!raw.empty() && raw.back() == '\r') raw.remove_suffix(1);
-    const std::string_view line = Trim(raw);
+    const std::string_view line = TrimView(raw);
     if (line.empty() || line.front() == '#' || line.front() == ';') continue;
     if (line.front() == '[') {
       const size_t close = line.find(']');
       section = close == std::string_view::npos
                     ? nullptr
-                    : &ini[std::string(Trim(line.substr(1, close - 1)))];
+                    : &ini[std::string(TrimView(line.substr(1, close - 1)))];
       continue;
     }
     // An indented line belongs to a nested block ("s3 =\n  addressing_style = path").
     if (section == nullptr || std::isspace(static_cast<unsigned char>(raw.front()))) continue;
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) continue;
-    (*section)[Lower(Trim(line.substr(0, eq)))] = std::string(Trim(line.substr(eq + 1)));
+    (*section)[Lower(TrimView(line.substr(0, eq)))] = std::string(TrimView(line.substr(eq + 1)));
   }
   return ini;
 }

@@ -20,7 +20,7 @@
 
 #include "timelake/http/xml.h"
 #include "timelake/store/cloud_common.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/store/s3/sigv4.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -125,7 +125,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
       host_ = config_.bucket + "." + host_;
       bucket_path_ = "";
     } else {
-      bucket_path_ = "/" + AwsUriEncode(config_.bucket);
+      bucket_path_ = "/" + UriEncode(config_.bucket);
     }
     root_url_ = "s3://" + config_.bucket + (config_.prefix.empty() ? "" : "/" + config_.prefix);
   }
@@ -159,7 +159,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
         bucket_path_ + (call.key.empty() ? (bucket_path_.empty() ? "/" : "") : "/" + UriEncodePath(call.key));
     std::string query;
     for (const auto& [name, value] : call.query) {
-      query += (query.empty() ? "?" : "&") + AwsUriEncode(name) + "=" + AwsUriEncode(value);
+      query += (query.empty() ? "?" : "&") + UriEncode(name) + "=" + UriEncode(value);
     }
     auto build = [&]() -> arrow::Result<HttpRequest> {
       ARROW_ASSIGN_OR_RAISE(AwsCredentials credentials, credentials_->Get());

@@ -1,7 +1,7 @@
 // S3Store: an ObjectStore in an S3 bucket (AWS S3 or any service speaking its API, such as
 // the moto server the tests use).
 //
-// Requests are signed with SigV4 (store/sigv4.h) afresh for every attempt, sent by the shared
+// Requests are signed with SigV4 (store/s3/sigv4.h) afresh for every attempt, sent by the shared
 // HttpClient and retried by SendWithRetry (http/). How each ObjectStore call maps to S3:
 //   Get / GetRange / OpenInput   GET (with a Range header), 404 → NotFound
 //   Head                         HEAD

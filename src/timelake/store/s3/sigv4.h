@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "timelake/util/encoding.h"
+
 namespace timelake {
 
 struct SigV4Credentials {
@@ -25,12 +27,6 @@ struct SigV4Request {
   std::map<std::string, std::string> headers;  // names in any case; values as sent
   std::string payload_hash;     // hex SHA-256 of the body, or "UNSIGNED-PAYLOAD"
 };
-
-/// Hex SHA-256 of `data`.
-std::string Sha256Hex(std::string_view data);
-
-/// S3's URI encoding of one query name or value (RFC 3986 unreserved characters kept).
-std::string AwsUriEncode(std::string_view text);
 
 /// The canonical request (exposed for tests and debugging).
 std::string CanonicalRequest(const SigV4Request& request);

@@ -8,7 +8,7 @@
 // one the log records.
 //
 // Row-group copies: for a large Parquet file, a caller that knows which row groups a query can
-// need (a RowGroupChooser, see scan/row_groups.h) gets a partial copy instead: a sparse local file
+// need (a RowGroupChooser, scan/row_groups.h) gets a partial copy instead: a sparse local file
 // in which those row groups (and the page indexes and bloom filters after the last row group)
 // sit at their original offsets, the rest is a hole, and a new footer lists only the chosen row
 // groups, so a reader cannot reach bytes that were not fetched. The file costs one footer read
@@ -41,16 +41,10 @@
 
 #include <arrow/result.h>
 
+#include "timelake/scan/row_groups.h"
 #include "timelake/store/object_store.h"
 
-namespace parquet {
-class FileMetaData;
-}
-
 namespace timelake {
-
-/// The row groups (indices) of a Parquet file that a reader needs, given its footer.
-using RowGroupChooser = std::function<std::vector<int>(const parquet::FileMetaData&)>;
 
 struct CachedFile {
   std::string store_path;  // path in the store

@@ -1,4 +1,4 @@
-#include "timelake/store/file_cache.h"
+#include "timelake/scan/file_cache.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +22,7 @@
 #include <parquet/metadata.h>
 
 #include "timelake/scan/row_groups.h"
-#include "timelake/store/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
