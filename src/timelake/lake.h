@@ -21,7 +21,7 @@
 #include "timelake/contract.h"
 #include "timelake/scan/file_cache.h"
 #include "timelake/store/object_store.h"
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 
 namespace timelake {
 

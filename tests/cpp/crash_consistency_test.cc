@@ -33,7 +33,7 @@
 #include "timelake/store/fault_store.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/store/parquet_object.h"
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 
 namespace timelake::testing {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "timelake/lake.h"
 #include "timelake/store/memory_store.h"
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 
 namespace timelake::testing {
 

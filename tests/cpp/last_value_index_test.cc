@@ -16,7 +16,7 @@
 #include "timelake/log/delta_log.h"
 #include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
-#include "timelake/table_context.h"
+#include "timelake/table/context.h"
 #include "timelake/util/ids.h"
 
 namespace timelake::testing {

@@ -23,7 +23,7 @@
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 #include "timelake/store/local_store.h"
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 #include "timelake/util/status.h"
 
 namespace timelake::testing {

@@ -18,7 +18,7 @@
 #include "timelake/ingest/ingestor.h"
 #include "timelake/lake.h"
 #include "timelake/store/memory_store.h"
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 
 namespace timelake::testing {
 namespace {

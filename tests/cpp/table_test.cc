@@ -1,6 +1,6 @@
 // Table: appends (idempotent batch ids, optimistic commits that rebase), checkpoints, info and
 // the scan plan, over a MemoryStore whose fault hook stages the races.
-#include "timelake/table.h"
+#include "timelake/table/table.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,7 +24,7 @@
 #include "test_util.h"
 #include "timelake/lake.h"
 #include "timelake/log/schema.h"
-#include "timelake/table_context.h"
+#include "timelake/table/context.h"
 #include "timelake/store/forwarding_store.h"
 #include "timelake/store/local_store.h"
 #include "timelake/store/memory_store.h"
@@ -686,7 +686,7 @@ TEST_F(TableTest, ACheckpointOlderThanTheNewestIsNotWritten) {
 }
 
 // A checkpoint costs O(files): a table of many files gets one every 20, 40, ... commits instead
-// of every 10, so that the checkpoint work per commit stays bounded (table_context.cc,
+// of every 10, so that the checkpoint work per commit stays bounded (table/context.cc,
 // CheckpointStride). Small tables keep the interval.
 TEST_F(TableTest, CheckpointsComeLessOftenOnceTheTableHoldsManyFiles) {
   ContractOptions options;

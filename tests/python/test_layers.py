@@ -18,7 +18,7 @@ FLOORS = {
     "rows": 5,
     "index": 6, "scan": 6, "ingest": 6, "txn": 6,
     "maintain": 7,
-    "table": 8, "table_append": 8, "table_context": 8, "table_maintain": 8,
+    "table": 8,
     "lake": 9,
 }
 

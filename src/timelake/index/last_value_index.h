@@ -8,7 +8,7 @@
 // Layout, under `_timelake/lvi/<table id>/` (the table's Delta metaData.id, so nothing of a
 // dropped table can leak into a new one at the same path; Delta readers ignore `_timelake/`):
 //   <version>.parquet       written after commit <version> is acknowledged (compactions, and
-//                           appends whose files are large: table_context.cc, RecordWorthWriting):
+//                           appends whose files are large: table/context.cc, RecordWorthWriting):
 //                           the newest row of every series in the files that commit added. A
 //                           small append's files are as cheap to read as its record would be.
 //   base-<version>.parquet  the newest row of every series over every timelake file live at

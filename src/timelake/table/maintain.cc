@@ -1,6 +1,6 @@
 // Table maintenance: retention, compaction, log expiry, vacuum and index upkeep (see
-// table_context.h).
-#include "timelake/table_context.h"
+// table/context.h).
+#include "timelake/table/context.h"
 
 #include <algorithm>
 #include <atomic>

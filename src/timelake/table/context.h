@@ -3,9 +3,9 @@
 // A context holds a handle's state: where the table lives, the snapshot the handle last saw, the
 // schemas and contract derived from its metadata, its committer and its last-value index. The
 // operations are functions over a context, each family in its own file: appends in
-// table_append.cc, retention/compaction/expiry in table_maintain.cc, the steps they share
+// table/append.cc, retention/compaction/expiry in table/maintain.cc, the steps they share
 // (loading derived fields, writability checks, committing, post-commit hooks) in
-// table_context.cc. Table (table.h) is the handle users hold: it serialises operations on its
+// table/context.cc. Table (table/table.h) is the handle users hold: it serialises operations on its
 // context with its lock. Every function here REQUIRES that lock held.
 #pragma once
 
@@ -118,7 +118,7 @@ struct LatestState {
   void Note(int64_t version, std::optional<LatestDelta> delta);
 };
 
-struct BackgroundCompaction;  // table_maintain.cc
+struct BackgroundCompaction;  // table/maintain.cc
 class Spool;                  // txn/spool.h
 
 struct TableContext {
@@ -226,11 +226,11 @@ arrow::Result<std::shared_ptr<arrow::Table>> LatestRows(TableContext& t);
 /// waiting at a time). The pass commits through a table context of its own, like a second
 /// handle: it rewrites chunks that gathered many small files, bounded per pass, so that a table
 /// fed by small appends keeps few files per chunk without anyone calling maintain(). Dying
-/// midway loses nothing: a pass is one ordinary compaction commit (table_maintain.cc).
+/// midway loses nothing: a pass is one ordinary compaction commit (table/maintain.cc).
 void MaybeCompactInBackground(TableContext& t, int64_t files_added);
 
 /// What writing an append's files needs from the handle, copied under its lock so that the files
-/// can be written without it (table_append.cc).
+/// can be written without it (table/append.cc).
 struct AppendPlan {
   std::shared_ptr<ObjectStore> store;
   std::string table_path;
@@ -311,10 +311,10 @@ void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double co
                         double hooks_ms, int64_t rows);
 
 /// Appends the batches of `reader` as one commit, the whole append under the handle's lock, with
-/// the inline maintenance `options` ask for (table_append.cc).
+/// the inline maintenance `options` ask for (table/append.cc).
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
                                           const AppendOptions& options);
-/// The maintenance steps (table_maintain.cc). `inline_only` keeps the work bounded: what an
+/// The maintenance steps (table/maintain.cc). `inline_only` keeps the work bounded: what an
 /// append may do after its commit.
 arrow::Status MaintainLocked(TableContext& t, const MaintainOptions& options, bool inline_only,
                              MaintainResult* result);

@@ -1,5 +1,5 @@
-// Appending: input batches become data files (ingest/), then one commit (see table_context.h).
-#include "timelake/table_context.h"
+// Appending: input batches become data files (ingest/), then one commit (see table/context.h).
+#include "timelake/table/context.h"
 
 #include <algorithm>
 #include <chrono>

@@ -28,7 +28,7 @@
 
 #include "timelake/contract.h"
 #include "timelake/scan/scan_planner.h"
-#include "timelake/table_context.h"
+#include "timelake/table/context.h"
 #include "timelake/util/interrupt.h"
 #include "timelake/util/operation_lock.h"
 

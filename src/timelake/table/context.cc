@@ -1,4 +1,4 @@
-#include "timelake/table_context.h"
+#include "timelake/table/context.h"
 
 #include <algorithm>
 #include <set>
