@@ -1,6 +1,7 @@
 // RefreshingValue: a value that expires (temporary credentials, an access token), fetched on
-// first use and again when it nears its expiry. The AWS, Azure and Google credential providers
-// keep theirs in one.
+// first use and again when it nears its expiry. And the two credential providers every cloud
+// has, written once over its provider interface: StaticProvider (a value handed out as it is)
+// and RefreshingProvider (a RefreshingValue).
 //
 // Thread-safe: Get() holds a lock while it fetches, so one thread refreshes and the others wait
 // for its result. A failed refresh keeps a value that has not expired yet and tries again no
@@ -13,6 +14,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include <arrow/result.h>
@@ -77,6 +79,49 @@ class RefreshingValue {
   std::mutex mutex_;
   std::optional<T> cached_;    // GUARDED_BY(mutex_)
   int64_t refresh_at_ms_ = 0;  // GUARDED_BY(mutex_)
+};
+
+/// A provider (`Provider`: AwsCredentialProvider, AzureCredentialProvider,
+/// GoogleCredentialProvider) of a value that never changes: given keys, a fixed token.
+template <typename Provider, typename T>
+class StaticProvider final : public Provider {
+ public:
+  StaticProvider(T value, std::string source) : value_(std::move(value)), source_(std::move(source)) {}
+  arrow::Result<T> Get() override { return value_; }
+  std::string Source() const override { return source_; }
+
+ private:
+  const T value_;
+  const std::string source_;
+};
+
+/// A provider of timed values: fetched on first use, then again `RefreshWindowMs` before they
+/// expire; a failed refresh keeps a value still valid and is retried after `RetryIntervalMs`.
+/// Invalidate() makes the next Get() fetch anew.
+template <typename Provider, typename T, int64_t RefreshWindowMs, int64_t RetryIntervalMs>
+class RefreshingProvider final : public Provider {
+ public:
+  using Fetch = typename RefreshingValue<T>::Fetch;
+
+  RefreshingProvider(std::string source, Fetch fetch, MillisClock now_ms)
+      : source_(std::move(source)),
+        value_(std::move(fetch), std::move(now_ms), RefreshWindowMs, RetryIntervalMs) {}
+  /// For a fetch that does not need the clock's reading.
+  RefreshingProvider(std::string source, std::function<arrow::Result<T>()> fetch, MillisClock now_ms)
+      : RefreshingProvider(std::move(source),
+                           Fetch([fetch = std::move(fetch)](int64_t) { return fetch(); }),
+                           std::move(now_ms)) {}
+
+  arrow::Result<T> Get() override { return value_.Get(); }
+  bool Invalidate() override {
+    value_.Invalidate();
+    return true;
+  }
+  std::string Source() const override { return source_; }
+
+ private:
+  const std::string source_;
+  RefreshingValue<T> value_;
 };
 
 }  // namespace timelake

@@ -50,37 +50,9 @@ std::string FoldValue(const std::string& value) {
   return out;
 }
 
-class StaticProvider final : public AzureCredentialProvider {
- public:
-  StaticProvider(AzureCredential credential, std::string source)
-      : credential_(std::move(credential)), source_(std::move(source)) {}
-  arrow::Result<AzureCredential> Get() override { return credential_; }
-  std::string Source() const override { return source_; }
-
- private:
-  const AzureCredential credential_;
-  const std::string source_;
-};
-
-// Access tokens: fetched on first use, then again when they near their expiry.
-class RefreshingProvider final : public AzureCredentialProvider {
- public:
-  using Fetch = std::function<arrow::Result<AzureCredential>()>;
-  RefreshingProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)),
-        value_([fetch = std::move(fetch)](int64_t) { return fetch(); }, std::move(now_ms),
-               kRefreshWindowMs, kRetryIntervalMs) {}
-  arrow::Result<AzureCredential> Get() override { return value_.Get(); }
-  bool Invalidate() override {
-    value_.Invalidate();
-    return true;
-  }
-  std::string Source() const override { return source_; }
-
- private:
-  const std::string source_;
-  RefreshingValue<AzureCredential> value_;
-};
+using StaticAzureProvider = StaticProvider<AzureCredentialProvider, AzureCredential>;
+using RefreshingAzureProvider =
+    RefreshingProvider<AzureCredentialProvider, AzureCredential, kRefreshWindowMs, kRetryIntervalMs>;
 
 std::string FormEncode(const std::vector<std::pair<std::string, std::string>>& fields) {
   std::string out;
@@ -298,14 +270,14 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
   if (sas.empty()) sas = conn_field("SharedAccessSignature");
 
   if (skip_signature) {
-    settings.credentials = std::make_shared<StaticProvider>(AzureCredential{}, "azure_skip_signature");
+    settings.credentials = std::make_shared<StaticAzureProvider>(AzureCredential{}, "azure_skip_signature");
     return settings;
   }
   if (std::string token = in.Option("azure_storage_token"); !token.empty()) {
     AzureCredential c;
     c.kind = AzureCredential::Kind::kBearer;
     c.bearer = token;
-    settings.credentials = std::make_shared<StaticProvider>(c, "azure_storage_token");
+    settings.credentials = std::make_shared<StaticAzureProvider>(c, "azure_storage_token");
     return settings;
   }
   if (!key.empty()) {
@@ -317,7 +289,7 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
     AzureCredential c;
     c.kind = AzureCredential::Kind::kSharedKey;
     c.account_key = *decoded;
-    settings.credentials = std::make_shared<StaticProvider>(c, "account key of '" + settings.account + "'");
+    settings.credentials = std::make_shared<StaticAzureProvider>(c, "account key of '" + settings.account + "'");
     return settings;
   }
   auto token_request = [fetch, clock, authority, tenant](
@@ -356,7 +328,7 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
                              "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
                             {"grant_type", "client_credentials"}});
     };
-    settings.credentials = std::make_shared<RefreshingProvider>("workload identity", fetch_token, clock);
+    settings.credentials = std::make_shared<RefreshingAzureProvider>("workload identity", fetch_token, clock);
     return settings;
   }
   if (!client_secret.empty()) {
@@ -372,14 +344,14 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
                             {"grant_type", "client_credentials"}});
     };
     settings.credentials =
-        std::make_shared<RefreshingProvider>("service principal " + client_id, fetch_token, clock);
+        std::make_shared<RefreshingAzureProvider>("service principal " + client_id, fetch_token, clock);
     return settings;
   }
   if (!sas.empty()) {
     AzureCredential c;
     c.kind = AzureCredential::Kind::kSas;
     c.sas_query = sas.front() == '?' ? sas.substr(1) : sas;
-    settings.credentials = std::make_shared<StaticProvider>(c, "SAS token");
+    settings.credentials = std::make_shared<StaticAzureProvider>(c, "SAS token");
     return settings;
   }
 
@@ -414,7 +386,7 @@ arrow::Result<AzureSettings> ResolveAzureSettings(const AzureCredentialInputs& g
     }
     return ParseTokenReply("managed identity token request", *reply, clock());
   };
-  settings.credentials = std::make_shared<RefreshingProvider>("managed identity", fetch_token, clock);
+  settings.credentials = std::make_shared<RefreshingAzureProvider>("managed identity", fetch_token, clock);
   return settings;
 }
 

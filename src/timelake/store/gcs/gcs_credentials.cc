@@ -313,39 +313,10 @@ arrow::Result<std::string> ServiceAccountAssertion(const KeyFile& key, EVP_PKEY*
 
 // ---- providers ---------------------------------------------------------------------------------
 
-class FixedTokenProvider final : public GoogleCredentialProvider {
- public:
-  FixedTokenProvider(GoogleToken token, std::string source)
-      : token_(std::move(token)), source_(std::move(source)) {}
-  arrow::Result<GoogleToken> Get() override { return token_; }
-  std::string Source() const override { return source_; }
-
- private:
-  const GoogleToken token_;
-  const std::string source_;
-};
-
-// Timed tokens: fetched on first use, then again when they near their expiry.
-class RefreshingTokenProvider final : public GoogleCredentialProvider {
- public:
-  using Fetch = RefreshingValue<GoogleToken>::Fetch;
-
-  RefreshingTokenProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)),
-        value_(std::move(fetch), std::move(now_ms), kGoogleTokenRefreshWindowMs,
-               kGoogleTokenRetryIntervalMs) {}
-
-  arrow::Result<GoogleToken> Get() override { return value_.Get(); }
-  bool Invalidate() override {
-    value_.Invalidate();
-    return true;
-  }
-  std::string Source() const override { return source_; }
-
- private:
-  const std::string source_;
-  RefreshingValue<GoogleToken> value_;
-};
+using FixedTokenProvider = StaticProvider<GoogleCredentialProvider, GoogleToken>;
+using RefreshingTokenProvider = RefreshingProvider<GoogleCredentialProvider, GoogleToken,
+                                                   kGoogleTokenRefreshWindowMs,
+                                                   kGoogleTokenRetryIntervalMs>;
 
 // A provider for a service-account key (checked now: fields and private key).
 arrow::Result<std::shared_ptr<GoogleCredentialProvider>> ServiceAccountProvider(

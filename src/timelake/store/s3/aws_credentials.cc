@@ -161,36 +161,10 @@ arrow::Status CheckProfileMechanism(const AwsProfile& profile) {
       " --format env) or give an access key pair another way");
 }
 
-// Static credentials: handed out as they are, forever.
-class StaticCredentialProvider final : public AwsCredentialProvider {
- public:
-  StaticCredentialProvider(AwsCredentials credentials, std::string source)
-      : credentials_(std::move(credentials)), source_(std::move(source)) {}
-  arrow::Result<AwsCredentials> Get() override { return credentials_; }
-  std::string Source() const override { return source_; }
-
- private:
-  const AwsCredentials credentials_;
-  const std::string source_;
-};
-
-// Timed credentials: fetched on first use, then again when they near their expiry.
-class RefreshingCredentialProvider final : public AwsCredentialProvider {
- public:
-  using Fetch = std::function<arrow::Result<AwsCredentials>()>;
-
-  RefreshingCredentialProvider(std::string source, Fetch fetch, MillisClock now_ms)
-      : source_(std::move(source)),
-        value_([fetch = std::move(fetch)](int64_t) { return fetch(); }, std::move(now_ms),
-               kAwsCredentialRefreshWindowMs, kAwsCredentialRetryIntervalMs) {}
-
-  arrow::Result<AwsCredentials> Get() override { return value_.Get(); }
-  std::string Source() const override { return source_; }
-
- private:
-  const std::string source_;
-  RefreshingValue<AwsCredentials> value_;
-};
+using StaticCredentialProvider = StaticProvider<AwsCredentialProvider, AwsCredentials>;
+using RefreshingCredentialProvider =
+    RefreshingProvider<AwsCredentialProvider, AwsCredentials, kAwsCredentialRefreshWindowMs,
+                       kAwsCredentialRetryIntervalMs>;
 
 std::string StsEndpoint(const Settings& s, const std::string& region) {
   if (std::string url = s.Env("AWS_ENDPOINT_URL_STS"); !url.empty()) {

@@ -65,6 +65,8 @@ class AwsCredentialProvider {
   /// have not expired yet are returned and the refresh is retried after
   /// kAwsCredentialRetryIntervalMs; without valid credentials the failure is returned.
   virtual arrow::Result<AwsCredentials> Get() = 0;
+  /// Makes the next Get() fetch timed credentials anew; false for static ones (nothing to do).
+  virtual bool Invalidate() { return false; }
   /// Where they come from, for messages: "storage_options", "aws_skip_signature",
   /// "environment", "profile 'x' in <file>", "web identity", "container",
   /// "instance metadata". Never a secret.
