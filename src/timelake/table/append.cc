@@ -129,6 +129,40 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   return result;
 }
 
+arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContext& t,
+                                               GroupCommit& group, arrow::RecordBatchReader* reader,
+                                               const AppendOptions& options) {
+  AppendPlan plan;
+  if (!group.PlanWhileCommitting(options, &plan)) {
+    ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append", options.interrupt));
+    if (options.maintain.value_or(AutoMaintain(t))) {
+      // Inline maintenance runs right after the append's own commit: all of it under the lock.
+      return AppendBatches(t, reader, options);
+    }
+    ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(t, options, &plan));
+    if (answered) return *answered;  // `plan` is not filled then
+    group.Publish(plan, AutoMaintain(t));
+  }
+  // Writing the files needs no handle state: other threads' appends write theirs meanwhile. The
+  // input stream may call back into user code, which must not re-enter the handle.
+  StagedAppend staged;
+  arrow::Status staging;
+  {
+    auto busy = mutex.MarkBusy("append");
+    staging = StageAppend(plan, reader, options, &staged, kSharedFileMaxRows);
+  }
+  if (!staging.ok() || (staged.files.empty() && !staged.shared && !options.batch_id)) {
+    ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append"));
+    if (!staging.ok()) return DroppedOr(t, staging);
+    AppendResult empty;
+    empty.version = t.snapshot.version;
+    return empty;
+  }
+  ARROW_ASSIGN_OR_RAISE(AppendResult result, group.Commit(&staged, options.interrupt));
+  PrintAppendProfile(t, staged.ingestor->profile(), result.commit_ms, 0, result.rows);
+  return result;
+}
+
 void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result) {
   // Upkeep of earlier appends that failed (a checkpoint that could not be written, say) is
   // reported here, with the first append that can tell.

@@ -23,8 +23,11 @@
 #include "timelake/table/context.h"
 #include "timelake/table/maintain.h"
 #include "timelake/util/interrupt.h"
+#include "timelake/util/operation_lock.h"
 
 namespace timelake {
+
+class GroupCommit;  // table/group_commit.h
 
 struct AppendOptions {
   std::optional<std::string> batch_id;
@@ -101,6 +104,15 @@ void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, Ap
 /// Prints where an append's time went when TIMELAKE_PROFILE is set (bench/README.md).
 void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double commit_ms,
                         double hooks_ms, int64_t rows);
+
+/// An append through the handle (Table::Append): planned under the handle's lock `mutex` (or,
+/// while a group commit is in flight, from the plan `group` published), its files staged without
+/// the lock, then committed with the appends staged meanwhile (GroupCommit::Commit). An append
+/// with inline maintenance runs whole under the lock (AppendBatches). REQUIRES: `mutex` NOT held
+/// by the calling thread (re-entry fails with Status::ExecutionError).
+arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContext& t,
+                                               GroupCommit& group, arrow::RecordBatchReader* reader,
+                                               const AppendOptions& options);
 
 /// Appends the batches of `reader` as one commit, the whole append under the handle's lock, with
 /// the inline maintenance `options` ask for. REQUIRES: the handle's lock held.

@@ -59,35 +59,7 @@ arrow::Status Table::WaitForUpkeep() {
 
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
-  AppendPlan plan;
-  if (!group_.PlanWhileCommitting(options, &plan)) {
-    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
-    if (options.maintain.value_or(AutoMaintain(ctx_))) {
-      // Inline maintenance runs right after the append's own commit: all of it under the lock.
-      return AppendBatches(ctx_, reader, options);
-    }
-    ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(ctx_, options, &plan));
-    if (answered) return *answered;  // `plan` is not filled then
-    group_.Publish(plan, AutoMaintain(ctx_));
-  }
-  // Writing the files needs no handle state: other threads' appends write theirs meanwhile. The
-  // input stream may call back into user code, which must not re-enter the handle.
-  StagedAppend staged;
-  arrow::Status staging;
-  {
-    auto busy = mutex_.MarkBusy("append");
-    staging = StageAppend(plan, reader, options, &staged, kSharedFileMaxRows);
-  }
-  if (!staging.ok() || (staged.files.empty() && !staged.shared && !options.batch_id)) {
-    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append"));
-    if (!staging.ok()) return DroppedOr(ctx_, staging);
-    AppendResult empty;
-    empty.version = ctx_.snapshot.version;
-    return empty;
-  }
-  ARROW_ASSIGN_OR_RAISE(AppendResult result, group_.Commit(&staged, options.interrupt));
-  PrintAppendProfile(ctx_, staged.ingestor->profile(), result.commit_ms, 0, result.rows);
-  return result;
+  return AppendThroughGroup(mutex_, ctx_, group_, reader, options);
 }
 
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
