@@ -31,7 +31,7 @@
 #include "timelake/lake.h"
 #include "timelake/scan/row_groups.h"
 #include "timelake/table/table.h"
-#include "timelake/txn/upkeep.h"
+#include "timelake/table/upkeep.h"
 #include "timelake/util/status.h"
 
 namespace nb = nanobind;

@@ -13,7 +13,7 @@
 #include "timelake/log/schema.h"
 #include "timelake/store/store_factory.h"
 #include "timelake/txn/committer.h"
-#include "timelake/txn/upkeep.h"
+#include "timelake/table/upkeep.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -217,7 +217,7 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
 arrow::Status Lake::DropTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, Resolve(name));
   // Handles of this process may still have an append's checkpoint or index record to write
-  // (txn/upkeep.h): written after the drop, it would bring the table's folder back.
+  // (table/upkeep.h): written after the drop, it would bring the table's folder back.
   DrainAllUpkeep();
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());

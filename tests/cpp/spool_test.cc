@@ -1,7 +1,7 @@
-// Group commit across processes (txn/spool.h): the spool's files, and appends of handles that
+// Group commit across processes (table/spool.h): the spool's files, and appends of handles that
 // share a local lake only through its folder (as two processes do: each handle opens its own
 // locks, and flock(2) locks of separate opens exclude each other within one process too).
-#include "timelake/txn/spool.h"
+#include "timelake/table/spool.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>

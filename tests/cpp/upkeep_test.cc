@@ -1,5 +1,5 @@
 // Upkeep: a handle's background queue of post-commit work.
-#include "timelake/txn/upkeep.h"
+#include "timelake/table/upkeep.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

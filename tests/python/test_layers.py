@@ -49,6 +49,13 @@ def test_no_file_includes_a_header_of_a_floor_above_its_own():
     assert upward == []
 
 
+def test_txn_holds_only_transaction_logic():
+    # The committer, the conflict rules and the post-commit hook contract; the handle's runtime
+    # (the spool, the upkeep thread) lives with the handle in table/.
+    stems = {p.stem for p in (SRC / "txn").iterdir() if p.suffix in (".h", ".cc")}
+    assert stems == {"committer", "conflict", "post_commit"}
+
+
 def test_the_check_sees_an_upward_include(tmp_path):
     # The rule applied to a made-up file: the store floor reaching up to the scan floor.
     text = '#include "timelake/scan/row_groups.h"\n'

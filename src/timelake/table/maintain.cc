@@ -1,6 +1,6 @@
-// Table maintenance: retention, compaction, log expiry, vacuum and index upkeep (see
-// table/context.h).
-#include "timelake/table/context.h"
+// Table maintenance: retention, compaction, log expiry, vacuum and index folds (see
+// table/maintain.h).
+#include "timelake/table/maintain.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +18,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/maintain/cleanup.h"
 #include "timelake/maintain/compaction.h"
+#include "timelake/table/upkeep.h"
 #include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -231,7 +232,7 @@ arrow::Status Compact(TableContext& t, const CompactionOptions& options,
 // queued pass; `table` is touched on the upkeep thread only.
 struct BackgroundCompaction {
   // The process whose pass is queued and has not started yet (0: none). A child made by fork()
-  // inherits this but not the parent's upkeep queue (txn/upkeep.h): seeing its parent's id here,
+  // inherits this but not the parent's upkeep queue (table/upkeep.h): seeing its parent's id here,
   // it queues passes of its own.
   std::atomic<pid_t> queued_by{0};
   std::atomic<int64_t> committed{-1};  // the newest version a pass committed

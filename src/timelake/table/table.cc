@@ -19,11 +19,6 @@
 
 namespace timelake {
 
-namespace {
-// How long a group commit's leader waits for the appends it expects (Table::CommitInGroup).
-constexpr std::chrono::microseconds kGroupWait{1000};
-}  // namespace
-
 Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
     : mutex_("table handle '" + name + "'",
              "use a second handle for the table, from lake.table('" + name + "')"),
@@ -64,96 +59,7 @@ arrow::Status Table::WaitForUpkeep() {
 
 arrow::Result<AppendResult> Table::Append(arrow::RecordBatchReader* reader,
                                           const AppendOptions& options) {
-  AppendPlan plan;
-  if (!PlanWhileCommitting(options, &plan)) {
-    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append", options.interrupt));
-    if (options.maintain.value_or(AutoMaintain(ctx_))) {
-      // Inline maintenance runs right after the append's own commit: all of it under the lock.
-      return AppendBatches(ctx_, reader, options);
-    }
-    ARROW_ASSIGN_OR_RAISE(auto answered, PrepareAppend(ctx_, options, &plan));
-    if (answered) return *answered;  // `plan` is not filled then
-    std::lock_guard<std::mutex> published(group_mutex_);
-    plan_ = std::make_shared<const AppendPlan>(plan);
-    plan_auto_maintain_ = AutoMaintain(ctx_);
-  }
-  // Writing the files needs no handle state: other threads' appends write theirs meanwhile. The
-  // input stream may call back into user code, which must not re-enter the handle.
-  StagedAppend staged;
-  arrow::Status staging;
-  {
-    auto busy = mutex_.MarkBusy("append");
-    staging = StageAppend(plan, reader, options, &staged, kSharedFileMaxRows);
-  }
-  if (!staging.ok() || (staged.files.empty() && !staged.shared && !options.batch_id)) {
-    ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("append"));
-    if (!staging.ok()) return DroppedOr(ctx_, staging);
-    AppendResult empty;
-    empty.version = ctx_.snapshot.version;
-    return empty;
-  }
-  ARROW_ASSIGN_OR_RAISE(AppendResult result, CommitInGroup(&staged, options.interrupt));
-  PrintAppendProfile(ctx_, staged.ingestor->profile(), result.commit_ms, 0, result.rows);
-  return result;
-}
-
-bool Table::PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan) {
-  if (options.maintain == true) return false;
-  if (options.batch_id && options.batch_id->empty()) return false;  // PrepareAppend says why
-  std::lock_guard<std::mutex> group(group_mutex_);
-  if (!group_leader_ || !plan_ || (plan_auto_maintain_ && !options.maintain)) return false;
-  *plan = *plan_;
-  plan->head_checked_ms = 0;  // not checked now
-  return true;
-}
-
-arrow::Result<AppendResult> Table::CommitInGroup(StagedAppend* staged,
-                                                 const InterruptCheck& interrupt) {
-  Queued mine{staged, std::nullopt};
-  std::unique_lock<std::mutex> group(group_mutex_);
-  group_queue_.push_back(&mine);
-  group_grew_.notify_one();
-  while (!mine.result) {
-    if (group_leader_) {
-      group_changed_.wait(group);
-      continue;
-    }
-    group_leader_ = true;
-    group.unlock();
-    {
-      // Appends staged while the leader waits for the lock join this commit. Ctrl-C while
-      // waiting cancels the leader's own append only: another waiting append leads instead.
-      auto lock = mutex_.Acquire("append", interrupt);
-      group.lock();
-      if (!lock.ok()) {
-        group_queue_.erase(std::find(group_queue_.begin(), group_queue_.end(), &mine));
-        group_leader_ = false;
-        group_changed_.notify_all();
-        staged->ingestor->Abort();
-        return lock.status();
-      }
-      const auto deadline = std::chrono::steady_clock::now() + kGroupWait;
-      while (group_queue_.size() < group_expected_ &&
-             group_grew_.wait_until(group, deadline) == std::cv_status::no_timeout) {
-      }
-      std::vector<Queued*> members;
-      members.swap(group_queue_);
-      group.unlock();
-      std::vector<StagedAppend*> staged_members;
-      for (auto* q : members) staged_members.push_back(q->staged);
-      std::vector<arrow::Result<AppendResult>> results = CommitAcrossProcesses(ctx_, staged_members);
-      if (!results.empty() && results.front().ok()) {
-        // Failed upkeep of earlier appends goes to one of the appends of this commit.
-        ReportUpkeepFailures(ctx_, {}, &*results.front());
-      }
-      group.lock();
-      for (size_t i = 0; i < members.size(); ++i) members[i]->result = std::move(results[i]);
-      group_expected_ = members.size() + group_queue_.size();
-    }
-    group_leader_ = false;
-    group_changed_.notify_all();
-  }
-  return std::move(*mine.result);
+  return AppendThroughGroup(mutex_, ctx_, group_, reader, options);
 }
 
 arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {

@@ -14,7 +14,6 @@
 // and stop with its status. What a stopped operation wrote but did not commit is deleted.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,11 +27,29 @@
 
 #include "timelake/contract.h"
 #include "timelake/scan/scan_planner.h"
+#include "timelake/table/append.h"
 #include "timelake/table/context.h"
+#include "timelake/table/group_commit.h"
+#include "timelake/table/maintain.h"
 #include "timelake/util/interrupt.h"
 #include "timelake/util/operation_lock.h"
 
 namespace timelake {
+
+struct TableInfo {
+  Contract contract;
+  int64_t rows = 0;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  int64_t snapshots = 0;
+  int64_t manifests = 0;
+  int64_t index_series = 0;
+  int64_t index_version = -1;
+  int64_t index_bytes = 0;
+  /// Why the index could not be read (a damaged data file it had to read): the other index
+  /// figures are then unknown (-1), and the rest of the info stands.
+  std::optional<std::string> index_error;
+};
 
 class Table {
  public:
@@ -54,7 +71,7 @@ class Table {
   arrow::Result<std::shared_ptr<arrow::Table>> Latest();
   arrow::Status Refresh();
   /// Waits for the work earlier appends left to the handle's upkeep thread (checkpoints, index
-  /// records and folds; txn/upkeep.h). latest(), info() and maintain() wait for it themselves.
+  /// records and folds; table/upkeep.h). latest(), info() and maintain() wait for it themselves.
   arrow::Status WaitForUpkeep();
   /// The files of the handle's current snapshot that may hold rows `filter` admits, annotated
   /// for a query engine (see scan/scan_planner.h).
@@ -104,41 +121,10 @@ class Table {
   /// `st` with the table's folder replaced by its name in a KeyError's message.
   arrow::Status TableMessage(const arrow::Status& st) const;
 
-  /// Commits `staged` together with the appends of other threads staged meanwhile (group
-  /// commit): the first waiting thread leads, takes the handle's lock and commits every staged
-  /// append queued by then as one Delta commit; the others wait for its answer. `interrupt` may
-  /// stop the wait for the lock (cancelling this append only).
-  ///
-  /// Commit delay: threads appending in a loop come back right after their group's commit; a
-  /// leader that took the queue at once would commit without them and split the threads into
-  /// two groups taking turns, each waiting out the other's commit. So a leader holding the lock
-  /// waits (at most kGroupWait) until as many appends are queued as the last group had, with
-  /// those queued when it was committed.
-  arrow::Result<AppendResult> CommitInGroup(StagedAppend* staged, const InterruptCheck& interrupt);
-
-  /// While a group commit is in flight (the handle's lock is held for it), an append need not
-  /// wait for the lock to start writing its files: it plans from the last published plan. Its
-  /// batch id is then checked at the commit only (CommitStaged), and a table dropped or replaced
-  /// meanwhile fails the commit as it would fail the planning. False: plan under the lock.
-  bool PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan);
-
   OperationLock mutex_;
   TableContext ctx_;  // GUARDED_BY(mutex_)
 
-  struct Queued {
-    StagedAppend* staged;
-    std::optional<arrow::Result<AppendResult>> result;  // set by the leader
-  };
-  std::mutex group_mutex_;
-  std::condition_variable group_changed_;
-  std::vector<Queued*> group_queue_;  // GUARDED_BY(group_mutex_)
-  bool group_leader_ = false;         // GUARDED_BY(group_mutex_)
-  std::condition_variable group_grew_;  // an append joined the queue
-  // GUARDED_BY(group_mutex_): the appends of the last group and those queued when it was
-  // committed: the threads appending now, which a leader waits for a moment (CommitInGroup).
-  size_t group_expected_ = 1;
-  std::shared_ptr<const AppendPlan> plan_;  // GUARDED_BY(group_mutex_): the last planned append
-  bool plan_auto_maintain_ = false;         // GUARDED_BY(group_mutex_): the table's autoMaintain then
+  GroupCommit group_{&mutex_, &ctx_};  // the appends waiting for their commit
 };
 
 }  // namespace timelake

@@ -1,8 +1,8 @@
 // Spool: group commit across the writer processes of one machine (local lakes).
 //
-// Threads of one process already share commits (Table::CommitInGroup). Processes cannot share a
-// queue in memory, so on a local lake they share one through files in the table's `_timelake/`
-// folder, under the advisory lock `_timelake/spool.lock`:
+// Threads of one process already share commits (GroupCommit, table/group_commit.h). Processes
+// cannot share a queue in memory, so on a local lake they share one through files in the table's
+// `_timelake/` folder, under the advisory lock `_timelake/spool.lock`:
 //
 //  * The process holding the lock leads: it claims every request it finds, commits their rows
 //    together with its own appends (one shared file per chunk, one Delta commit, a `txn` per batch

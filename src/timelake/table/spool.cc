@@ -1,4 +1,4 @@
-#include "timelake/txn/spool.h"
+#include "timelake/table/spool.h"
 
 #include <dirent.h>
 #include <fcntl.h>

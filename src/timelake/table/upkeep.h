@@ -1,20 +1,27 @@
-// Upkeep: the work an acknowledged append leaves behind, done on a background thread.
+// Upkeep: the work an acknowledged commit leaves behind, and the thread that does it.
 //
 // An append is acknowledged once its commit is in the log; a checkpoint, the last-value index
-// record of the commit and the index fold are derived data (post_commit.h) that only make later
-// reads faster. Doing them inside append() put a checkpoint or a fold into every tenth or
+// record of the commit and the index fold are derived data (txn/post_commit.h) that only make
+// later reads faster. Doing them inside append() put a checkpoint or a fold into every tenth or
 // thirty-second call's latency, so appends hand them to their handle's Upkeep instead, which
-// runs them in order on one thread of its own while the caller goes on.
+// runs them in order on one thread of its own while the caller goes on (QueueAfterAppend).
+// Other commits (maintenance, schema changes) run the same work as hooks right after the commit
+// (HooksAfter). Background compaction passes (table/maintain.h) run on the same thread.
 //
 // Nothing is lost if the process dies before a task ran: a missing checkpoint costs replay time
 // and a missing index record makes latest() read that commit's files, exactly as when a hook
 // fails. Operations that want the work done (latest(), info(), maintain(), closing the handle)
-// call Drain() first. Tasks must not use the handle's context: they carry what they need
-// (a snapshot copy, the newest rows of the files) and use thread-safe parts only (the store, the
-// last-value index, a DeltaLog of their own).
-// Thread safety: every method may be called from any thread. A child process made by fork()
-// (Python's multiprocessing) gets its handles' Upkeeps empty and without a thread: its own posts
-// start a thread of its own.
+// call Drain() first (FinishUpkeep). Tasks must not use the handle's context: they carry what
+// they need (a snapshot copy, the newest rows of the files) and use thread-safe parts only (the
+// store, the last-value index, a DeltaLog of their own).
+//
+// Thread safety: every method of Upkeep may be called from any thread, and DrainAllUpkeep too.
+// A child process made by fork() (Python's multiprocessing) gets its handles' Upkeeps empty and
+// without a thread: its own posts start a thread of its own. The free functions taking a
+// TableContext REQUIRE the handle's lock held; WriteCheckpointUnlessSuperseded needs none.
+//
+// The queues are kept in a process-wide registry (DrainAllUpkeep) rather than by the Lake: see
+// docs/architecture.md, "Where the structure is still short of its plan".
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +34,10 @@
 #include <vector>
 
 #include <arrow/status.h>
+
+#include "timelake/ingest/ingestor.h"
+#include "timelake/log/delta_log.h"
+#include "timelake/txn/post_commit.h"
 
 namespace timelake {
 
@@ -88,5 +99,27 @@ class Upkeep {
 /// cut off halfway by the exit (that would be safe, only wasteful) or runs during it, and before
 /// a table is dropped.
 void DrainAllUpkeep();
+
+struct TableContext;  // table/context.h
+
+/// Post-commit hook of every commit: a checkpoint when one is due (taken back if the table was
+/// dropped meanwhile).
+arrow::Status MaybeCheckpoint(TableContext& t);
+/// The checkpoint of `snapshot`, written by a handle's upkeep thread after the commit was
+/// acknowledged. Writer processes each checkpoint the versions they commit: one whose upkeep lags
+/// behind finds a newer checkpoint named in `_last_checkpoint` and writes none (it would cost as
+/// much as the newer one and point `_last_checkpoint` back to an older version).
+arrow::Status WriteCheckpointUnlessSuperseded(DeltaLog& log, const Snapshot& snapshot);
+/// The hooks a commit runs once acknowledged (see txn/post_commit.h): the checkpoint, and the
+/// index record when it added `files` (which must outlive the hooks).
+PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files, int64_t version,
+                           int64_t seq);
+/// The same work for append commit `version` (which added `files`, sequence number = version),
+/// queued on the handle's Upkeep instead of run now.
+void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version);
+/// Waits for the handle's queued upkeep and takes in what it did: the newest checkpoint, and
+/// the commits of its background compaction passes (the handle advances to the latest version
+/// when a pass committed beyond it).
+arrow::Status FinishUpkeep(TableContext& t);
 
 }  // namespace timelake

@@ -1,0 +1,345 @@
+// Upkeep: the post-commit work of a handle and the thread that does it (see table/upkeep.h).
+#include "timelake/table/upkeep.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+
+#include <new>
+#include <set>
+#include <system_error>
+
+#include "timelake/log/file_tags.h"
+#include "timelake/table/context.h"
+#include "timelake/table/latest.h"
+#include "timelake/table/maintain.h"
+#include "timelake/util/parallel.h"
+#include "timelake/util/status.h"
+
+namespace timelake {
+namespace {
+
+constexpr int kNiceIncrement = 10;  // the upkeep thread's nice value above its creator's
+
+// Every live Upkeep, so that DrainAllUpkeep() can finish their work before the process exits.
+std::mutex& RegistryMutex() {
+  static std::mutex* mutex = new std::mutex;  // never destroyed: used during exit
+  return *mutex;
+}
+std::set<Upkeep*>& Registry() {
+  static std::set<Upkeep*>* live = new std::set<Upkeep*>;
+  return *live;
+}
+// Signalled (under RegistryMutex) when a pin is released.
+std::condition_variable*& Unpinned() {
+  static std::condition_variable* unpinned = new std::condition_variable;
+  return unpinned;
+}
+
+}  // namespace
+
+void DrainAllUpkeep() {
+  // The registry lock is never held while waiting: a task may open a table (a background
+  // compaction pass does), whose new Upkeep registers itself; it would wait for the lock while
+  // the drain waited for the task. An Upkeep is pinned instead, so that it outlives the wait, and
+  // the registry is walked again for the queues not drained yet, the ones created meanwhile
+  // included. Each queue is drained once: appends that keep posting cannot hold the drain up.
+  std::set<uint64_t> drained;
+  for (;;) {
+    Upkeep* busy = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(RegistryMutex());
+      for (Upkeep* upkeep : Registry()) {
+        if (!drained.count(upkeep->id_) && upkeep->Busy()) {
+          busy = upkeep;
+          ++busy->pins_;
+          break;
+        }
+      }
+    }
+    if (!busy) return;
+    drained.insert(busy->id_);
+    busy->Drain();
+    {
+      std::lock_guard<std::mutex> lock(RegistryMutex());
+      --busy->pins_;
+    }
+    Unpinned()->notify_all();
+  }
+}
+
+void Upkeep::InitializeForFork() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    (void)RegistryMutex();
+    (void)Registry();
+    (void)Unpinned();
+    pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild);
+  });
+}
+
+namespace {
+[[maybe_unused]] const bool kUpkeepReadyForFork = (Upkeep::InitializeForFork(), true);
+}  // namespace
+
+namespace {
+std::atomic<uint64_t> next_upkeep_id{1};
+}  // namespace
+
+Upkeep::Upkeep() : id_(next_upkeep_id++) {
+  InitializeForFork();
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry().insert(this);
+}
+
+void Upkeep::ForkPrepare() {
+  RegistryMutex().lock();
+  for (Upkeep* upkeep : Registry()) upkeep->mutex_.lock();
+}
+
+void Upkeep::ForkParent() {
+  for (Upkeep* upkeep : Registry()) upkeep->mutex_.unlock();
+  RegistryMutex().unlock();
+}
+
+void Upkeep::ForkChild() {
+  // The child's only thread is the one that forked, which holds every lock (ForkPrepare). A
+  // drain waiting in the parent has no thread here: its pins and its condition go.
+  Unpinned() = new std::condition_variable;  // the parent's may be mid-wait: leaked, not reused
+  for (Upkeep* upkeep : Registry()) {
+    upkeep->pins_ = 0;
+    new (&upkeep->thread_) std::thread();  // the parent's thread does not exist here
+    new (&upkeep->changed_) std::condition_variable();
+    upkeep->queue_.clear();
+    upkeep->finished_ = upkeep->posted_;  // the parent runs them
+    upkeep->running_task_ = false;
+    upkeep->stopping_ = false;
+    upkeep->mutex_.unlock();
+  }
+  RegistryMutex().unlock();
+}
+
+Upkeep::~Upkeep() {
+  {
+    // A drain pinned this one: it waits for the queue to empty, which the thread still does.
+    std::unique_lock<std::mutex> lock(RegistryMutex());
+    Unpinned()->wait(lock, [this] { return pins_ == 0; });
+    Registry().erase(this);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Upkeep::Post(std::string name, Task task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  queue_.emplace_back(std::move(name), std::move(task));
+  ++posted_;
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: run the queue here and now.
+      while (!queue_.empty()) RunFront(lock);
+      return;
+    }
+  }
+  changed_.notify_all();
+}
+
+bool Upkeep::Busy() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !queue_.empty() || running_task_;
+}
+
+void Upkeep::Drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t target = posted_;
+  changed_.wait(lock, [this, target] { return finished_ >= target; });
+}
+
+std::vector<std::string> Upkeep::TakeFailures() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(failures_, {});
+}
+
+void Upkeep::Record(const std::string& name, const arrow::Status& status) {
+  if (failures_.size() >= 100) failures_.erase(failures_.begin());
+  failures_.push_back(name + ": " + status.message());
+}
+
+void Upkeep::Run() {
+  // Upkeep is work nobody waits for (until a Drain, which then leaves the cores to it): it runs
+  // at a lower priority than the threads that append and query, so that a fold, a checkpoint or
+  // a compaction pass sharing a core with an append does not add to that append's latency.
+  // Threads it starts inherit that. Best effort: the nice value of a thread can only go up.
+  const id_t self = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, self);
+  if (errno == 0) (void)::setpriority(PRIO_PROCESS, self, std::min(nice + kNiceIncrement, 19));
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything ran
+    RunFront(lock);
+  }
+}
+
+void Upkeep::RunFront(std::unique_lock<std::mutex>& lock) {
+  auto [name, task] = std::move(queue_.front());
+  queue_.pop_front();
+  running_task_ = true;
+  lock.unlock();
+  // A task that throws (std::bad_alloc) fails as a task; the exception must not end the thread.
+  arrow::Status status = NoThrow(name.c_str(), task);
+  lock.lock();
+  running_task_ = false;
+  ++finished_;
+  if (!status.ok()) Record(name, status);
+  changed_.notify_all();
+}
+
+// The work itself: what an acknowledged commit leaves to do.
+
+namespace {
+
+// A checkpoint entry (a live file, a tombstone, an application's transaction) per this many
+// makes one more commit of replay as costly as writing the checkpoint again (CheckpointStride).
+constexpr int64_t kCheckpointEntriesPerCommit = 50;
+
+// Commits between checkpoints: `delta.checkpointInterval` (10), doubled while the checkpoint
+// would hold more than kCheckpointEntriesPerCommit entries per commit of the stride. Writing a
+// checkpoint costs O(entries); with a fixed interval a table of many files spent most of its
+// append's CPU on them (bench/README.md). So the work per commit stays bounded, and a reader
+// replays at most about twice the commits a checkpoint's read costs. A function of the
+// snapshot, so that writers of version v agree whether v gets one (one that counts fewer expired
+// tombstones may not: a checkpoint more or less, which no reader minds).
+int64_t CheckpointStride(const Snapshot& snapshot) {
+  const int64_t interval =
+      ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
+  if (interval <= 0) return interval;
+  const int64_t entries = static_cast<int64_t>(snapshot.files.size() + snapshot.tombstones.size() +
+                                               snapshot.txns.size());
+  int64_t stride = interval;
+  while (stride * kCheckpointEntriesPerCommit < entries && stride < (int64_t{1} << 40)) stride *= 2;
+  return stride;
+}
+
+bool CheckpointDue(const Snapshot& snapshot) {
+  const int64_t stride = CheckpointStride(snapshot);
+  return stride > 0 && snapshot.version > 0 && snapshot.version % stride == 0;
+}
+
+// Writes the checkpoint of `snapshot`. A drop between the commit and here would make the
+// checkpoint revive the dropped folder as a broken table: it is taken back if the commit is no
+// longer there. Only a definite answer takes it back: a read that failed (a timeout, a 500)
+// leaves the checkpoint, which is right as long as the commit stands, as it almost always does.
+arrow::Status WriteCheckpoint(DeltaLog& log, const Snapshot& snapshot) {
+  ARROW_RETURN_NOT_OK(log.Checkpoint(snapshot));
+  if (arrow::Status head = log.CheckHead(snapshot.version, snapshot.head_fingerprint); !head.ok()) {
+    if (IsTableNotFound(head)) (void)log.store().DeleteCheckpoint(snapshot.version);
+    return head;
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Status WriteCheckpointUnlessSuperseded(DeltaLog& log, const Snapshot& snapshot) {
+  if (auto newest = log.store().LastCheckpointHint(); newest && *newest >= snapshot.version) {
+    return arrow::Status::OK();
+  }
+  return WriteCheckpoint(log, snapshot);
+}
+
+arrow::Status MaybeCheckpoint(TableContext& t) {
+  if (!CheckpointDue(t.snapshot)) return arrow::Status::OK();
+  ARROW_RETURN_NOT_OK(WriteCheckpoint(t.log, t.snapshot));
+  t.snapshot.checkpoint_version = t.snapshot.version;
+  return arrow::Status::OK();
+}
+
+void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, int64_t version) {
+  if (t.contract.is_time_series()) {
+    LatestDelta delta;
+    if (!files.empty()) delta.kind = LatestDelta::kAppend;
+    for (const auto& f : files) {
+      delta.paths.push_back(f.path);
+      delta.newest.push_back(f.newest);
+    }
+    t.latest.Note(version, std::move(delta));
+  }
+  const bool checkpoint = CheckpointDue(t.snapshot);
+  int64_t record_rows = 0;  // at most: the record merges these
+  int64_t file_rows = 0;
+  for (const auto& f : files) {
+    record_rows += f.newest ? f.newest->num_rows() : 0;
+    file_rows += f.rows;
+  }
+  const bool indexed = t.contract.is_time_series() && !files.empty();
+  const bool record = indexed && RecordWorthWriting(file_rows);
+  const bool fold = indexed && version % FoldInterval(record_rows) == 0;
+  // The snapshot of the commit, for the tasks that need all of it (copied only then).
+  std::shared_ptr<const Snapshot> snapshot;
+  if (checkpoint || fold) snapshot = std::make_shared<Snapshot>(t.snapshot);
+  if (checkpoint) {
+    t.upkeep->Post("checkpoint", [store = t.store, path = t.table_path, snapshot,
+                                  checkpointed = t.checkpointed] {
+      DeltaLog log(store, path);  // the handle's own log belongs to the handle's thread
+      ARROW_RETURN_NOT_OK(WriteCheckpointUnlessSuperseded(log, *snapshot));
+      int64_t seen = checkpointed->load();
+      while (seen < snapshot->version && !checkpointed->compare_exchange_weak(seen, snapshot->version)) {
+      }
+      return arrow::Status::OK();
+    });
+  }
+  if (record || fold) {
+    std::vector<std::shared_ptr<arrow::Table>> newest;
+    std::vector<std::string> paths;
+    for (const auto& f : files) {
+      if (record) newest.push_back(f.newest);
+      paths.push_back(f.path);
+    }
+    t.upkeep->Post("last-value index", [index = t.index, contract = t.contract, version,
+                                        newest = std::move(newest), paths = std::move(paths),
+                                        snapshot = fold ? snapshot : nullptr] {
+      std::shared_ptr<arrow::Table> rows;
+      if (!newest.empty()) {
+        ARROW_ASSIGN_OR_RAISE(rows, RecordRows(newest, version, contract));
+      }
+      return RecordAndFold(*index, version, paths, rows, snapshot.get());
+    });
+  }
+}
+
+arrow::Status FinishUpkeep(TableContext& t) {
+  t.upkeep->Drain();
+  const int64_t checkpointed = t.checkpointed->load();
+  if (checkpointed <= t.snapshot.version && checkpointed > t.snapshot.checkpoint_version) {
+    t.snapshot.checkpoint_version = checkpointed;
+  }
+  // The handle's own compactions are part of what it did: show them.
+  if (BackgroundCompactionVersion(t) > t.snapshot.version) return Update(t);
+  return arrow::Status::OK();
+}
+
+PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* files,
+                           int64_t version, int64_t seq) {
+  PostCommitHooks hooks;
+  hooks.Add("checkpoint", [&t] { return MaybeCheckpoint(t); });
+  if (files != nullptr) {
+    hooks.Add("last-value index", [&t, files, version, seq] {
+      return RecordNewest(t, *files, version, seq);
+    });
+  }
+  return hooks;
+}
+
+}  // namespace timelake
