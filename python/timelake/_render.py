@@ -26,7 +26,6 @@ def view_sql(plan: Any, declared: pa.Schema, file_schema: pa.Schema, paths: Opti
     """The view's SQL for a core ScanPlan, and the names of the Arrow tables it reads (a name, a
     list, or None). `paths` replaces the files' own paths (local copies of remote files)."""
     partition_columns = plan.partition_columns
-    contract = plan.contract
     storage_types = {f.name: f.type for f in file_schema}
     columns = ", ".join(quote(f.name) for f in declared)
     files = plan.files if paths is None else [_Located(f, p) for f, p in zip(plan.files, paths)]
@@ -34,11 +33,10 @@ def view_sql(plan: Any, declared: pa.Schema, file_schema: pa.Schema, paths: Opti
         empty = pa.schema([pa.field(f.name, storage_types.get(f.name, f.type)) for f in declared]).empty_table()
         empty_name = register("empty", empty)
         return f"SELECT {columns} FROM temp.main.{quote(empty_name)}", empty_name
-    foreign = contract["time_column"] is None and not any(f.seq for f in files)
     # Files written before add_columns lack the new columns: read by name, and the empty table
     # of the table's own schema below brings every column (null where no file has it).
     evolved = plan.evolved
-    union = ", union_by_name=true" if foreign or evolved else ""
+    union = ", union_by_name=true" if plan.read_by_name else ""
     parts = []
     physical = dict(plan.physical_names)
     if any(logical != name for logical, name in physical.items()):

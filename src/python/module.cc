@@ -372,6 +372,7 @@ NB_MODULE(_core, m) {
   nb::class_<ScanPlan>(m, "ScanPlan")
       .def_ro("version", &ScanPlan::version)
       .def_ro("evolved", &ScanPlan::evolved)
+      .def_ro("read_by_name", &ScanPlan::read_by_name)
       .def_ro("widened", &ScanPlan::widened)
       .def_ro("physical_names", &ScanPlan::physical_names)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })

@@ -228,6 +228,15 @@ TEST_F(PlanScanTest, ThePlanCarriesTheStorageSchemaAndTheColumnsResultsRestore) 
   EXPECT_TRUE(plan.restored.empty());  // declared in storage types already
 }
 
+TEST_F(PlanScanTest, FilesOfAnotherEnginesPlainTableAreReadByName) {
+  AddForeign("other.parquet", std::nullopt);
+  EXPECT_FALSE(Plan({}).ValueOrDie().read_by_name);  // a time series: timelake's own layout
+  contract_ = Contract{};
+  EXPECT_TRUE(Plan({}).ValueOrDie().read_by_name);
+  AddTagged("ours.parquet", 0, 1, "a", "a", /*seq=*/3);
+  EXPECT_FALSE(Plan({}).ValueOrDie().read_by_name);  // timelake wrote one of them
+}
+
 TEST(RestoredColumns, TopLevelColumnsWhoseStorageTypeDiffersComeBackDeclared) {
   const auto declared = arrow::schema({
       arrow::field("u8", arrow::uint8()),

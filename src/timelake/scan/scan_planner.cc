@@ -357,6 +357,10 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   }
   plan.files_pruned = static_cast<int64_t>(plan.files.size() - out);
   plan.files.resize(out);
+  const bool foreign = !contract.is_time_series() &&
+                       std::none_of(plan.files.begin(), plan.files.end(),
+                                    [](const ScanFile& f) { return f.seq != 0; });
+  plan.read_by_name = plan.evolved || foreign;
   return plan;
 }
 

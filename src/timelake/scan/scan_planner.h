@@ -99,6 +99,11 @@ struct ScanPlan {
   /// Columns were added to the table (add_columns): older files lack them, and read them as null;
   /// or widened (see `widened`).
   bool evolved = false;
+  /// The files may differ in the columns they hold, so an engine reads them by column name (a
+  /// column a file lacks reads as null): the table evolved, or it is a plain table (no time
+  /// column) none of whose listed files timelake wrote (no commit sequence tag), as another
+  /// engine's files may be.
+  bool read_by_name = false;
   /// Columns whose type was widened (Delta typeWidening): older files hold a narrower type that
   /// readers cast to the table's.
   std::vector<std::string> widened;
