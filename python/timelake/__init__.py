@@ -16,7 +16,9 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 
 from . import _core
-from ._sql import _Capsule, _Catalog, run_latest, run_sql
+from ._capsules import SchemaCapsule
+from ._catalog import Catalog
+from ._sql import run_latest, run_sql
 
 __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
@@ -42,7 +44,7 @@ def _abandon(inherited: Any) -> None:
 
 
 def _schema_from_capsule(capsule: Any) -> pa.Schema:
-    return pa.schema(_Capsule(capsule))
+    return pa.schema(SchemaCapsule(capsule))
 
 
 def _text(value: Any, what: str) -> str:
@@ -458,12 +460,12 @@ class Lake:
     def _qualify(name: str) -> str:
         return name if "." in name else f"default.{name}"
 
-    def _catalog(self) -> _Catalog:
+    def _catalog(self) -> Catalog:
         """This thread's DuckDB catalog (a DuckDB connection must not be shared by threads)."""
         self._start_over_if_forked()
         catalog = getattr(self._local, "catalog", None)
         if catalog is None:
-            catalog = _Catalog(self)
+            catalog = Catalog(self)
             self._local.catalog = catalog
         return catalog
 

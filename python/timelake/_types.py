@@ -9,7 +9,7 @@ dictionary encoding, with the narrowest wider index type that addresses every va
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Dict, Union
 
 import pyarrow as pa
 
@@ -85,3 +85,25 @@ def _widen(t: pa.DataType, index: pa.DataType) -> pa.DataType:
 
 def _widen_field(f: pa.Field, index: pa.DataType) -> pa.Field:
     return f.with_type(_widen(f.type, index))
+
+
+def restore_result(result: pa.Table, declared: Dict[str, pa.Field], restored: Dict[str, pa.DataType]) -> pa.Table:
+    """Casts columns of a query result that came straight from a table column back to its declared
+    type: a result column named like a column the scan plan lists as restored (`restored`: its
+    storage type, `declared`: its declared field) that holds that storage type."""
+    columns = []
+    changed = False
+    for field, column in zip(result.schema, result.columns):
+        want = declared.get(field.name)
+        stored = restored.get(field.name)
+        if want is not None and stored is not None and field.type != want.type and field.type == stored:
+            try:
+                column = restore_declared(column, want.type)
+                field = pa.field(field.name, column.type, field.nullable)
+                changed = True
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+        columns.append(column)
+    if not changed:
+        return result
+    return pa.Table.from_arrays(columns, names=result.column_names)

@@ -29,7 +29,8 @@
 #include <nanobind/stl/vector.h>
 
 #include "timelake/lake.h"
-#include "timelake/scan/row_groups.h"
+#include "timelake/log/schema.h"
+#include "timelake/scan/file_cache.h"
 #include "timelake/table/table.h"
 #include "timelake/table/upkeep.h"
 #include "timelake/util/status.h"
@@ -240,6 +241,11 @@ NB_MODULE(_core, m) {
     DrainAllUpkeep();
   }, "Waits for every table handle's background upkeep (registered with atexit).");
 
+  m.def("storage_schema", [](nb::handle schema_capsule) {
+    auto declared = ImportSchemaCapsule(schema_capsule);
+    return ExportSchemaCapsule(*Unwrap(StorageSchemaOf(*declared)));
+  }, "The schema the files of a table with this declared schema store (log/schema.h).");
+
   nb::class_<Table>(m, "Table")
       .def_prop_ro("name", &Table::name)
       .def_prop_ro("location", &Table::location)
@@ -359,9 +365,14 @@ NB_MODULE(_core, m) {
                ", seq=" + std::to_string(f.seq) + ", dedup=" + (f.dedup ? "True" : "False") + ")";
       });
 
+  nb::class_<DedupOrder>(m, "DedupOrder")
+      .def_ro("keys", &DedupOrder::keys)
+      .def_ro("newest_first", &DedupOrder::newest_first);
+
   nb::class_<ScanPlan>(m, "ScanPlan")
       .def_ro("version", &ScanPlan::version)
       .def_ro("evolved", &ScanPlan::evolved)
+      .def_ro("read_by_name", &ScanPlan::read_by_name)
       .def_ro("widened", &ScanPlan::widened)
       .def_ro("physical_names", &ScanPlan::physical_names)
       .def_prop_ro("files", [](const ScanPlan& p) { return p.files; })
@@ -370,6 +381,10 @@ NB_MODULE(_core, m) {
                    [](const ScanPlan& p) { return ExportSchemaCapsule(*p.declared); })
       .def_prop_ro("file_schema",
                    [](const ScanPlan& p) { return ExportSchemaCapsule(*p.file_schema); })
+      .def_prop_ro("storage_schema",
+                   [](const ScanPlan& p) { return ExportSchemaCapsule(*p.storage); })
+      .def_ro("restored", &ScanPlan::restored)
+      .def_ro("dedup_order", &ScanPlan::dedup_order)
       .def_ro("partition_columns", &ScanPlan::partition_columns)
       .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
 
@@ -409,11 +424,7 @@ NB_MODULE(_core, m) {
            [](Lake& lake, const ScanPlan& plan) {
              auto cache = lake.cache();
              if (!cache) throw nb::value_error("a local lake has no file cache");
-             std::vector<CachedFile> files;
-             for (const auto& f : plan.files) files.push_back({f.store_path, f.size});
-             RowGroupChooser choose = ChooseRowGroups(plan);
-             std::shared_ptr<CachePin> pin;
-             auto paths = Released([&] { return cache->Materialize(files, choose, &pin); });
-             return std::make_pair(std::move(paths), std::move(pin));
+             PlanCopies copies = Released([&] { return cache->MaterializePlan(plan); });
+             return std::make_pair(std::move(copies.paths), std::move(copies.pin));
            });
 }

@@ -219,6 +219,46 @@ TEST_F(FileCacheTest, RowGroupCopyHoldsExactlyTheChosenRowsAndFetchesOnlyTheirBy
   EXPECT_EQ(store_->requests.load(), 1);  // group 7's bytes, one range
 }
 
+TEST_F(FileCacheTest, APlanIsCopiedWithTheRowGroupsItsFilterAdmitsAndPinned) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  ScanPlan plan;
+  plan.contract.time_column = "time";
+  ScanFile f;
+  f.path = "memory://t/data/part.parquet";
+  f.store_path = "t/data/part.parquet";
+  f.size = file_->size();
+  plan.files.push_back(f);
+  auto whole = cache.MaterializePlan(plan);  // no filter: the whole file
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_EQ(whole->paths.size(), 1u);
+  EXPECT_EQ(whole->paths[0].find(".rg-"), std::string::npos) << whole->paths[0];
+  EXPECT_NE(whole->pin, nullptr);
+  EXPECT_TRUE(ReadLocal(whole->paths[0])->Equals(*table_));
+
+  plan.filter.key_equals["device"] = int64_t{5};  // only group 5 may hold device 5
+  auto part = cache.MaterializePlan(plan);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(part->paths[0], whole->paths[0]) << "a whole copy, when present, is used instead";
+  fs::remove(whole->paths[0]);
+  auto chosen = cache.MaterializePlan(plan);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  EXPECT_NE(chosen->paths[0].find(".rg-"), std::string::npos) << chosen->paths[0];
+  EXPECT_TRUE(ReadLocal(chosen->paths[0])->Equals(*Rows({5})));
+}
+
+TEST_F(FileCacheTest, APlanWithAFileOutsideTheStoreIsAnError) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  ScanPlan plan;
+  ScanFile f;
+  f.path = "/elsewhere/part.parquet";
+  plan.files.push_back(f);
+  auto copies = cache.MaterializePlan(plan);
+  ASSERT_FALSE(copies.ok());
+  EXPECT_TRUE(copies.status().IsIOError());
+  EXPECT_NE(copies.status().message().find("/elsewhere/part.parquet lies outside the lake's store"),
+            std::string::npos);
+}
+
 TEST_F(FileCacheTest, ADamagedFooterCopyIsReadAgain) {
   FileCache cache(store_, root_.string(), int64_t{1} << 40);
   const CachedFile f{"t/data/part.parquet", file_->size()};

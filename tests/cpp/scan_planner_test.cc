@@ -13,6 +13,7 @@
 #include "lake_fixture.h"
 #include "test_util.h"
 #include "timelake/log/file_tags.h"
+#include "timelake/log/schema.h"
 #include "timelake/store/memory_store.h"
 #include "timelake/store/parquet_object.h"
 
@@ -206,6 +207,49 @@ TEST_F(PlanScanTest, DedupMarksAreDecidedOverEveryFileBeforePruning) {
   auto both = Plan(Key("sensor", "b")).ValueOrDie();
   ASSERT_EQ(both.files.size(), 2u);
   EXPECT_TRUE(both.files[0].dedup && both.files[1].dedup);
+}
+
+TEST_F(PlanScanTest, ThePlanSaysWhichRowOfADuplicateWinsUnderEachPolicy) {
+  AddTagged("a.parquet", 0, 100, "a", "c");
+  auto last = Plan({}).ValueOrDie();
+  EXPECT_EQ(last.dedup_order.keys, (std::vector<std::string>{"sensor", "ts"}));
+  EXPECT_TRUE(last.dedup_order.newest_first);
+  contract_.dedup = DedupPolicy::kFirst;
+  auto first = Plan({}).ValueOrDie();
+  EXPECT_EQ(first.dedup_order.keys, (std::vector<std::string>{"sensor", "ts"}));
+  EXPECT_FALSE(first.dedup_order.newest_first);
+  contract_.dedup = DedupPolicy::kNone;
+  EXPECT_TRUE(Plan({}).ValueOrDie().dedup_order.keys.empty());
+}
+
+TEST_F(PlanScanTest, ThePlanCarriesTheStorageSchemaAndTheColumnsResultsRestore) {
+  auto plan = Plan({}).ValueOrDie();
+  EXPECT_TRUE(plan.storage->Equals(*schema_));
+  EXPECT_TRUE(plan.restored.empty());  // declared in storage types already
+}
+
+TEST_F(PlanScanTest, FilesOfAnotherEnginesPlainTableAreReadByName) {
+  AddForeign("other.parquet", std::nullopt);
+  EXPECT_FALSE(Plan({}).ValueOrDie().read_by_name);  // a time series: timelake's own layout
+  contract_ = Contract{};
+  EXPECT_TRUE(Plan({}).ValueOrDie().read_by_name);
+  AddTagged("ours.parquet", 0, 1, "a", "a", /*seq=*/3);
+  EXPECT_FALSE(Plan({}).ValueOrDie().read_by_name);  // timelake wrote one of them
+}
+
+TEST(RestoredColumns, TopLevelColumnsWhoseStorageTypeDiffersComeBackDeclared) {
+  const auto declared = arrow::schema({
+      arrow::field("u8", arrow::uint8()),
+      arrow::field("category", arrow::dictionary(arrow::int8(), arrow::large_utf8())),
+      arrow::field("ns", arrow::timestamp(arrow::TimeUnit::NANO, "Europe/Paris")),
+      arrow::field("same", arrow::int64()),
+      arrow::field("utc", arrow::timestamp(arrow::TimeUnit::MICRO, "UTC")),
+      arrow::field("nested", arrow::list(arrow::uint8())),
+      arrow::field("wide", arrow::decimal256(20, 2)),
+      arrow::field("wide_category", arrow::dictionary(arrow::int8(), arrow::decimal256(20, 2))),
+  });
+  const auto storage = StorageSchemaOf(*declared).ValueOrDie();
+  EXPECT_EQ(RestoredColumns(*declared, *storage), (std::vector<std::string>{"u8", "category", "ns"}));
 }
 
 TEST_F(PlanScanTest, FilterOnAColumnOutsideTheSeriesKeyIsInvalid) {

@@ -1,12 +1,15 @@
-"""The core's floors (docs/architecture.md): no file in src/timelake/ includes a header of a floor
-above its own. Floors, bottom up; rooms on one floor may use each other."""
+"""The layers (docs/architecture.md): no file in src/timelake/ includes a header of a floor above
+its own (floors, bottom up; rooms on one floor may use each other), and no module of the Python
+package imports one of its own level or above."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "timelake"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "timelake"
 
 # room (a folder of src/timelake/, or a file stem at its top) -> floor
 FLOORS = {
@@ -60,3 +63,49 @@ def test_the_check_sees_an_upward_include(tmp_path):
     # The rule applied to a made-up file: the store floor reaching up to the scan floor.
     text = '#include "timelake/scan/row_groups.h"\n'
     assert [i for i in INCLUDE.findall(text) if FLOORS[room_of(i)] > FLOORS["store"]] == ["scan/row_groups.h"]
+
+
+# module of python/timelake/ -> level; a module imports only modules of lower levels (the
+# package's entry points, at the top, import the package itself).
+PY_LEVELS = {
+    "_core": 0, "_tree": 0, "_sql_text": 0, "_capsules": 0, "_types": 0,
+    "_sql_filter": 1, "_confine": 1, "_render": 1, "_travel": 1,
+    "_catalog": 2,
+    "_sql": 3,
+    "__init__": 4,
+    "demo": 5, "cli": 6, "__main__": 7,
+}
+
+
+def package_imports(path: Path) -> set:
+    """The modules of the package that the module at `path` imports (relative imports)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                out.add(node.module.split(".")[0])
+            else:
+                out.update(alias.name for alias in node.names)
+    return out
+
+
+def test_every_python_module_has_a_level():
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    assert modules - PY_LEVELS.keys() == set(), "give the new module a level here"
+
+
+def test_no_python_module_imports_one_of_its_level_or_above():
+    upward = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        level = PY_LEVELS[path.stem]
+        for imported in sorted(package_imports(path)):
+            if PY_LEVELS.get(imported, 99) >= level:
+                upward.append(f"{path.name} (level {level}) imports {imported}")
+    assert upward == []
+
+
+def test_the_python_check_sees_an_upward_import(tmp_path):
+    module = tmp_path / "_render.py"
+    module.write_text("from ._catalog import Catalog\nfrom . import _tree\n")
+    assert package_imports(module) == {"_catalog", "_tree"}
+    assert PY_LEVELS["_catalog"] >= PY_LEVELS["_render"]

@@ -369,6 +369,21 @@ arrow::Status FileCache::Download(std::vector<Target>& targets) {
   return status;
 }
 
+arrow::Result<PlanCopies> FileCache::MaterializePlan(const ScanPlan& plan) {
+  std::vector<CachedFile> files;
+  files.reserve(plan.files.size());
+  for (const auto& f : plan.files) {
+    if (f.store_path.empty()) {
+      return arrow::Status::IOError("data file ", f.path,
+                                    " lies outside the lake's store; timelake cannot read it");
+    }
+    files.push_back({f.store_path, f.size});
+  }
+  PlanCopies copies;
+  ARROW_ASSIGN_OR_RAISE(copies.paths, Materialize(files, ChooseRowGroups(plan), &copies.pin));
+  return copies;
+}
+
 arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector<CachedFile>& files,
                                                                 const RowGroupChooser& choose,
                                                                 std::shared_ptr<CachePin>* pin) {

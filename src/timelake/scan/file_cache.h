@@ -68,6 +68,13 @@ class CachePin {
   std::string path_;
 };
 
+/// What a query engine reads for a scan plan over an object store: a local path per plan file, in
+/// the plan's order, and the pin that keeps them.
+struct PlanCopies {
+  std::vector<std::string> paths;
+  std::shared_ptr<CachePin> pin;
+};
+
 class FileCache {
  public:
   /// The default root: $TIMELAKE_CACHE_DIR, else $XDG_CACHE_HOME/timelake, else
@@ -93,6 +100,12 @@ class FileCache {
   arrow::Result<std::vector<std::string>> Materialize(const std::vector<CachedFile>& files,
                                                       const RowGroupChooser& choose = nullptr,
                                                       std::shared_ptr<CachePin>* pin = nullptr);
+
+  /// The local copies sql() reads for `plan`: Materialize over every file of the plan, choosing
+  /// the row groups the plan's filter may admit (ChooseRowGroups), pinned until the caller
+  /// releases the pin. IOError for a file the log names outside the lake's store (no
+  /// store_path), which the cache cannot copy.
+  arrow::Result<PlanCopies> MaterializePlan(const ScanPlan& plan);
 
   /// Runs one eviction pass now (Materialize runs one after every tenth of the budget it
   /// downloads). For tests and tools.

@@ -241,6 +241,31 @@ void MarkOverlaps(const std::vector<const AddFile*>& adds, const Contract& contr
 
 }  // namespace
 
+std::vector<std::string> RestoredColumns(const arrow::Schema& declared, const arrow::Schema& storage) {
+  std::vector<std::string> out;
+  for (const auto& field : declared.fields()) {
+    const auto stored = storage.GetFieldByName(field->name());
+    if (stored == nullptr || stored->type()->Equals(*field->type())) continue;
+    if (arrow::is_nested(stored->type()->id())) continue;
+    const arrow::DataType* own = field->type().get();
+    if (own->id() == arrow::Type::DICTIONARY) {
+      own = static_cast<const arrow::DictionaryType&>(*own).value_type().get();
+    }
+    if (own->id() == arrow::Type::DECIMAL256) continue;
+    out.push_back(field->name());
+  }
+  return out;
+}
+
+DedupOrder DedupOrderOf(const Contract& contract) {
+  DedupOrder order;
+  if (contract.dedup == DedupPolicy::kNone) return order;
+  order.keys = contract.series_key;
+  order.keys.push_back(contract.time_column);
+  order.newest_first = contract.dedup == DedupPolicy::kLast;
+  return order;
+}
+
 arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& filter) {
   const Snapshot& snapshot = *source.snapshot;
   const Contract& contract = *source.contract;
@@ -272,6 +297,9 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
     }
   }
   plan.file_schema = arrow::schema(file_fields);
+  plan.storage = source.storage;
+  plan.restored = RestoredColumns(*source.declared, *source.storage);
+  plan.dedup_order = DedupOrderOf(contract);
 
   arrow::util::InitializeUTF8();  // once per process; ValidateUTF8 needs its tables
   std::vector<const AddFile*> adds;
@@ -329,6 +357,10 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
   }
   plan.files_pruned = static_cast<int64_t>(plan.files.size() - out);
   plan.files.resize(out);
+  const bool foreign = !contract.is_time_series() &&
+                       std::none_of(plan.files.begin(), plan.files.end(),
+                                    [](const ScanFile& f) { return f.seq != 0; });
+  plan.read_by_name = plan.evolved || foreign;
   return plan;
 }
 

@@ -68,18 +68,42 @@ struct ScanFile {
   std::vector<uint64_t> deleted_rows;
 };
 
+/// How read-time dedup keeps one row of each (series key, time) among the files marked `dedup`:
+/// rows with equal `keys` are ranked by their file's `seq`, then its `order`, then their position
+/// in the file, and the first row of that ranking wins.
+struct DedupOrder {
+  /// The columns whose equal values make rows duplicates: the series key, then the time column.
+  /// Empty for a table without a dedup policy (no file is marked).
+  std::vector<std::string> keys;
+  /// True under dedup "last" (rank descending: the newest commit's row wins), false under
+  /// "first" (ascending: the oldest's).
+  bool newest_first = false;
+};
+
 struct ScanPlan {
   int64_t version = 0;
   std::vector<ScanFile> files;
   int64_t files_pruned = 0;  // live files the filter left out
   std::shared_ptr<arrow::Schema> declared;     // what results should look like
   std::shared_ptr<arrow::Schema> file_schema;  // the columns the files hold
+  /// The type each column of `declared` is stored in (log/schema.h: the storage schema, partition
+  /// columns included), by name: what an engine reading the files gives back.
+  std::shared_ptr<arrow::Schema> storage;
+  /// The columns whose values an engine gives back in their storage type and that results cast
+  /// back to the declared type (RestoredColumns).
+  std::vector<std::string> restored;
+  DedupOrder dedup_order;
   std::vector<std::string> partition_columns;
   Contract contract;
   ScanFilter filter;  // the filter the plan was made with
   /// Columns were added to the table (add_columns): older files lack them, and read them as null;
   /// or widened (see `widened`).
   bool evolved = false;
+  /// The files may differ in the columns they hold, so an engine reads them by column name (a
+  /// column a file lacks reads as null): the table evolved, or it is a plain table (no time
+  /// column) none of whose listed files timelake wrote (no commit sequence tag), as another
+  /// engine's files may be.
+  bool read_by_name = false;
   /// Columns whose type was widened (Delta typeWidening): older files hold a narrower type that
   /// readers cast to the table's.
   std::vector<std::string> widened;
@@ -87,6 +111,14 @@ struct ScanPlan {
   /// users see; empty without column mapping.
   std::map<std::string, std::string> physical_names;
 };
+
+/// The columns of `declared` whose results come back from `storage` (same names) to the declared
+/// type: top-level columns whose storage type differs and is not nested. Nested columns, and
+/// decimal256 columns (stored as decimal128), keep the type the files hold.
+std::vector<std::string> RestoredColumns(const arrow::Schema& declared, const arrow::Schema& storage);
+
+/// The dedup ordering of a table with `contract` (empty keys under no dedup policy).
+DedupOrder DedupOrderOf(const Contract& contract);
 
 /// The table a plan is made for. Everything is borrowed for the duration of PlanScan.
 struct ScanSource {
