@@ -10,7 +10,7 @@
 
 #include "temp_dir.h"
 #include "test_util.h"
-#include "timelake/store/cloud_common.h"
+#include "timelake/util/encoding.h"
 
 namespace timelake::testing {
 namespace {

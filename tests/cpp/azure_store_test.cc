@@ -12,9 +12,9 @@
 #include "scripted_server.h"
 #include "store_contract.h"
 #include "test_util.h"
-#include "timelake/store/cloud_common.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 

@@ -23,7 +23,7 @@
 #include "aws_credential_fakes.h"
 #include "temp_dir.h"
 #include "test_util.h"
-#include "timelake/store/cloud_common.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/json.h"
 
 namespace timelake::testing {

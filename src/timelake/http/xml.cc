@@ -98,4 +98,14 @@ std::string XmlEscape(std::string_view text) {
   return out;
 }
 
+arrow::Result<XmlElement> ParseXmlReply(std::string_view text, std::string_view root,
+                                        const std::string& what) {
+  auto xml = ParseXml(text);
+  if (!xml.ok()) return arrow::Status::IOError(what, ": ", xml.status().message());
+  if (xml->name != root) {
+    return arrow::Status::IOError(what, ": unexpected reply <", xml->name, ">");
+  }
+  return xml;
+}
+
 }  // namespace timelake

@@ -29,6 +29,11 @@ struct XmlElement {
 /// The document's root element; Invalid (saying where) if `text` is not well-formed XML.
 arrow::Result<XmlElement> ParseXml(std::string_view text);
 
+/// The root of a service's reply, which must be named `root`: IOError naming `what` if `text` is
+/// not well-formed XML or its root is another element.
+arrow::Result<XmlElement> ParseXmlReply(std::string_view text, std::string_view root,
+                                        const std::string& what);
+
 /// `text` with &, <, >, " and ' escaped, for building request bodies.
 std::string XmlEscape(std::string_view text);
 

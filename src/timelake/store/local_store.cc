@@ -42,7 +42,9 @@ namespace timelake {
 // together (threads of one process appending) go to the disk together. One process-wide mutex
 // guards them and every SyncQueue's bookkeeping; fork() is prepared for (pthread_atfork): the
 // child gets the mutex free, no workers and no queued jobs (the parent runs those), and starts
-// workers of its own when it needs them.
+// workers of its own when it needs them. Process-wide rather than owned by a Lake on purpose:
+// atfork handlers cannot be unregistered, so a pool with a shorter life would still need a
+// process-wide list of live pools for the child to reset (docs/architecture.md).
 class SyncWorkers {
  public:
   static SyncWorkers& Get() {

@@ -16,6 +16,30 @@ std::string_view TrimView(std::string_view s) {
   return s;
 }
 
+std::string Join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::string FoldSpaces(std::string_view value, std::string_view spaces) {
+  std::string out;
+  bool space = false;
+  for (char c : value) {
+    if (spaces.find(c) != std::string_view::npos) {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
 std::string Redact(std::string text, std::initializer_list<std::string_view> secrets) {
   for (std::string_view secret : secrets) {
     if (secret.empty()) continue;

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace timelake {
 
@@ -16,6 +17,14 @@ std::string Lower(std::string_view s);
 /// `s` without leading and trailing whitespace (std::isspace in the C locale).
 std::string_view TrimView(std::string_view s);
 inline std::string Trim(std::string_view s) { return std::string(TrimView(s)); }
+
+/// `value` trimmed of the characters in `spaces`, with each run of them inside folded to one
+/// ' ': a header value as request signatures take it (SigV4 folds " \t"; Azure's SharedKey also
+/// line breaks).
+std::string FoldSpaces(std::string_view value, std::string_view spaces);
+
+/// The parts with `separator` between them.
+std::string Join(const std::vector<std::string>& parts, std::string_view separator);
 
 /// What Redact puts in place of a secret.
 inline constexpr std::string_view kRedacted = "<redacted>";

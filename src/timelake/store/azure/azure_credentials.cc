@@ -13,7 +13,7 @@
 
 #include <rapidjson/document.h>
 
-#include "timelake/store/cloud_common.h"
+#include "timelake/store/cloud/options.h"
 #include "timelake/store/refreshing_value.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/text.h"
@@ -31,24 +31,6 @@ constexpr int64_t kRetryIntervalMs = 30 * 1000;
 constexpr const char* kStorageScope = "https://storage.azure.com/.default";
 constexpr const char* kStorageResource = "https://storage.azure.com";
 constexpr const char* kImdsEndpoint = "http://169.254.169.254/metadata/identity/oauth2/token";
-
-
-
-// Header values are signed trimmed, with runs of whitespace folded to one space.
-std::string FoldValue(const std::string& value) {
-  std::string out;
-  bool space = false;
-  for (char c : value) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += c;
-  }
-  return out;
-}
 
 using StaticAzureProvider = StaticProvider<AzureCredentialProvider, AzureCredential>;
 using RefreshingAzureProvider =
@@ -103,10 +85,7 @@ arrow::Result<AzureCredential> ParseTokenReply(const std::string& what, const Ht
 struct Inputs {
   const AzureCredentialInputs& in;
   std::string Option(const std::string& key) const { return OptionValue(in.options, key); }
-  std::optional<std::string> Env(const std::string& name) const {
-    if (in.env) return in.env(name);
-    return EnvValue(name);
-  }
+  std::optional<std::string> Env(const std::string& name) const { return EnvValue(in.env, name); }
   MillisClock Clock() const {
     if (in.now_ms) return in.now_ms;
     return [] {
@@ -166,7 +145,7 @@ std::string AzureStringToSign(const AzureSignedRequest& request, const std::stri
   out += header("if-unmodified-since") + "\n";
   out += header("range") + "\n";
   for (const auto& [name, value] : lower) {  // sorted by the lowercased name
-    if (name.compare(0, 5, "x-ms-") == 0) out += name + ":" + FoldValue(value) + "\n";
+    if (name.compare(0, 5, "x-ms-") == 0) out += name + ":" + FoldSpaces(value, " \t\n\r") + "\n";
   }
   out += "/" + account + request.path;
   std::map<std::string, std::vector<std::string>> query;

@@ -9,7 +9,11 @@
 #include <map>
 
 #include "timelake/http/xml.h"
-#include "timelake/store/cloud_common.h"
+#include "timelake/store/cloud/cloud_store.h"
+#include "timelake/store/cloud/identity_client.h"
+#include "timelake/store/cloud/location.h"
+#include "timelake/store/cloud/options.h"
+#include "timelake/store/cloud/service_time.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/status.h"
 
@@ -81,36 +85,12 @@ std::string RandomHex(size_t bytes) {
   return out;
 }
 
-class AzureStore;
-
-// A large object as blocks (Put Block, in parallel) committed by Put Block List.
-class AzurePartUploader : public PartUploader {
- public:
-  AzurePartUploader(std::shared_ptr<AzureStore> store, std::string path, int parallelism)
-      : store_(std::move(store)), path_(std::move(path)), parallelism_(parallelism) {}
-  arrow::Status PutWhole(std::shared_ptr<arrow::Buffer> data) override;
-  // No request: block ids carry a random upload id, so blocks of two streams never mix.
-  arrow::Result<std::string> Begin() override { return RandomHex(8); }
-  arrow::Result<std::string> UploadPart(const std::string& upload_id, int number, int64_t offset,
-                                        std::shared_ptr<arrow::Buffer> data, bool last) override;
-  arrow::Status Complete(const std::string& upload_id,
-                         const std::vector<std::pair<int, std::string>>& parts,
-                         int64_t size) override;
-  // Uncommitted blocks are invisible and expire on their own; there is no call to drop them.
-  arrow::Status Abort(const std::string&) override { return arrow::Status::OK(); }
-  int Parallelism() const override { return parallelism_; }
-  std::string Describe() const override;
-
- private:
-  std::shared_ptr<AzureStore> store_;
-  std::string path_;
-  int parallelism_;
-};
-
-class AzureStore : public ObjectStore, public std::enable_shared_from_this<AzureStore> {
+class AzureStore : public CloudStore {
  public:
   AzureStore(AzureConfig config, std::shared_ptr<HttpClient> client)
-      : config_(std::move(config)), client_(std::move(client)) {
+      : CloudStore(CloudLocation{config.container, config.prefix, config.root_url},
+                   std::move(client), config.retry),
+        config_(std::move(config)) {
     const std::string& endpoint = config_.settings.endpoint;
     const auto scheme_end = endpoint.find("://");
     const std::string scheme = endpoint.substr(0, scheme_end);
@@ -120,325 +100,12 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
     base_url_ = scheme + "://" + WithoutDefaultPort(scheme, rest.substr(0, slash));
   }
 
-  // ---- requests ------------------------------------------------------------------------------
-
-  struct Call {
-    std::string method = "GET";
-    std::string blob;  // full blob name in the container; "" for container-level calls
-    std::map<std::string, std::string> query;
-    std::map<std::string, std::string> headers;
-    std::shared_ptr<arrow::Buffer> body;
-    std::string what;  // for messages: "GET az://container/blob"
-    int64_t expected_bytes = 0;
-  };
-
-  arrow::Result<HttpResponse> Send(const Call& call, RetryOutcome* outcome = nullptr) {
-    if (HasDotSegment(call.blob)) {
-      return arrow::Status::Invalid(call.what,
-                                    ": a path with '.' or '..' segments names no Azure blob");
-    }
-    const std::string path = base_path_ + "/" + UriEncode(config_.container) +
-                             (call.blob.empty() ? "" : "/" + UriEncodePath(call.blob));
-    std::string query;
-    for (const auto& [name, value] : call.query) {
-      query += (query.empty() ? "?" : "&") + UriEncode(name) + "=" + UriEncode(value);
-    }
-    auto build = [&]() -> arrow::Result<HttpRequest> {
-      ARROW_ASSIGN_OR_RAISE(AzureCredential credential, config_.settings.credentials->Get());
-      HttpRequest request;
-      request.method = call.method;
-      request.url = base_url_ + path + query;
-      request.body = call.body;
-      request.expected_response_bytes = call.expected_bytes;
-      std::map<std::string, std::string> headers = call.headers;
-      headers["x-ms-date"] = HttpDate(std::time(nullptr));
-      headers["x-ms-version"] = kApiVersion;
-      switch (credential.kind) {
-        case AzureCredential::Kind::kSharedKey: {
-          AzureSignedRequest signed_request;
-          signed_request.method = call.method;
-          signed_request.path = path;
-          signed_request.query = call.query;
-          signed_request.headers = headers;
-          signed_request.content_length = call.body ? call.body->size() : 0;
-          headers["Authorization"] = AzureSharedKeyAuthorization(
-              signed_request, config_.settings.account, credential.account_key);
-          break;
-        }
-        case AzureCredential::Kind::kBearer:
-          headers["Authorization"] = "Bearer " + credential.bearer;
-          break;
-        case AzureCredential::Kind::kSas:
-          request.url += (query.empty() ? "?" : "&") + credential.sas_query;
-          break;
-        case AzureCredential::Kind::kAnonymous:
-          break;
-      }
-      for (const auto& [name, value] : headers) request.headers.emplace_back(name, value);
-      return request;
-    };
-    // An access token refused before its expiry (revoked, rotated, clock skew) is fetched anew once.
-    const auto credentials = config_.settings.credentials;
-    return SendWithRetry(*client_, config_.retry, call.what, build,
-                         RetryOnceWithFreshToken([credentials] { return credentials->Invalidate(); },
-                                                 DefaultVerdict),
-                         outcome);
-  }
-
-  std::string Blob(const std::string& path) const {
-    return config_.prefix.empty() ? path : config_.prefix + "/" + path;
-  }
-  std::string Url(const std::string& path) const { return config_.root_url + "/" + path; }
-
-  // An error for a reply that was not what the call wanted. Replies do not echo secrets, and
-  // messages name the lake URL, never a request URL (which may carry a SAS).
-  arrow::Status ReplyError(const std::string& what, const HttpResponse& reply) const {
-    const AzureError error = ParseError(reply);
-    if (error.code == "ContainerNotFound") {
-      return arrow::Status::IOError(what, ": the container '", config_.container,
-                                    "' does not exist in account '", config_.settings.account,
-                                    "'; create it first");
-    }
-    if (reply.status == 403 || error.code == "AuthenticationFailed" ||
-        error.code == "AuthorizationFailure" ||
-        error.code == "AuthorizationPermissionMismatch" || error.code == "InvalidAuthenticationInfo") {
-      return arrow::Status::IOError(what, ": access denied (HTTP ", reply.status,
-                                    error.code.empty() ? "" : " " + error.code,
-                                    "); check the credentials (from ",
-                                    config_.settings.credentials->Source(), ") and the account '",
-                                    config_.settings.account, "'");
-    }
-    return arrow::Status::IOError(what, ": HTTP ", reply.status,
-                                  error.code.empty() ? "" : " " + error.code,
-                                  error.message.empty() ? "" : ": " + error.message);
-  }
-
-  bool IsMissingBlob(const HttpResponse& reply) const {
-    return reply.status == 404 && ParseError(reply).code != "ContainerNotFound";
-  }
-
-  // ---- ObjectStore ---------------------------------------------------------------------------
-
-  arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override {
-    Call call;
-    call.blob = Blob(path);
-    call.what = "GET " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (IsMissingBlob(reply)) return NotFound(path);
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    return reply.body;
-  }
-
-  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
-                                                         int64_t length) override {
-    if (offset < 0 || length < 0) {
-      return arrow::Status::Invalid("negative range ", offset, "+", length, " of ", Url(path));
-    }
-    if (length == 0) return std::make_shared<arrow::Buffer>(nullptr, 0);
-    Call call;
-    call.blob = Blob(path);
-    call.headers["x-ms-range"] =
-        "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-    call.expected_bytes = length;
-    call.what = "GET " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (IsMissingBlob(reply)) return NotFound(path);
-    if (reply.status == 416) return std::make_shared<arrow::Buffer>(nullptr, 0);  // past the end
-    if (reply.status == 200) {  // the range was ignored (an empty blob): cut it here
-      const int64_t size = reply.body->size();
-      const int64_t from = std::min(offset, size);
-      return arrow::SliceBuffer(reply.body, from, std::min(length, size - from));
-    }
-    if (reply.status != 206) return ReplyError(call.what, reply);
-    return reply.body;
-  }
-
-  arrow::Result<ObjectMeta> Head(const std::string& path) override {
-    Call call;
-    call.method = "HEAD";
-    call.blob = Blob(path);
-    call.what = "HEAD " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (IsMissingBlob(reply)) return NotFound(path);
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    ObjectMeta meta;
-    meta.path = path;
-    meta.size = std::atoll(reply.Header("content-length").c_str());
-    meta.modified_ms = ParseServiceTimeMs(reply.Header("last-modified"));
-    meta.etag = reply.Header("etag");
-    return meta;
-  }
-
-  arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
-    return PutWith(path, data, {}).status();
-  }
-
-  arrow::Result<bool> PutIfAbsent(const std::string& path,
-                                  const std::shared_ptr<arrow::Buffer>& data) override {
-    return PutWith(path, data, {{"If-None-Match", "*"}});
-  }
-
-  arrow::Result<bool> PutIfMatch(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
-                                 const std::string& etag) override {
-    if (etag.empty()) return arrow::Status::Invalid("PutIfMatch of ", Url(path), " without an etag");
-    return PutWith(path, data, {{"If-Match", etag}});
-  }
-
-  // Put Blob with the given condition headers: true if written, false if a condition failed.
-  arrow::Result<bool> PutWith(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
-                              std::map<std::string, std::string> conditions) {
-    Call call;
-    call.method = "PUT";
-    call.blob = Blob(path);
-    call.headers = std::move(conditions);
-    call.headers["x-ms-blob-type"] = "BlockBlob";
-    call.headers["Content-Type"] = "application/octet-stream";
-    call.body = data ? data : std::make_shared<arrow::Buffer>(nullptr, 0);
-    call.what = "PUT " + Url(path);
-    return Conditional(call);
-  }
-
-  // Sends a write that may carry If-None-Match / If-Match: true if written (201), false if a
-  // condition failed.
-  arrow::Result<bool> Conditional(const Call& call) {
-    RetryOutcome outcome;
-    auto reply = Send(call, &outcome);
-    if (!reply.ok()) return WriteFailure(reply.status(), outcome);
-    if (reply->status == 201 || reply->status == 200) return true;
-    const bool if_none_match = call.headers.count("If-None-Match") > 0;
-    const bool if_match = call.headers.count("If-Match") > 0;
-    const std::string code = ParseError(*reply).code;
-    // If-None-Match: * on an existing blob is 409 BlobAlreadyExists (Azurite and, by most
-    // accounts, Azure) or 412; a failed If-Match is 412 ConditionNotMet, a missing blob 404.
-    if (if_none_match && (reply->status == 412 || code == "BlobAlreadyExists")) return false;
-    if (if_match && (reply->status == 412 || IsMissingBlob(*reply))) return false;
-    return WriteFailure(ReplyError(call.what, *reply), outcome);
-  }
-
-  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
-                                                          const OutputOptions& options) override {
-    ARROW_RETURN_NOT_OK(options.Validate());
-    // Put Block takes at most 4000 MiB.
-    return std::make_shared<MultipartOutput>(
-        std::make_unique<AzurePartUploader>(shared_from_this(), path,
-                                            std::max(1, config_.upload_parallelism)),
-        std::min(options.part_size, kMaxBlockBytes));
-  }
-
-  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
-      const std::string& path) override {
-    return std::make_shared<RangedInput>(shared_from_this(), path);
-  }
-
-  arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override {
-    Call call;
-    call.query["restype"] = "container";
-    call.query["comp"] = "list";
-    const std::string full = Blob(request.prefix);
-    if (!full.empty()) call.query["prefix"] = full;
-    if (!request.continuation.empty()) call.query["marker"] = request.continuation;
-    call.query["maxresults"] = std::to_string(std::clamp<int64_t>(request.max_keys, 1, kMaxListResults));
-    call.what = "LIST " + Url(request.prefix);
-    ARROW_ASSIGN_OR_RAISE(auto xml, ListCall(call));
-    ObjectPage page;
-    const std::string strip = config_.prefix.empty() ? "" : config_.prefix + "/";
-    if (const XmlElement* blobs = xml.Child("Blobs")) {
-      for (const XmlElement* b : blobs->Children("Blob")) {
-        std::string name = b->ChildText("Name");
-        if (name.compare(0, strip.size(), strip) != 0) continue;
-        // Accounts with a hierarchical namespace (ADLS Gen2) list their directories as blobs.
-        if (const XmlElement* p = b->Child("Properties");
-            p && p->ChildText("ResourceType") == "directory") {
-          continue;
-        }
-        ObjectMeta meta;
-        meta.path = name.substr(strip.size());
-        if (!InListing(meta.path, request.prefix, request.start_after)) continue;
-        if (const XmlElement* p = b->Child("Properties")) {
-          meta.size = std::atoll(p->ChildText("Content-Length").c_str());
-          meta.modified_ms = ParseServiceTimeMs(p->ChildText("Last-Modified"));
-          // Listings give the tag bare, Get Blob Properties in quotes: keep the header's form.
-          meta.etag = p->ChildText("Etag");
-          if (!meta.etag.empty() && meta.etag.front() != '"') meta.etag = "\"" + meta.etag + "\"";
-        }
-        page.objects.push_back(std::move(meta));
-      }
-    }
-    std::sort(page.objects.begin(), page.objects.end(),
-              [](const ObjectMeta& a, const ObjectMeta& b) { return a.path < b.path; });
-    page.continuation = xml.ChildText("NextMarker");
-    return page;
-  }
-
-  arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override {
-    std::vector<std::string> out;
-    const std::string full = Blob(prefix);
-    std::string marker;
-    do {
-      Call call;
-      call.query["restype"] = "container";
-      call.query["comp"] = "list";
-      if (!full.empty()) call.query["prefix"] = full;
-      call.query["delimiter"] = "/";
-      if (!marker.empty()) call.query["marker"] = marker;
-      call.what = "LIST " + Url(prefix);
-      ARROW_ASSIGN_OR_RAISE(auto xml, ListCall(call));
-      if (const XmlElement* blobs = xml.Child("Blobs")) {
-        for (const XmlElement* p : blobs->Children("BlobPrefix")) {
-          std::string name = p->ChildText("Name");
-          if (name.compare(0, full.size(), full) != 0 || name.size() <= full.size() + 1) continue;
-          name = name.substr(full.size());
-          if (!name.empty() && name.back() == '/') name.pop_back();
-          if (name.find('/') == std::string::npos) out.push_back(name);
-        }
-      }
-      marker = xml.ChildText("NextMarker");
-    } while (!marker.empty());
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
-  }
-
-  arrow::Result<XmlElement> ListCall(const Call& call) {
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    auto xml = ParseXml(reply.BodyText());
-    if (!xml.ok()) return arrow::Status::IOError(call.what, ": ", xml.status().message());
-    if (xml->name != "EnumerationResults") {
-      return arrow::Status::IOError(call.what, ": unexpected reply <", xml->name, ">");
-    }
-    return xml;
-  }
-
-  arrow::Status Delete(const std::string& path) override {
-    Call call;
-    call.method = "DELETE";
-    call.blob = Blob(path);
-    call.what = "DELETE " + Url(path);
-    RetryOutcome outcome;
-    auto reply = Send(call, &outcome);
-    if (!reply.ok()) return WriteFailure(reply.status(), outcome);
-    if (reply->status == 202 || reply->status == 200 || IsMissingBlob(*reply)) {
-      return arrow::Status::OK();
-    }
-    return ReplyError(call.what, *reply);
-  }
-
-  arrow::Status DeleteMany(const std::vector<std::string>& paths) override {
-    return RunParallel(paths.size(), kDeleteParallelism,
-                       [&](size_t i) { return Delete(paths[i]); });
-  }
-
-  arrow::Status DeletePrefix(const std::string& prefix) override {
-    ARROW_ASSIGN_OR_RAISE(auto objects, List(prefix));
-    std::vector<std::string> paths;
-    paths.reserve(objects.size());
-    for (auto& o : objects) paths.push_back(std::move(o.path));
-    return DeleteMany(paths);
+  std::string Identity() const override {
+    return RootUrl() + " in " + config_.settings.account + " at " + config_.settings.endpoint;
   }
 
   arrow::Status CreateContainer() {
-    Call call;
+    CloudCall call;
     call.method = "PUT";
     call.query["restype"] = "container";
     call.what = "CreateContainer " + config_.container;
@@ -449,30 +116,21 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
     return ReplyError(call.what, reply);
   }
 
-  std::string RootUrl() const override { return config_.root_url; }
-  std::string Identity() const override {
-    return config_.root_url + " in " + config_.settings.account + " at " + config_.settings.endpoint;
-  }
-  std::string ExternalPath(const std::string& path) const override { return Url(path); }
+  // ---- blocks: Put Block for each part (in parallel), then Put Block List ----------------------
 
-  // ---- blocks (used by AzurePartUploader) ----------------------------------------------------
+  // No request: block ids carry a random upload id, so blocks of two streams never mix.
+  arrow::Result<std::string> BeginUpload(const std::string&, bool) override { return RandomHex(8); }
 
-  // Block ids of one blob must all have the same length: the upload id and a 6-digit number.
-  static std::string BlockId(const std::string& upload_id, int number) {
-    char digits[16];
-    std::snprintf(digits, sizeof(digits), "%06d", number);
-    return Base64Encode(upload_id + "-" + digits);
-  }
-
-  arrow::Result<std::string> PutBlock(const std::string& path, const std::string& upload_id,
-                                      int number, std::shared_ptr<arrow::Buffer> data) {
+  arrow::Result<std::string> UploadPart(const std::string& path, const std::string& upload_id,
+                                        int number, int64_t, std::shared_ptr<arrow::Buffer> data,
+                                        bool) override {
     if (number > kMaxBlocks) {
       return arrow::Status::Invalid("PutBlock of ", Url(path), ": a blob holds at most ", kMaxBlocks,
                                     " blocks; write it with a larger part size");
     }
-    Call call;
+    CloudCall call;
     call.method = "PUT";
-    call.blob = Blob(path);
+    call.object = Key(path);
     call.query["comp"] = "block";
     call.query["blockid"] = BlockId(upload_id, number);
     call.body = std::move(data);
@@ -482,14 +140,14 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
     return call.query["blockid"];
   }
 
-  arrow::Status PutBlockList(const std::string& path,
-                             const std::vector<std::pair<int, std::string>>& blocks) {
+  arrow::Status CompleteUpload(const std::string& path, const std::string&,
+                               const std::vector<std::pair<int, std::string>>& blocks) override {
     std::string body = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
     for (const auto& [number, id] : blocks) body += "<Latest>" + XmlEscape(id) + "</Latest>";
     body += "</BlockList>";
-    Call call;
+    CloudCall call;
     call.method = "PUT";
-    call.blob = Blob(path);
+    call.object = Key(path);
     call.query["comp"] = "blocklist";
     call.headers["Content-Type"] = "application/xml";
     call.headers["x-ms-blob-content-type"] = "application/octet-stream";
@@ -503,29 +161,161 @@ class AzureStore : public ObjectStore, public std::enable_shared_from_this<Azure
     return WriteFailure(ReplyError(call.what, *reply), outcome);
   }
 
+  // Uncommitted blocks are invisible and expire on their own; there is no call to drop them.
+  arrow::Status AbortUpload(const std::string&, const std::string&) override {
+    return arrow::Status::OK();
+  }
+
+ protected:
+  // ---- the Blob service's dialect --------------------------------------------------------------
+
+  arrow::Status Sign(const CloudCall& call, const std::string& query,
+                     HttpRequest* request) override {
+    const std::string path = base_path_ + "/" + UriEncode(config_.container) +
+                             (call.object.empty() ? "" : "/" + UriEncodePath(call.object));
+    ARROW_ASSIGN_OR_RAISE(AzureCredential credential, config_.settings.credentials->Get());
+    request->url = base_url_ + path + query;
+    std::map<std::string, std::string> headers = call.headers;
+    headers["x-ms-date"] = HttpDate(std::time(nullptr));
+    headers["x-ms-version"] = kApiVersion;
+    switch (credential.kind) {
+      case AzureCredential::Kind::kSharedKey: {
+        AzureSignedRequest signed_request;
+        signed_request.method = call.method;
+        signed_request.path = path;
+        signed_request.query = call.query;
+        signed_request.headers = headers;
+        signed_request.content_length = call.body ? call.body->size() : 0;
+        headers["Authorization"] = AzureSharedKeyAuthorization(
+            signed_request, config_.settings.account, credential.account_key);
+        break;
+      }
+      case AzureCredential::Kind::kBearer:
+        headers["Authorization"] = "Bearer " + credential.bearer;
+        break;
+      case AzureCredential::Kind::kSas:
+        request->url += (query.empty() ? "?" : "&") + credential.sas_query;
+        break;
+      case AzureCredential::Kind::kAnonymous:
+        break;
+    }
+    for (const auto& [name, value] : headers) request->headers.emplace_back(name, value);
+    return arrow::Status::OK();
+  }
+
+  bool InvalidateToken() override { return config_.settings.credentials->Invalidate(); }
+  std::string ObjectNoun() const override { return "Azure blob"; }
+  std::string RangeHeader() const override { return "x-ms-range"; }
+
+  CloudCall PutCall(const std::string& object, const PutCondition& condition) const override {
+    CloudCall call = CloudStore::PutCall(object, condition);  // Put Blob takes HTTP's conditions
+    call.headers["x-ms-blob-type"] = "BlockBlob";
+    return call;
+  }
+
+  arrow::Result<bool> PutReplied(const HttpResponse& reply, const PutCondition& condition,
+                                 const std::string& what, const RetryOutcome& outcome) override {
+    if (reply.status == 201 || reply.status == 200) return true;
+    const std::string code = ParseError(reply).code;
+    // If-None-Match: * on an existing blob is 409 BlobAlreadyExists (Azurite and, by most
+    // accounts, Azure) or 412; a failed If-Match is 412 ConditionNotMet, a missing blob 404.
+    if (condition.kind == PutCondition::Kind::kAbsent &&
+        (reply.status == 412 || code == "BlobAlreadyExists")) {
+      return false;
+    }
+    if (condition.kind == PutCondition::Kind::kMatch &&
+        (reply.status == 412 || (reply.status == 404 && code != "ContainerNotFound"))) {
+      return false;
+    }
+    return WriteFailure(ReplyError(what, reply), outcome);
+  }
+
+  CloudCall ListCall(const ListQuery& query) const override {
+    // The service cannot start a listing after a name: the base filters by start_after.
+    CloudCall call;
+    call.query["restype"] = "container";
+    call.query["comp"] = "list";
+    if (!query.prefix.empty()) call.query["prefix"] = query.prefix;
+    if (query.delimited) call.query["delimiter"] = "/";
+    if (!query.continuation.empty()) call.query["marker"] = query.continuation;
+    if (query.max_keys > 0) {
+      call.query["maxresults"] =
+          std::to_string(std::clamp<int64_t>(query.max_keys, 1, kMaxListResults));
+    }
+    return call;
+  }
+
+  arrow::Result<ListedPage> ParseListing(const HttpResponse& reply,
+                                         const std::string& what) const override {
+    ARROW_ASSIGN_OR_RAISE(const XmlElement xml, ParseXmlReply(reply.BodyText(), "EnumerationResults", what));
+    ListedPage page;
+    if (const XmlElement* blobs = xml.Child("Blobs")) {
+      for (const XmlElement* b : blobs->Children("Blob")) {
+        // Accounts with a hierarchical namespace (ADLS Gen2) list their directories as blobs.
+        const XmlElement* p = b->Child("Properties");
+        if (p && p->ChildText("ResourceType") == "directory") continue;
+        ObjectMeta meta;
+        meta.path = b->ChildText("Name");
+        if (p) {
+          meta.size = std::atoll(p->ChildText("Content-Length").c_str());
+          meta.modified_ms = ParseServiceTimeMs(p->ChildText("Last-Modified"));
+          // Listings give the tag bare, Get Blob Properties in quotes: keep the header's form.
+          meta.etag = p->ChildText("Etag");
+          if (!meta.etag.empty() && meta.etag.front() != '"') meta.etag = "\"" + meta.etag + "\"";
+        }
+        page.objects.push_back(std::move(meta));
+      }
+      for (const XmlElement* p : blobs->Children("BlobPrefix")) {
+        page.prefixes.push_back(p->ChildText("Name"));
+      }
+    }
+    page.continuation = xml.ChildText("NextMarker");
+    page.truncated = !page.continuation.empty();
+    return page;
+  }
+
+  Missing MissingOf(const HttpResponse& reply) override {
+    return ParseError(reply).code == "ContainerNotFound" ? Missing::kBucket : Missing::kObject;
+  }
+
+  arrow::Status MissingBucket(const std::string& what) const override {
+    return arrow::Status::IOError(what, ": the container '", config_.container,
+                                  "' does not exist in account '", config_.settings.account,
+                                  "'; create it first");
+  }
+
+  // Replies do not echo secrets, and messages name the lake URL, never a request URL (which may
+  // carry a SAS).
+  arrow::Status ReplyError(const std::string& what, const HttpResponse& reply) const override {
+    const AzureError error = ParseError(reply);
+    if (error.code == "ContainerNotFound") return MissingBucket(what);
+    if (reply.status == 403 || error.code == "AuthenticationFailed" ||
+        error.code == "AuthorizationFailure" ||
+        error.code == "AuthorizationPermissionMismatch" || error.code == "InvalidAuthenticationInfo") {
+      return AccessDenied(what, reply.status, error.code.empty() ? "" : " " + error.code,
+                          config_.settings.credentials->Source(),
+                          " and the account '" + config_.settings.account + "'");
+    }
+    return HttpFailure(what, reply.status, error.code, error.message);
+  }
+
+  int UploadParallelism() const override { return config_.upload_parallelism; }
+  // Put Block takes at most 4000 MiB.
+  int64_t PartSize(int64_t requested) const override { return std::min(requested, kMaxBlockBytes); }
+  int DeleteParallelism() const override { return kDeleteParallelism; }
+
  private:
+  // Block ids of one blob must all have the same length: the upload id and a 6-digit number.
+  static std::string BlockId(const std::string& upload_id, int number) {
+    char digits[16];
+    std::snprintf(digits, sizeof(digits), "%06d", number);
+    return Base64Encode(upload_id + "-" + digits);
+  }
+
   AzureConfig config_;
-  std::shared_ptr<HttpClient> client_;
   std::string base_url_;   // scheme://host[:port]
   std::string base_path_;  // the endpoint's path ("/devstoreaccount1" path-style), "" otherwise
 };
-
-// ---- AzurePartUploader -------------------------------------------------------------------------
-
-arrow::Status AzurePartUploader::PutWhole(std::shared_ptr<arrow::Buffer> data) {
-  return store_->Put(path_, data);
-}
-arrow::Result<std::string> AzurePartUploader::UploadPart(const std::string& upload_id, int number,
-                                                         int64_t, std::shared_ptr<arrow::Buffer> data,
-                                                         bool) {
-  return store_->PutBlock(path_, upload_id, number, std::move(data));
-}
-arrow::Status AzurePartUploader::Complete(const std::string&,
-                                          const std::vector<std::pair<int, std::string>>& parts,
-                                          int64_t) {
-  return store_->PutBlockList(path_, parts);
-}
-std::string AzurePartUploader::Describe() const { return store_->ExternalPath(path_); }
 
 // ---- the URL -----------------------------------------------------------------------------------
 
@@ -541,11 +331,9 @@ struct AzureLocation {
 arrow::Result<AzureLocation> ParseAzureUrl(const std::string& url) {
   const auto scheme_end = url.find("://");
   const std::string scheme = url.substr(0, scheme_end);
-  const std::string rest = url.substr(scheme_end + 3);
   AzureLocation location;
   std::string bucket;
-  ARROW_RETURN_NOT_OK(SplitBucketAndPrefix(url, rest, "az://container/path", &bucket,
-                                           &location.prefix));
+  ARROW_RETURN_NOT_OK(SplitBucketAndPrefix(url, "az://container/path", &bucket, &location.prefix));
   const auto at = bucket.find('@');
   if (at != std::string::npos) {
     location.container = bucket.substr(0, at);
@@ -638,24 +426,12 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenAzureStore(const std::string& ur
   AzureCredentialInputs inputs;
   inputs.options = options;
   inputs.url_account = location.account;
-  // How the chain reaches Entra ID and the managed identity endpoint: a client of its own with
-  // short timeouts and few retries (IMDS answers at once or not at all).
-  HttpClientOptions identity;
+  // How the chain reaches Entra ID and the managed identity endpoint.
+  IdentityClientOptions identity;
   identity.connect_timeout_ms = 2'000;
   identity.request_timeout_ms = 10'000;
-  identity.stall_timeout_ms = 10'000;
-  identity.allow_http = true;  // IMDS is plain http on a link-local host
-  identity.user_agent = config.http.user_agent;
-  identity.proxy_url = config.http.proxy_url;
-  identity.allow_invalid_certificates = config.http.allow_invalid_certificates;
-  ARROW_ASSIGN_OR_RAISE(auto identity_client, HttpClient::Make(identity));
-  inputs.fetch = [identity_client](const HttpRequest& request) {
-    RetryOptions retry;
-    retry.max_retries = 2;
-    retry.max_total_ms = 15'000;
-    return SendWithRetry(*identity_client, retry, request.method + " " + RedactUrl(request.url),
-                         [&request]() -> arrow::Result<HttpRequest> { return request; });
-  };
+  identity.retry_total_ms = 15'000;
+  ARROW_ASSIGN_OR_RAISE(inputs.fetch, MakeIdentityFetch(config.http, identity));
   ARROW_ASSIGN_OR_RAISE(config.settings, ResolveAzureSettings(inputs));
   // A connection string's UseDevelopmentStorage=true is the emulator too: plain http on 127.0.0.1.
   config.http.allow_http = config.http.allow_http || config.settings.emulator;

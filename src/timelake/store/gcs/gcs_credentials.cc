@@ -20,8 +20,9 @@
 #include <arrow/status.h>
 #include <rapidjson/document.h>
 
-#include "timelake/store/cloud_common.h"
+#include "timelake/store/cloud/options.h"
 #include "timelake/store/refreshing_value.h"
+#include "timelake/store/cloud/identity_client.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/json.h"
 #include "timelake/util/time.h"
@@ -53,15 +54,9 @@ class Settings {
 
   explicit Settings(const GoogleCredentialInputs& inputs) : inputs_(inputs) {}
 
-  std::string Option(const std::string& key) const {
-    const auto it = inputs_.options.find(key);
-    return it == inputs_.options.end() ? std::string() : it->second;
-  }
-
+  std::string Option(const std::string& key) const { return OptionValue(inputs_.options, key); }
   std::string Env(const std::string& name) const {
-    if (inputs_.env) return inputs_.env(name).value_or("");
-    const char* value = std::getenv(name.c_str());
-    return value == nullptr ? std::string() : std::string(value);
+    return EnvValue(inputs_.env, name).value_or("");
   }
 
   /// True if storage_options name a credential source themselves: then the environment's
@@ -199,20 +194,6 @@ arrow::Result<std::string> SignRs256(EVP_PKEY* key, std::string_view data) {
 }
 
 // ---- token endpoints ---------------------------------------------------------------------------
-
-// One exchange; a transport failure becomes an IOError naming `what`, with secrets cut out.
-arrow::Result<HttpResponse> Exchange(const HttpFetch& fetch, const HttpRequest& request,
-                                     const std::string& what,
-                                     std::initializer_list<std::string_view> secrets) {
-  if (!fetch) {
-    return arrow::Status::IOError(what, " cannot be reached: this store was given no HTTP client");
-  }
-  auto response = fetch(request);
-  if (!response.ok()) {
-    return arrow::Status::IOError(what, " failed: ", Redact(response.status().message(), secrets));
-  }
-  return response;
-}
 
 // A token from an OAuth token reply ({"access_token": …, "expires_in": seconds}).
 arrow::Result<GoogleToken> ParseTokenReply(const HttpResponse& response, const std::string& what,
@@ -392,12 +373,6 @@ arrow::Result<std::shared_ptr<GoogleCredentialProvider>> KeyFileProvider(
       "application-default login (type authorized_user)");
 }
 
-std::string Joined(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& part : parts) out += (out.empty() ? "" : "; ") + part;
-  return out;
-}
-
 }  // namespace
 
 arrow::Result<std::shared_ptr<GoogleCredentialProvider>> MakeGoogleCredentialChain(
@@ -472,7 +447,7 @@ arrow::Result<std::shared_ptr<GoogleCredentialProvider>> MakeGoogleCredentialCha
   const std::string url = (host.find("://") == std::string::npos ? "http://" + host : host) +
                           "/computeMetadata/v1/instance/service-accounts/default/token";
   const std::string what = "the metadata server " + RedactUrl(url);
-  const std::string before = Joined(tried);
+  const std::string before = Join(tried, "; ");
   auto fetch = [url, what, before, http = inputs.fetch](int64_t now) -> arrow::Result<GoogleToken> {
     HttpRequest request;
     request.method = "GET";

@@ -50,7 +50,7 @@ struct GcsConfig {
 /// (also google_service_account_path, service_account, service_account_path),
 /// google_service_account_key (also service_account_key), google_application_credentials,
 /// google_bearer_token, google_skip_signature, google_base_url (such as http://127.0.0.1:4443
-/// for fake-gcs-server) and the options every cloud store takes (cloud_common.h). GOOGLE_*
+/// for fake-gcs-server) and the options every cloud store takes (store/cloud/options.h). GOOGLE_*
 /// environment variables fill in keys the options leave out. Invalid for bad option values,
 /// naming the key, and for options of another cloud.
 arrow::Result<std::shared_ptr<ObjectStore>> OpenGcsStore(const std::string& url,

@@ -13,6 +13,7 @@
 #include "timelake/store/refreshing_value.h"
 #include "timelake/store/s3/aws_remote_credentials.h"
 #include "timelake/store/s3/aws_shared_files.h"
+#include "timelake/store/cloud/options.h"
 #include "timelake/util/time.h"
 #include "timelake/util/text.h"
 
@@ -38,15 +39,9 @@ class Settings {
  public:
   explicit Settings(const AwsCredentialInputs& inputs) : inputs_(inputs) {}
 
-  std::string Option(const std::string& key) const {
-    const auto it = inputs_.options.find(key);
-    return it == inputs_.options.end() ? std::string() : it->second;
-  }
-
+  std::string Option(const std::string& key) const { return OptionValue(inputs_.options, key); }
   std::string Env(const std::string& name) const {
-    if (inputs_.env) return inputs_.env(name).value_or("");
-    const char* value = std::getenv(name.c_str());
-    return value == nullptr ? std::string() : std::string(value);
+    return EnvValue(inputs_.env, name).value_or("");
   }
 
   /// The first non-empty of the option `key` and the variable `name`.
@@ -209,12 +204,6 @@ arrow::Status CheckContainerFullUri(const std::string& url) {
   return arrow::Status::OK();
 }
 
-std::string Joined(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& part : parts) out += (out.empty() ? "" : "; ") + part;
-  return out;
-}
-
 }  // namespace
 
 arrow::Result<std::shared_ptr<AwsCredentialProvider>> MakeAwsCredentialChain(
@@ -327,7 +316,7 @@ arrow::Result<std::shared_ptr<AwsCredentialProvider>> MakeAwsCredentialChain(
   // 6. Instance metadata, the last resort.
   if (Lower(s.Env("AWS_EC2_METADATA_DISABLED")) == "true") {
     tried.push_back("instance metadata (AWS_EC2_METADATA_DISABLED=true)");
-    return arrow::Status::Invalid("no AWS credentials found; tried ", Joined(tried), ". ",
+    return arrow::Status::Invalid("no AWS credentials found; tried ", Join(tried, "; "), ". ",
                                   kHowToConfigure);
   }
   const std::string endpoint = WithoutTrailingSlash(s.OptionOrEnv(
@@ -338,7 +327,7 @@ arrow::Result<std::shared_ptr<AwsCredentialProvider>> MakeAwsCredentialChain(
                                   "AWS_EC2_METADATA_SERVICE_ENDPOINT) must be an http(s) URL, "
                                   "such as http://169.254.169.254");
   }
-  const std::string before = Joined(tried);
+  const std::string before = Join(tried, "; ");
   return std::make_shared<RefreshingCredentialProvider>(
       "instance metadata",
       [imds, before, fetch = inputs.fetch]() -> arrow::Result<AwsCredentials> {

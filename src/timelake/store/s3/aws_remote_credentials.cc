@@ -14,6 +14,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/http/xml.h"
+#include "timelake/store/cloud/identity_client.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/time.h"
 #include "timelake/util/text.h"
@@ -110,21 +111,6 @@ arrow::Result<AwsCredentials> ParseJsonCredentials(const std::string& body,
     ARROW_ASSIGN_OR_RAISE(credentials.expires_ms, ParseExpiration(expiration, from));
   }
   return credentials;
-}
-
-// One exchange; a transport failure becomes an IOError naming `what`, with secrets cut out.
-arrow::Result<HttpResponse> Exchange(const HttpFetch& fetch, const HttpRequest& request,
-                                     const std::string& what,
-                                     std::initializer_list<std::string_view> secrets) {
-  if (!fetch) {
-    return arrow::Status::IOError(what, " cannot be reached: this store was given no HTTP client");
-  }
-  auto response = fetch(request);
-  if (!response.ok()) {
-    return arrow::Status::IOError(what, " failed: ",
-                                  Redact(response.status().message(), secrets));
-  }
-  return response;
 }
 
 bool IsSuccess(const HttpResponse& response) {

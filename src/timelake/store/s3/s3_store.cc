@@ -3,24 +3,17 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cctype>
-#include <condition_variable>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
-#include <deque>
-#include <future>
-#include <mutex>
-#include <thread>
-
-#include <curl/curl.h>
-
-#include <arrow/buffer_builder.h>
-#include <arrow/io/interfaces.h>
 
 #include "timelake/http/xml.h"
-#include "timelake/store/cloud_common.h"
+#include "timelake/store/cloud/cloud_store.h"
+#include "timelake/store/cloud/identity_client.h"
+#include "timelake/store/cloud/location.h"
+#include "timelake/store/cloud/options.h"
+#include "timelake/store/cloud/service_time.h"
 #include "timelake/store/s3/sigv4.h"
+#include "timelake/util/encoding.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -82,39 +75,15 @@ ReplyVerdict CompleteVerdict(const HttpResponse& reply) {
   return ReplyVerdict::kTransient;
 }
 
-class S3Store;
-
-// An object sent as a multipart upload whose parts go up in parallel.
-class S3PartUploader : public PartUploader {
- public:
-  /// `unique_name`: nobody else writes `path` (OutputOptions::in_place).
-  S3PartUploader(std::shared_ptr<S3Store> store, std::string path, int parallelism, bool unique_name)
-      : store_(std::move(store)), path_(std::move(path)), parallelism_(parallelism),
-        unique_name_(unique_name) {}
-  arrow::Status PutWhole(std::shared_ptr<arrow::Buffer> data) override;
-  arrow::Result<std::string> Begin() override;
-  arrow::Result<std::string> UploadPart(const std::string& upload_id, int number, int64_t offset,
-                                        std::shared_ptr<arrow::Buffer> data, bool last) override;
-  arrow::Status Complete(const std::string& upload_id,
-                         const std::vector<std::pair<int, std::string>>& parts,
-                         int64_t size) override;
-  arrow::Status Abort(const std::string& upload_id) override;
-  int Parallelism() const override { return parallelism_; }
-  std::string Describe() const override;
-
- private:
-  std::shared_ptr<S3Store> store_;
-  std::string path_;
-  int parallelism_;
-  bool unique_name_;
-};
-
-class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store> {
+class S3Store : public CloudStore {
  public:
   S3Store(S3Config config, std::shared_ptr<AwsCredentialProvider> credentials,
           std::shared_ptr<HttpClient> client)
-      : config_(std::move(config)), credentials_(std::move(credentials)),
-        client_(std::move(client)) {
+      : CloudStore(CloudLocation{config.bucket, config.prefix,
+                                 "s3://" + config.bucket +
+                                     (config.prefix.empty() ? "" : "/" + config.prefix)},
+                   std::move(client), config.retry),
+        config_(std::move(config)), credentials_(std::move(credentials)) {
     std::string endpoint = config_.endpoint;
     if (endpoint.empty()) endpoint = "https://s3." + config_.region + ".amazonaws.com";
     while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
@@ -127,293 +96,10 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     } else {
       bucket_path_ = "/" + UriEncode(config_.bucket);
     }
-    root_url_ = "s3://" + config_.bucket + (config_.prefix.empty() ? "" : "/" + config_.prefix);
   }
 
-  // ---- requests ------------------------------------------------------------------------------
-
-  struct Call {
-    std::string method = "GET";
-    std::string key;  // full key in the bucket; "" for bucket-level calls
-    std::map<std::string, std::string> query;
-    std::map<std::string, std::string> headers;
-    std::shared_ptr<arrow::Buffer> body;
-    std::string what;  // for messages: "GET s3://bucket/key"
-    int64_t expected_bytes = 0;  // a ranged GET's length (see RequestTimeoutMs)
-  };
-
-  arrow::Result<HttpResponse> Send(const Call& call, RetryOutcome* outcome = nullptr,
-                                   const std::function<ReplyVerdict(const HttpResponse&)>& judge =
-                                       S3Verdict) {
-    std::string payload_hash = "UNSIGNED-PAYLOAD";
-    if (!config_.unsigned_payload) {
-      payload_hash = call.body ? Sha256Hex(std::string_view(
-                                     reinterpret_cast<const char*>(call.body->data()),
-                                     static_cast<size_t>(call.body->size())))
-                               : Sha256Hex("");
-    }
-    if (HasDotSegment(call.key)) {
-      return arrow::Status::Invalid(call.what, ": a path with '.' or '..' segments names no S3 object");
-    }
-    const std::string path =
-        bucket_path_ + (call.key.empty() ? (bucket_path_.empty() ? "/" : "") : "/" + UriEncodePath(call.key));
-    std::string query;
-    for (const auto& [name, value] : call.query) {
-      query += (query.empty() ? "?" : "&") + UriEncode(name) + "=" + UriEncode(value);
-    }
-    auto build = [&]() -> arrow::Result<HttpRequest> {
-      ARROW_ASSIGN_OR_RAISE(AwsCredentials credentials, credentials_->Get());
-      SigV4Request sig;
-      sig.method = call.method;
-      sig.path = path;
-      sig.query = call.query;
-      sig.headers = call.headers;
-      sig.payload_hash = payload_hash;
-      HttpRequest request;
-      request.method = call.method;
-      request.url = scheme_ + "://" + host_ + path + query;
-      request.body = call.body;
-      request.expected_response_bytes = call.expected_bytes;
-      if (!credentials.anonymous) {
-        const std::string amz_date = AmzDate(std::time(nullptr));
-        sig.headers["host"] = host_;
-        sig.headers["x-amz-date"] = amz_date;
-        sig.headers["x-amz-content-sha256"] = payload_hash;
-        if (!credentials.session_token.empty()) {
-          sig.headers["x-amz-security-token"] = credentials.session_token;
-        }
-        const std::string authorization = SigV4Authorization(
-            sig, SigV4Credentials{credentials.access_key_id, credentials.secret_access_key},
-            amz_date, config_.region, "s3");
-        sig.headers.erase("host");  // curl sends it from the URL
-        sig.headers["Authorization"] = authorization;
-      }
-      for (const auto& [name, value] : sig.headers) request.headers.emplace_back(name, value);
-      return request;
-    };
-    return SendWithRetry(*client_, config_.retry, call.what, build, judge, outcome);
-  }
-
-  std::string Key(const std::string& path) const {
-    return config_.prefix.empty() ? path : config_.prefix + "/" + path;
-  }
-
-  std::string Url(const std::string& path) const { return root_url_ + "/" + path; }
-
-  // An error for a reply that was not what the call wanted; never carries a secret (replies
-  // from S3 do not echo credentials; the URL has no query).
-  arrow::Status ReplyError(const std::string& what, const HttpResponse& reply) const {
-    const S3Error error = ParseError(reply);
-    if (error.code == "NoSuchBucket") {
-      return arrow::Status::IOError(what, ": the bucket '", config_.bucket,
-                                    "' does not exist; create it first");
-    }
-    if (reply.status == 403 || error.code == "AccessDenied" ||
-        error.code == "SignatureDoesNotMatch" || error.code == "InvalidAccessKeyId") {
-      return arrow::Status::IOError(what, ": access denied (HTTP ", reply.status,
-                                    error.code.empty() ? "" : " " + error.code,
-                                    "); check the credentials (from ", credentials_->Source(),
-                                    ") and the region '", config_.region, "'");
-    }
-    return arrow::Status::IOError(what, ": HTTP ", reply.status,
-                                  error.code.empty() ? "" : " " + error.code,
-                                  error.message.empty() ? "" : ": " + error.message);
-  }
-
-  // ---- ObjectStore ---------------------------------------------------------------------------
-
-  arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override {
-    Call call;
-    call.key = Key(path);
-    call.what = "GET " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (reply.status == 404 && ParseError(reply).code != "NoSuchBucket") return NotFound(path);
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    return reply.body;
-  }
-
-  arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
-                                                         int64_t length) override {
-    if (offset < 0 || length < 0) {
-      return arrow::Status::Invalid("negative range ", offset, "+", length, " of ", Url(path));
-    }
-    if (length == 0) return std::make_shared<arrow::Buffer>(nullptr, 0);
-    Call call;
-    call.key = Key(path);
-    call.headers["Range"] = "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-    call.expected_bytes = length;
-    call.what = "GET " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (reply.status == 404 && ParseError(reply).code != "NoSuchBucket") return NotFound(path);
-    if (reply.status == 416) return std::make_shared<arrow::Buffer>(nullptr, 0);  // past the end
-    if (reply.status == 200) {  // the server ignored the range: cut it here
-      const int64_t size = reply.body->size();
-      const int64_t from = std::min(offset, size);
-      return arrow::SliceBuffer(reply.body, from, std::min(length, size - from));
-    }
-    if (reply.status != 206) return ReplyError(call.what, reply);
-    return reply.body;
-  }
-
-  arrow::Result<ObjectMeta> Head(const std::string& path) override {
-    Call call;
-    call.method = "HEAD";
-    call.key = Key(path);
-    call.what = "HEAD " + Url(path);
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (reply.status == 404) return NotFound(path);
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    ObjectMeta meta;
-    meta.path = path;
-    meta.size = std::atoll(reply.Header("content-length").c_str());
-    meta.modified_ms = ParseServiceTimeMs(reply.Header("last-modified"));
-    meta.etag = reply.Header("etag");
-    return meta;
-  }
-
-  arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override {
-    return PutWith(path, data, {}).status();
-  }
-
-  arrow::Result<bool> PutIfAbsent(const std::string& path,
-                                  const std::shared_ptr<arrow::Buffer>& data) override {
-    return PutWith(path, data, {{"If-None-Match", "*"}});
-  }
-
-  arrow::Result<bool> PutIfMatch(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
-                                 const std::string& etag) override {
-    if (etag.empty()) return arrow::Status::Invalid("PutIfMatch of ", Url(path), " without an etag");
-    return PutWith(path, data, {{"If-Match", etag}});
-  }
-
-  // PUT with the given condition headers: true if written, false if a condition failed.
-  arrow::Result<bool> PutWith(const std::string& path, const std::shared_ptr<arrow::Buffer>& data,
-                              std::map<std::string, std::string> conditions) {
-    Call call;
-    call.method = "PUT";
-    call.key = Key(path);
-    call.headers = std::move(conditions);
-    call.headers["Content-Type"] = "application/octet-stream";
-    call.body = data ? data : std::make_shared<arrow::Buffer>(nullptr, 0);
-    call.what = "PUT " + Url(path);
-    RetryOutcome outcome;
-    auto reply = Send(call, &outcome);
-    if (!reply.ok()) return WriteFailure(reply.status(), outcome);
-    if (reply->status == 200) return true;
-    if (!call.headers.count("If-None-Match") && !call.headers.count("If-Match")) {
-      return WriteFailure(ReplyError(call.what, *reply), outcome);
-    }
-    // 412: the condition failed. 404: If-Match on a missing object. (Old MinIO answers 304.)
-    if (reply->status == 412 || reply->status == 304 ||
-        (reply->status == 404 && call.headers.count("If-Match") &&
-         ParseError(*reply).code != "NoSuchBucket")) {
-      return false;
-    }
-    if (reply->status == 501 || ParseError(*reply).code == "NotImplemented") {
-      return arrow::Status::NotImplemented(
-          call.what, ": this S3 service does not support conditional writes, which timelake "
-          "commits need (AWS S3 has them since 2024; MinIO, R2 and moto too)");
-    }
-    return WriteFailure(ReplyError(call.what, *reply), outcome);
-  }
-
-  arrow::Result<std::shared_ptr<ObjectOutput>> OpenOutput(const std::string& path,
-                                                          const OutputOptions& options) override {
-    ARROW_RETURN_NOT_OK(options.Validate());
-    return std::make_shared<MultipartOutput>(
-        std::make_unique<S3PartUploader>(shared_from_this(), path,
-                                         std::max(1, config_.upload_parallelism), options.in_place),
-        options.part_size);
-  }
-
-  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInput(
-      const std::string& path) override {
-    return std::make_shared<RangedInput>(shared_from_this(), path);
-  }
-
-  arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override {
-    Call call;
-    call.query["list-type"] = "2";
-    call.query["prefix"] = Key(request.prefix);
-    if (config_.prefix.empty() && request.prefix.empty()) call.query.erase("prefix");
-    if (!request.start_after.empty()) call.query["start-after"] = Key(request.start_after);
-    if (!request.continuation.empty()) call.query["continuation-token"] = request.continuation;
-    call.query["max-keys"] = std::to_string(std::clamp<int64_t>(request.max_keys, 1, 1000));
-    call.what = "LIST " + Url(request.prefix);
-    ARROW_ASSIGN_OR_RAISE(auto xml, ListCall(call));
-    ObjectPage page;
-    const std::string strip = config_.prefix.empty() ? "" : config_.prefix + "/";
-    for (const XmlElement* c : xml.Children("Contents")) {
-      ObjectMeta meta;
-      std::string key = c->ChildText("Key");
-      if (key.compare(0, strip.size(), strip) != 0) continue;
-      meta.path = key.substr(strip.size());
-      if (!InListing(meta.path, request.prefix, request.start_after)) continue;
-      meta.size = std::atoll(c->ChildText("Size").c_str());
-      meta.modified_ms = ParseServiceTimeMs(c->ChildText("LastModified"));
-      meta.etag = c->ChildText("ETag");
-      page.objects.push_back(std::move(meta));
-    }
-    std::sort(page.objects.begin(), page.objects.end(),
-              [](const ObjectMeta& a, const ObjectMeta& b) { return a.path < b.path; });
-    if (xml.ChildText("IsTruncated") == "true") {
-      page.continuation = xml.ChildText("NextContinuationToken");
-      if (page.continuation.empty()) {
-        return arrow::Status::IOError(call.what, ": a truncated listing without a continuation token");
-      }
-    }
-    return page;
-  }
-
-  arrow::Result<std::vector<std::string>> ListChildren(const std::string& prefix) override {
-    std::vector<std::string> out;
-    const std::string full = Key(prefix);
-    std::string continuation;
-    do {
-      Call call;
-      call.query["list-type"] = "2";
-      if (!full.empty()) call.query["prefix"] = full;
-      call.query["delimiter"] = "/";
-      if (!continuation.empty()) call.query["continuation-token"] = continuation;
-      call.what = "LIST " + Url(prefix);
-      ARROW_ASSIGN_OR_RAISE(auto xml, ListCall(call));
-      for (const XmlElement* p : xml.Children("CommonPrefixes")) {
-        std::string name = p->ChildText("Prefix");
-        if (name.compare(0, full.size(), full) != 0 || name.size() <= full.size() + 1) continue;
-        name = name.substr(full.size());
-        if (!name.empty() && name.back() == '/') name.pop_back();
-        if (name.find('/') == std::string::npos) out.push_back(name);
-      }
-      continuation = xml.ChildText("IsTruncated") == "true" ? xml.ChildText("NextContinuationToken")
-                                                            : "";
-    } while (!continuation.empty());
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
-  }
-
-  arrow::Result<XmlElement> ListCall(const Call& call) {
-    ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
-    if (reply.status != 200) return ReplyError(call.what, reply);
-    auto xml = ParseXml(reply.BodyText());
-    if (!xml.ok()) return arrow::Status::IOError(call.what, ": ", xml.status().message());
-    if (xml->name != "ListBucketResult") {
-      return arrow::Status::IOError(call.what, ": unexpected reply <", xml->name, ">");
-    }
-    return xml;
-  }
-
-  arrow::Status Delete(const std::string& path) override {
-    Call call;
-    call.method = "DELETE";
-    call.key = Key(path);
-    call.what = "DELETE " + Url(path);
-    RetryOutcome outcome;
-    auto reply = Send(call, &outcome);
-    if (!reply.ok()) return WriteFailure(reply.status(), outcome);
-    if (reply->status == 204 || reply->status == 200) return arrow::Status::OK();
-    if (reply->status == 404 && ParseError(*reply).code != "NoSuchBucket") return arrow::Status::OK();
-    return ReplyError(call.what, *reply);
+  std::string Identity() const override {
+    return RootUrl() + " at " + config_.endpoint + " in " + config_.region;
   }
 
   arrow::Status DeleteMany(const std::vector<std::string>& paths) override {
@@ -424,13 +110,13 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
         body += "<Object><Key>" + XmlEscape(Key(paths[i])) + "</Key></Object>";
       }
       body += "</Delete>";
-      Call call;
+      CloudCall call;
       call.method = "POST";
       call.query["delete"] = "";
       call.headers["Content-MD5"] = ContentMd5(body);
       call.headers["Content-Type"] = "application/xml";
       call.body = arrow::Buffer::FromString(std::move(body));
-      call.what = "DELETE " + std::to_string(end - start) + " objects under " + root_url_;
+      call.what = "DELETE " + std::to_string(end - start) + " objects under " + RootUrl();
       RetryOutcome outcome;
       auto reply = Send(call, &outcome);
       if (!reply.ok()) return WriteFailure(reply.status(), outcome);
@@ -447,16 +133,8 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return arrow::Status::OK();
   }
 
-  arrow::Status DeletePrefix(const std::string& prefix) override {
-    ARROW_ASSIGN_OR_RAISE(auto objects, List(prefix));
-    std::vector<std::string> paths;
-    paths.reserve(objects.size());
-    for (auto& o : objects) paths.push_back(std::move(o.path));
-    return DeleteMany(paths);
-  }
-
   arrow::Status CreateBucket() {
-    Call call;
+    CloudCall call;
     call.method = "PUT";
     call.what = "CreateBucket s3://" + config_.bucket;
     if (config_.region != "us-east-1") {
@@ -472,16 +150,12 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return ReplyError(call.what, reply);
   }
 
-  std::string RootUrl() const override { return root_url_; }
-  std::string Identity() const override { return root_url_ + " at " + config_.endpoint + " in " + config_.region; }
-  std::string ExternalPath(const std::string& path) const override { return Url(path); }
+  // ---- multipart uploads -----------------------------------------------------------------------
 
-  // ---- multipart uploads (used by S3PartUploader) ----------------------------------------------
-
-  arrow::Result<std::string> CreateUpload(const std::string& path, bool unique_name) {
-    Call call;
+  arrow::Result<std::string> BeginUpload(const std::string& path, bool unique_name) override {
+    CloudCall call;
     call.method = "POST";
-    call.key = Key(path);
+    call.object = Key(path);
     call.query["uploads"] = "";
     call.headers["Content-Type"] = "application/octet-stream";
     call.what = "CreateMultipartUpload " + Url(path);
@@ -511,7 +185,7 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     if (!unique_name && date.empty()) return;  // no server time to judge by: leave them alone
     const int64_t answered = date.empty() ? 0 : ParseServiceTimeMs(date);
     const int64_t from = answered - elapsed_ms - 2000, to = answered + 1000;
-    Call list;
+    CloudCall list;
     list.query["uploads"] = "";
     list.query["prefix"] = Key(path);
     list.what = "ListMultipartUploads " + Url(path);
@@ -528,10 +202,11 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   }
 
   arrow::Result<std::string> UploadPart(const std::string& path, const std::string& upload_id,
-                                        int number, std::shared_ptr<arrow::Buffer> data) {
-    Call call;
+                                        int number, int64_t, std::shared_ptr<arrow::Buffer> data,
+                                        bool) override {
+    CloudCall call;
     call.method = "PUT";
-    call.key = Key(path);
+    call.object = Key(path);
     call.query["partNumber"] = std::to_string(number);
     call.query["uploadId"] = upload_id;
     call.body = std::move(data);
@@ -544,16 +219,16 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
   }
 
   arrow::Status CompleteUpload(const std::string& path, const std::string& upload_id,
-                               const std::vector<std::pair<int, std::string>>& parts) {
+                               const std::vector<std::pair<int, std::string>>& parts) override {
     std::string body = "<CompleteMultipartUpload>";
     for (const auto& [number, etag] : parts) {
       body += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" +
               XmlEscape(etag) + "</ETag></Part>";
     }
     body += "</CompleteMultipartUpload>";
-    Call call;
+    CloudCall call;
     call.method = "POST";
-    call.key = Key(path);
+    call.object = Key(path);
     call.query["uploadId"] = upload_id;
     call.headers["Content-Type"] = "application/xml";
     call.body = arrow::Buffer::FromString(std::move(body));
@@ -575,10 +250,10 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return WriteFailure(ReplyError(call.what, *reply), outcome);
   }
 
-  arrow::Status AbortUpload(const std::string& path, const std::string& upload_id) {
-    Call call;
+  arrow::Status AbortUpload(const std::string& path, const std::string& upload_id) override {
+    CloudCall call;
     call.method = "DELETE";
-    call.key = Key(path);
+    call.object = Key(path);
     call.query["uploadId"] = upload_id;
     call.what = "AbortMultipartUpload " + Url(path);
     ARROW_ASSIGN_OR_RAISE(auto reply, Send(call));
@@ -586,36 +261,133 @@ class S3Store : public ObjectStore, public std::enable_shared_from_this<S3Store>
     return ReplyError(call.what, reply);
   }
 
+ protected:
+  // ---- the S3 dialect --------------------------------------------------------------------------
+
+  arrow::Status Sign(const CloudCall& call, const std::string& query,
+                     HttpRequest* request) override {
+    std::string payload_hash = "UNSIGNED-PAYLOAD";
+    if (!config_.unsigned_payload) {
+      payload_hash = call.body ? Sha256Hex(std::string_view(
+                                     reinterpret_cast<const char*>(call.body->data()),
+                                     static_cast<size_t>(call.body->size())))
+                               : Sha256Hex("");
+    }
+    const std::string path =
+        bucket_path_ +
+        (call.object.empty() ? (bucket_path_.empty() ? "/" : "") : "/" + UriEncodePath(call.object));
+    ARROW_ASSIGN_OR_RAISE(AwsCredentials credentials, credentials_->Get());
+    SigV4Request sig;
+    sig.method = call.method;
+    sig.path = path;
+    sig.query = call.query;
+    sig.headers = call.headers;
+    sig.payload_hash = payload_hash;
+    request->url = scheme_ + "://" + host_ + path + query;
+    if (!credentials.anonymous) {
+      const std::string amz_date = AmzDate(std::time(nullptr));
+      sig.headers["host"] = host_;
+      sig.headers["x-amz-date"] = amz_date;
+      sig.headers["x-amz-content-sha256"] = payload_hash;
+      if (!credentials.session_token.empty()) {
+        sig.headers["x-amz-security-token"] = credentials.session_token;
+      }
+      const std::string authorization = SigV4Authorization(
+          sig, SigV4Credentials{credentials.access_key_id, credentials.secret_access_key},
+          amz_date, config_.region, "s3");
+      sig.headers.erase("host");  // curl sends it from the URL
+      sig.headers["Authorization"] = authorization;
+    }
+    for (const auto& [name, value] : sig.headers) request->headers.emplace_back(name, value);
+    return arrow::Status::OK();
+  }
+
+  std::function<ReplyVerdict(const HttpResponse&)> NewJudge() override { return S3Verdict; }
+  std::string ObjectNoun() const override { return "S3 object"; }
+
+  arrow::Result<bool> PutReplied(const HttpResponse& reply, const PutCondition& condition,
+                                 const std::string& what, const RetryOutcome& outcome) override {
+    if (reply.status == 200) return true;
+    if (condition.kind == PutCondition::Kind::kNone) {
+      return WriteFailure(ReplyError(what, reply), outcome);
+    }
+    // 412: the condition failed. 404: If-Match on a missing object. (Old MinIO answers 304.)
+    if (reply.status == 412 || reply.status == 304 ||
+        (reply.status == 404 && condition.kind == PutCondition::Kind::kMatch &&
+         ParseError(reply).code != "NoSuchBucket")) {
+      return false;
+    }
+    if (reply.status == 501 || ParseError(reply).code == "NotImplemented") {
+      return arrow::Status::NotImplemented(
+          what, ": this S3 service does not support conditional writes, which timelake "
+          "commits need (AWS S3 has them since 2024; MinIO, R2 and moto too)");
+    }
+    return WriteFailure(ReplyError(what, reply), outcome);
+  }
+
+  CloudCall ListCall(const ListQuery& query) const override {
+    CloudCall call;
+    call.query["list-type"] = "2";
+    if (!query.prefix.empty()) call.query["prefix"] = query.prefix;
+    if (!query.start_after.empty()) call.query["start-after"] = query.start_after;
+    if (query.delimited) call.query["delimiter"] = "/";
+    if (!query.continuation.empty()) call.query["continuation-token"] = query.continuation;
+    if (query.max_keys > 0) {
+      call.query["max-keys"] = std::to_string(std::clamp<int64_t>(query.max_keys, 1, 1000));
+    }
+    return call;
+  }
+
+  arrow::Result<ListedPage> ParseListing(const HttpResponse& reply,
+                                         const std::string& what) const override {
+    ARROW_ASSIGN_OR_RAISE(const XmlElement xml, ParseXmlReply(reply.BodyText(), "ListBucketResult", what));
+    ListedPage page;
+    for (const XmlElement* c : xml.Children("Contents")) {
+      ObjectMeta meta;
+      meta.path = c->ChildText("Key");
+      meta.size = std::atoll(c->ChildText("Size").c_str());
+      meta.modified_ms = ParseServiceTimeMs(c->ChildText("LastModified"));
+      meta.etag = c->ChildText("ETag");
+      page.objects.push_back(std::move(meta));
+    }
+    for (const XmlElement* p : xml.Children("CommonPrefixes")) {
+      page.prefixes.push_back(p->ChildText("Prefix"));
+    }
+    page.truncated = xml.ChildText("IsTruncated") == "true";
+    if (page.truncated) page.continuation = xml.ChildText("NextContinuationToken");
+    return page;
+  }
+
+  Missing MissingOf(const HttpResponse& reply) override {
+    return ParseError(reply).code == "NoSuchBucket" ? Missing::kBucket : Missing::kObject;
+  }
+
+  arrow::Status MissingBucket(const std::string& what) const override {
+    return arrow::Status::IOError(what, ": the bucket '", config_.bucket,
+                                  "' does not exist; create it first");
+  }
+
+  // Replies from S3 do not echo credentials; the URL has no query.
+  arrow::Status ReplyError(const std::string& what, const HttpResponse& reply) const override {
+    const S3Error error = ParseError(reply);
+    if (error.code == "NoSuchBucket") return MissingBucket(what);
+    if (reply.status == 403 || error.code == "AccessDenied" ||
+        error.code == "SignatureDoesNotMatch" || error.code == "InvalidAccessKeyId") {
+      return AccessDenied(what, reply.status, error.code.empty() ? "" : " " + error.code,
+                          credentials_->Source(), " and the region '" + config_.region + "'");
+    }
+    return HttpFailure(what, reply.status, error.code, error.message);
+  }
+
+  int UploadParallelism() const override { return config_.upload_parallelism; }
+
  private:
   S3Config config_;
   std::shared_ptr<AwsCredentialProvider> credentials_;
-  std::shared_ptr<HttpClient> client_;
   std::string scheme_;
   std::string host_;
   std::string bucket_path_;
-  std::string root_url_;
 };
-
-// ---- S3PartUploader ----------------------------------------------------------------------------
-
-arrow::Status S3PartUploader::PutWhole(std::shared_ptr<arrow::Buffer> data) {
-  return store_->Put(path_, data);
-}
-arrow::Result<std::string> S3PartUploader::Begin() { return store_->CreateUpload(path_, unique_name_); }
-arrow::Result<std::string> S3PartUploader::UploadPart(const std::string& upload_id, int number,
-                                                      int64_t, std::shared_ptr<arrow::Buffer> data,
-                                                      bool) {
-  return store_->UploadPart(path_, upload_id, number, std::move(data));
-}
-arrow::Status S3PartUploader::Complete(const std::string& upload_id,
-                                       const std::vector<std::pair<int, std::string>>& parts,
-                                       int64_t) {
-  return store_->CompleteUpload(path_, upload_id, parts);
-}
-arrow::Status S3PartUploader::Abort(const std::string& upload_id) {
-  return store_->AbortUpload(path_, upload_id);
-}
-std::string S3PartUploader::Describe() const { return store_->ExternalPath(path_); }
 
 }  // namespace
 
@@ -627,10 +399,9 @@ arrow::Result<std::shared_ptr<ObjectStore>> MakeS3Store(
 
 arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
                                                         const StorageOptions& given) {
-  const auto scheme_end = url.find("://");
   S3Config config;
-  ARROW_RETURN_NOT_OK(SplitBucketAndPrefix(url, url.substr(scheme_end + 3), "s3://bucket/path",
-                                           &config.bucket, &config.prefix));
+  ARROW_RETURN_NOT_OK(
+      SplitBucketAndPrefix(url, "s3://bucket/path", &config.bucket, &config.prefix));
 
   // Options the user gave win; AWS_* environment variables fill in the rest (as in delta-rs).
   // Credentials are left to the credential chain, which reads the environment itself.
@@ -680,22 +451,11 @@ arrow::Result<std::shared_ptr<ObjectStore>> OpenS3Store(const std::string& url,
         "this value of storage option 'aws_conditional_put' is not supported: timelake commits with S3's own conditional writes (If-None-Match), "
         "as delta-rs does with 'etag'; remove the option or set it to 'etag'");
   }
-  // How the chain reaches STS, the container endpoint and instance metadata: a client of its
-  // own with short timeouts (metadata endpoints answer at once or not at all) and few retries.
-  HttpClientOptions metadata;
-  metadata.connect_timeout_ms = 1'000;
-  metadata.request_timeout_ms = 5'000;
-  metadata.stall_timeout_ms = 5'000;
-  metadata.allow_http = true;  // IMDS and the container endpoint are plain http on link-local hosts
-  metadata.user_agent = config.http.user_agent;
-  ARROW_ASSIGN_OR_RAISE(auto metadata_client, HttpClient::Make(metadata));
-  inputs.fetch = [metadata_client](const HttpRequest& request) {
-    RetryOptions retry;
-    retry.max_retries = 2;
-    retry.max_total_ms = 10'000;
-    return SendWithRetry(*metadata_client, retry, request.method + " " + RedactUrl(request.url),
-                         [&request]() -> arrow::Result<HttpRequest> { return request; });
-  };
+  // How the chain reaches STS, the container endpoint and instance metadata (not through the
+  // store's proxy).
+  IdentityClientOptions identity;
+  identity.store_proxy = false;
+  ARROW_ASSIGN_OR_RAISE(inputs.fetch, MakeIdentityFetch(config.http, identity));
   ARROW_ASSIGN_OR_RAISE(auto credentials, MakeAwsCredentialChain(inputs));
   return MakeS3Store(config, std::move(credentials));
 }

@@ -13,22 +13,6 @@
 namespace timelake {
 namespace {
 
-// Header values are signed trimmed, with runs of spaces inside folded to one.
-std::string TrimValue(const std::string& value) {
-  std::string out;
-  bool space = false;
-  for (char c : value) {
-    if (c == ' ' || c == '\t') {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += c;
-  }
-  return out;
-}
-
 std::string SignedHeaders(const std::map<std::string, std::string>& lower) {
   std::string out;
   for (const auto& [name, value] : lower) out += (out.empty() ? "" : ";") + name;
@@ -37,7 +21,7 @@ std::string SignedHeaders(const std::map<std::string, std::string>& lower) {
 
 std::map<std::string, std::string> LowerHeaders(const std::map<std::string, std::string>& headers) {
   std::map<std::string, std::string> lower;
-  for (const auto& [name, value] : headers) lower[Lower(name)] = TrimValue(value);
+  for (const auto& [name, value] : headers) lower[Lower(name)] = FoldSpaces(value, " \t");
   return lower;
 }
 
