@@ -229,7 +229,7 @@ arrow::Status Lake::DropTable(const std::string& name) {
   arrow::Status renamed = store_->RenamePrefix(table_name.path() + "/", hidden);
   if (renamed.IsNotImplemented()) {
     // Stores without an atomic rename: the log goes first, so the folder stops being a table.
-    ARROW_RETURN_NOT_OK(store_->DeletePrefix(table_name.path() + "/_delta_log/"));
+    ARROW_RETURN_NOT_OK(log.DeleteNewestFirst());
     return store_->DeletePrefix(table_name.path() + "/");
   }
   if (IsNotFound(renamed)) return TableNotFound(table_name.qualified());  // a racing drop won

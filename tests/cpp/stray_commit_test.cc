@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include <arrow/api.h>
@@ -273,6 +274,60 @@ TEST_F(DeadWritersStrayTest, AYoungOneIsLeftToItsWriterAndTheAppendSaysRetry) {
   ASSERT_FALSE(result.ok());
   EXPECT_TRUE(IsCommitConflict(result.status())) << result.status().ToString();
   EXPECT_TRUE(store_->Head(stray_path_).ok());
+}
+
+
+/// A store without a folder rename (as the clouds are): a drop deletes the log object by object,
+/// and a prefix is deleted as the clouds do, listed once and deleted in path order. A hook of
+/// `before_delete` runs once, inside the first Delete of the commit of its version, before it.
+class NoRenameStore : public MemoryStore {
+ public:
+  std::map<int64_t, std::function<void()>> before_delete;
+  arrow::Status RenamePrefix(const std::string&, const std::string&) override {
+    return arrow::Status::NotImplemented("no rename");
+  }
+  arrow::Status Delete(const std::string& p) override {
+    auto version = CommitVersionOf(p.substr(p.rfind('/') + 1));
+    auto hook = version ? before_delete.find(*version) : before_delete.end();
+    if (hook != before_delete.end()) {
+      auto run = std::move(hook->second);
+      before_delete.erase(hook);
+      run();
+    }
+    return MemoryStore::Delete(p);
+  }
+  arrow::Status DeletePrefix(const std::string& prefix) override {
+    ARROW_ASSIGN_OR_RAISE(auto listed, List(prefix));
+    for (const auto& o : listed) ARROW_RETURN_NOT_OK(Delete(o.path));
+    return arrow::Status::OK();
+  }
+};
+
+TEST(DropWithoutRenameTest, CommitsLandingDuringTheDropGoWithTheLogAndTheirWriterIsToldTheTableIsGone) {
+  auto store = std::make_shared<NoRenameStore>();
+  auto lake = Lake::OverStore(store);
+  ASSERT_OK(lake->CreateTable("t", Schema(), Keyed()).status());
+  ASSERT_OK_AND_ASSIGN(auto writer, lake->OpenTable("t"));
+  for (int hour = 1; hour <= 3; ++hour) ASSERT_OK(writer->Append(OneRow(hour).get(), {}).status());
+  ASSERT_OK(writer->WaitForUpkeep());
+  // The writer commits while the drop deletes the log: each put finds the version before it
+  // still there (the drop listed the log before the put and has not reached that version yet),
+  // so each stands as committed before the drop. Had the drop left the newest of them, the
+  // writer would go on committing onto a log that belongs to no table.
+  auto append = [&](int hour) {
+    return [&, hour] { ASSERT_OK(writer->Append(OneRow(hour).get(), {}).status()); };
+  };
+  store->before_delete[3] = append(4);  // version 4, while 3 is still there
+  store->before_delete[4] = append(5);  // version 5, while 4 is still there
+  ASSERT_OK(lake->DropTable("t"));
+  // Nothing of the log is left: no commit the writer could go on building on, no table.
+  ASSERT_OK_AND_ASSIGN(auto left, store->List("default/t/_delta_log/"));
+  EXPECT_TRUE(left.empty()) << left.size() << " log objects left, the first " << left.front().path;
+  auto next = writer->Append(OneRow(6).get(), {});
+  EXPECT_TRUE(IsTableNotFound(next.status())) << next.status().ToString();
+  ASSERT_OK_AND_ASSIGN(left, store->List("default/t/_delta_log/"));
+  EXPECT_TRUE(left.empty()) << "the stale writer's put was not taken back";
+  ASSERT_OK(lake->CreateTable("t", Schema(), Keyed()).status());
 }
 
 }  // namespace

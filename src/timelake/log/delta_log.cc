@@ -38,6 +38,33 @@ std::string DeltaLog::LogPath(const std::string& name) const { return log_store_
 
 arrow::Result<bool> DeltaLog::Exists() { return log_store_.Exists(); }
 
+arrow::Status DeltaLog::DeleteNewestFirst() {
+  const std::string prefix = LogPath("");
+  for (int round = 0;; ++round) {
+    ARROW_ASSIGN_OR_RAISE(auto objects, store_->List(prefix));
+    if (objects.empty()) return arrow::Status::OK();
+    if (round >= kMaxDeleteRounds) {
+      return arrow::Status::IOError("cannot delete the log of ", DisplayName(table_path_),
+                                    ": writers keep committing to it; stop them and drop again");
+    }
+    std::optional<int64_t> newest;
+    std::string head;
+    std::vector<std::string> rest;
+    for (const auto& o : objects) {
+      auto version = CommitVersionOf(o.path.substr(prefix.size()));
+      if (version && (!newest || *version > *newest)) {
+        if (!head.empty()) rest.push_back(head);
+        newest = version;
+        head = o.path;
+      } else {
+        rest.push_back(o.path);
+      }
+    }
+    if (!head.empty()) ARROW_RETURN_NOT_OK(store_->Delete(head));
+    ARROW_RETURN_NOT_OK(store_->DeleteMany(rest));
+  }
+}
+
 arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bool from_zero,
                                           std::vector<std::string>* failures) {
   const auto& commits = versions.commits;

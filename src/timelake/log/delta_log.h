@@ -35,6 +35,14 @@ class DeltaLog {
   /// True if the folder holds a Delta log (at least one commit or checkpoint).
   arrow::Result<bool> Exists();
 
+  /// Deletes every object of the log, for a drop on a store that cannot rename the table away.
+  /// The newest commit goes first and alone: a writer whose put lands on top of it then finds
+  /// its head gone when it checks after the put, and takes the put back (txn/committer.h); had
+  /// the head stayed to the end of the pass, such a writer would go on committing onto a log
+  /// that no longer exists. Listed and deleted again until a listing finds nothing, so that
+  /// commits put between a listing and the deletion of its head go too.
+  arrow::Status DeleteNewestFirst();
+
   /// The latest snapshot. Status::KeyError if there is no log; Status::IOError naming the
   /// damaged objects if no checkpoint nor commit 0 leads to the latest version. A load whose
   /// objects vanished meanwhile (a drop, a create at the same path, log expiry: the listing has
@@ -108,6 +116,7 @@ class DeltaLog {
   std::string LogPath(const std::string& name) const;
 
  private:
+  static constexpr int kMaxDeleteRounds = 100;  // DeleteNewestFirst's listings
   /// Rebuilds the latest version from the versions in `versions`, trying each checkpoint from
   /// the newest down and then (when `from_zero`) commit 0; `failures` collects why starts failed.
   arrow::Result<Snapshot> Rebuild(const LogStore::Versions& versions, bool from_zero,

@@ -217,6 +217,15 @@ arrow::Result<Committer::PutResult> Committer::Put(int64_t version, const std::s
     if (landed.ok()) {
       if (landed->commit_info && landed->commit_info->txn_id == txn_id) return PutResult::kWon;
       if (!IsStrayCommit(*landed, table_id)) return PutResult::kLost;
+      // Another table's commit: a stray of a dropped table's writer in this table's log, or
+      // this writer's own table dropped and created again, so that what it takes for strays
+      // are the new table's commits (it would lose every race to them until it gave up). The
+      // identity of the table the log holds now tells which.
+      auto current = log_->Load();
+      if ((!current.ok() && IsTableNotFound(current.status())) ||
+          (current.ok() && current->metadata.id != table_id)) {
+        return TableDropped(table_name_);
+      }
       // A dropped table's writer put this into our log. Its writer takes it back within
       // milliseconds (and until then nobody else can take the version): treat it as a lost race
       // and retry. One older than kStrayAgeMs has no writer left: take it back here.
