@@ -275,7 +275,7 @@ def append_loop(append, batches) -> dict:
 
 # What else a timelake append leads to on some versions: a checkpoint every
 # delta.checkpointInterval (10) commits (docs/format.md) and a fold of the last-value index every
-# 32 commits (kIndexFoldInterval in src/timelake/table_context.cc). Both run on the handle's upkeep
+# 32 commits (kIndexFoldInterval in src/timelake/table/latest.cc). Both run on the handle's upkeep
 # thread after the append returned; the split shows whether they still cost the caller anything.
 TL_CHECKPOINT_EVERY = 10
 TL_FOLD_EVERY = 32
