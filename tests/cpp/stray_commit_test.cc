@@ -277,6 +277,31 @@ TEST_F(DeadWritersStrayTest, AYoungOneIsLeftToItsWriterAndTheAppendSaysRetry) {
 }
 
 
+TEST(StrayCommitTest, AWriterWhoseTableWasReplacedUnderItsOwnHeadIsToldItWasDropped) {
+  // The log at the writer's path now holds another table (commits 0 and 2 are a new table's),
+  // while the writer's own head, commit 1, is still there byte for byte: its checks of the head
+  // pass, and the commit of the other table at version 2 looks to it like a stray it must wait
+  // out. The table the log holds says which of the two is stale.
+  auto store = std::make_shared<MemoryStore>();
+  auto lake = Lake::OverStore(store);
+  ASSERT_OK(lake->CreateTable("t", Schema(), Keyed()).status());
+  ASSERT_OK_AND_ASSIGN(auto stale, lake->OpenTable("t"));
+  ASSERT_OK(stale->Append(OneRow(1).get(), {}).status());  // version 1
+  ASSERT_OK(stale->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto other, lake->CreateTable("u", Schema(), Keyed()));
+  ASSERT_OK(other->Append(OneRow(2).get(), {}).status());
+  const std::string t_log = "default/t/_delta_log/", u_log = "default/u/_delta_log/";
+  ASSERT_OK_AND_ASSIGN(auto u0, store->Get(u_log + CommitFileName(0)));
+  ASSERT_OK_AND_ASSIGN(auto u1, store->Get(u_log + CommitFileName(1)));
+  ASSERT_OK(store->Put(t_log + CommitFileName(0), u0));
+  ASSERT_OK(store->Put(t_log + CommitFileName(2), u1));
+
+  auto appended = stale->Append(OneRow(3).get(), {});
+  EXPECT_TRUE(IsTableNotFound(appended.status())) << appended.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto two, store->Get(t_log + CommitFileName(2)));
+  EXPECT_TRUE(two->Equals(*u1)) << "the other table's commit was replaced";
+}
+
 /// A store without a folder rename (as the clouds are): a drop deletes the log object by object,
 /// and a prefix is deleted as the clouds do, listed once and deleted in path order. A hook of
 /// `before_delete` runs once, inside the first Delete of the commit of its version, before it.
