@@ -17,6 +17,7 @@ import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 
 from . import _core
 from ._capsules import SchemaCapsule
+from . import _confine
 from ._catalog import Catalog
 from ._sql import run_latest, run_sql
 
@@ -367,6 +368,7 @@ class Lake:
         self._pid = os.getpid()
         self._handles: dict = {}
         self._local = threading.local()
+        _confine.warm()  # a DuckDB database for this lake's first query, made meanwhile
 
     @property
     def _core(self) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 
 class SchemaCapsule:
     """Hands a core-exported ArrowSchema capsule to pyarrow (`pa.schema(SchemaCapsule(c))`)."""
@@ -18,7 +20,7 @@ class SchemaCapsule:
 
 
 class StreamCapsule:
-    """Hands a core-exported ArrowArrayStream capsule to pyarrow (`pa.table(StreamCapsule(c))`)."""
+    """Hands a core-exported ArrowArrayStream capsule to pyarrow (read_stream)."""
 
     __slots__ = ("capsule",)
 
@@ -27,3 +29,13 @@ class StreamCapsule:
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         return self.capsule
+
+
+def read_stream(capsule: Any) -> pa.Table:
+    """The whole stream of a core-exported ArrowArrayStream capsule, as a pyarrow Table.
+
+    Read through `RecordBatchReader.from_stream`, not `pa.table(...)`: pyarrow's `pa.table` asks
+    whether its argument is a pandas DataFrame first, which imports pandas (~0.3 s) the first
+    time in a process when pandas is installed; a first `latest()` must not pay for that.
+    """
+    return pa.RecordBatchReader.from_stream(StreamCapsule(capsule)).read_all()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
 from typing import Iterable, Optional, Set, Tuple
 from urllib.parse import unquote
@@ -33,7 +34,7 @@ def confined_connection(directories: Iterable[str], files: Iterable[str]) -> duc
     allowed = sorted({spelling for d in directories for spelling in (d, glob_literal(d))})
     allowed_files = sorted({spelling for f in files for spelling in (f, glob_literal(f))})
     spill = os.path.join(tempfile.gettempdir(), f"timelake-duckdb-{uuid.uuid4().hex}")
-    con = duckdb.connect(":memory:")
+    con = _SPARES.take()
     for setting, value in (
         ("TimeZone", literal("UTC")),
         ("parquet_metadata_cache", "true"),
@@ -48,6 +49,98 @@ def confined_connection(directories: Iterable[str], files: Iterable[str]) -> duc
     ):
         con.execute(f"SET {setting} = {value}")
     return con
+
+
+class _Spares:
+    """Fresh in-memory DuckDB databases, made ahead of need on a background thread.
+
+    A new DuckDB database costs 12-40 ms on this class of machine (it registers every built-in
+    function of its core, ICU, JSON and Parquet extensions), and every catalog needs a database of
+    its own (its confinement is global to the database and locked). So a process keeps one spare,
+    made on a thread while the caller does something else: a Lake's first query, or the
+    reconnection that admits a new table's folder, takes it instead of waiting for a new one, and
+    the thread makes the next. No user text ever reaches a spare before confined_connection has
+    configured and locked it, so a spare is exactly what `duckdb.connect(":memory:")` returns.
+
+    Fork: a child must not use a database made by its parent (DuckDB's worker threads do not
+    survive fork), so spares made in another process are dropped unused (never closed: closing
+    would wait for those threads) and the child makes its own.
+    """
+
+    def __init__(self, keep: int = 1) -> None:
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._ready: list = []
+        self._pid = os.getpid()
+        self._filling = False
+
+    def take(self) -> duckdb.DuckDBPyConnection:
+        """A fresh database: a spare if one is ready, else a new one; the next spare is started."""
+        with self._lock:
+            self._forget_parents_locked()
+            con = self._ready.pop() if self._ready else None
+        if con is None:
+            con = duckdb.connect(":memory:")
+        self.fill()
+        return con
+
+    def fill(self) -> None:
+        """Starts making spares, unless a thread is making them already."""
+        with self._lock:
+            self._forget_parents_locked()
+            if self._filling or len(self._ready) >= self._keep:
+                return
+            self._filling = True
+        try:
+            # Not a daemon: the interpreter waits for it at exit rather than stopping it inside DuckDB
+            # (a daemon thread stopped there aborts the process: "exception not rethrown").
+            threading.Thread(target=self._make, name="timelake-duckdb-spare").start()
+        except RuntimeError:  # no new threads (interpreter shutting down): connect on demand
+            with self._lock:
+                self._filling = False
+
+    def _make(self) -> None:
+        pid = os.getpid()
+        try:
+            while True:
+                with self._lock:
+                    if self._pid != pid or len(self._ready) >= self._keep:
+                        return
+                con = duckdb.connect(":memory:")
+                with self._lock:
+                    if self._pid != pid:
+                        return  # forked meanwhile: this database belongs to no one here
+                    self._ready.append(con)
+        except Exception:  # noqa: BLE001 - a spare is an optimization; take() connects itself
+            pass
+        finally:
+            with self._lock:
+                if self._pid == pid:
+                    self._filling = False
+
+    def _forget_parents_locked(self) -> None:
+        if self._pid != os.getpid():
+            _ABANDONED.extend(self._ready)  # kept referenced: closing them in a child could hang
+            self._ready = []
+            self._pid = os.getpid()
+            self._filling = False
+
+    def _after_fork_in_child(self) -> None:
+        # The lock may have been held by a thread of the parent that does not exist here.
+        self._lock = threading.Lock()
+        with self._lock:
+            self._forget_parents_locked()
+
+
+_ABANDONED: list = []  # spares inherited from a parent process, never used nor closed
+_SPARES = _Spares()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SPARES._after_fork_in_child)
+
+
+def warm() -> None:
+    """Has a spare database made in the background (a Lake calls it when it opens)."""
+    _SPARES.fill()
 
 
 def lake_directory(location: str) -> Optional[str]:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from typing import Any, Dict, Tuple
 
 import duckdb
 import pyarrow as pa
 
 from . import _tree
-from ._capsules import SchemaCapsule, StreamCapsule
+from ._capsules import SchemaCapsule, read_stream
 from ._catalog import Catalog, Reconnected, names_table, pruning_conjuncts, referenced_tables
 from ._sql_text import message
 from ._travel import as_of_spec, rewrite_travels, travel_views
@@ -109,12 +110,39 @@ def _quote_default_namespace(query: str) -> str:
     return "".join(out) + query[last:]
 
 
-def _parse_tree(con: duckdb.DuckDBPyConnection, select: str) -> Dict[str, Any]:
-    """DuckDB's parse tree of the SELECT (json_serialize_sql)."""
+def _parse_tree(con: duckdb.DuckDBPyConnection, select: str) -> str:
+    """DuckDB's parse tree of the SELECT (json_serialize_sql), as JSON text."""
     try:
-        return _tree.loads(con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0])
+        return con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0]
     except duckdb.Error as e:
         raise RuntimeError(f"SQL syntax error: {e}") from None
+
+
+# Query text -> (prefix, select, parse tree as JSON text) of statements that passed
+# _read_statement, for every catalog of the process: parsing depends on the text alone (DuckDB's
+# parser, no catalog), and dashboards send the same texts again and again. The tree is kept as
+# text and read anew per statement, since time travel edits the tree it is given. Bounded; the
+# least recently used go first.
+_STATEMENTS: "OrderedDict[str, Tuple[str, str, str]]" = OrderedDict()
+_STATEMENTS_SIZE = 512
+_STATEMENTS_LOCK = threading.Lock()
+
+
+def _statement(con: duckdb.DuckDBPyConnection, query: str) -> Tuple[str, str, Dict[str, Any]]:
+    """(prefix, select, tree): _read_statement and _parse_tree, remembered per query text."""
+    with _STATEMENTS_LOCK:
+        known = _STATEMENTS.get(query)
+        if known is not None:
+            _STATEMENTS.move_to_end(query)
+    if known is None:
+        prefix, select = _read_statement(con, query)
+        known = (prefix, select, _parse_tree(con, select))
+        with _STATEMENTS_LOCK:
+            _STATEMENTS[query] = known
+            if len(_STATEMENTS) > _STATEMENTS_SIZE:
+                _STATEMENTS.popitem(last=False)
+    prefix, select, tree = known
+    return prefix, select, _tree.loads(tree)
 
 
 def _execute(catalog: Catalog, namespace: str, prefix: str, select: str) -> pa.Table:
@@ -175,8 +203,7 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
     _check_namespace(namespace)
     wanted = as_of_spec(as_of)
     catalog = lake._catalog()
-    prefix, select = _read_statement(catalog.con, query)
-    tree = _parse_tree(catalog.con, select)
+    prefix, select, tree = _statement(catalog.con, query)
     tables = referenced_tables(lake, tree, namespace)
     travels = travel_views(catalog.con, tree, tables, namespace, wanted)
     if wanted is not None and "version" in wanted and len({(ns, name) for ns, name, _, _ in travels}) > 1:
@@ -219,7 +246,7 @@ def run_latest(lake: Any, name: str) -> pa.Table:
         raise ValueError(f"invalid table name {name!r}: {e.reason}") from None
     handle = lake._snapshot(name)
     try:
-        rows = pa.table(StreamCapsule(handle.latest()))
+        rows = read_stream(handle.latest())
         declared = pa.schema(SchemaCapsule(handle.schema_capsule()))
         columns = [restore_declared(rows.column(field.name), field.type) for field in declared]
         schema = pa.schema(

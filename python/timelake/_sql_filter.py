@@ -19,6 +19,8 @@ constant whose bound does not check out is not used. Constants are rendered from
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -212,6 +214,15 @@ def _render(expr: Any, depth: int = 0) -> Optional[str]:
     return None
 
 
+# (constant, operator, DuckDB type) -> the bounds _time_bounds found, for every connection of the
+# process: a literal cast to a time type means the same instant in every session here (all are
+# UTC, with their configuration locked, and DuckDB's casts read no clock: 'now' and 'today' are
+# errors), so dashboards repeating a query need not ask DuckDB again. Bounded; the oldest go.
+_BOUNDS_MEMO: "OrderedDict[Tuple[str, str, str], Optional[Tuple[Optional[int], Optional[int]]]]" = OrderedDict()
+_BOUNDS_MEMO_SIZE = 4096
+_BOUNDS_LOCK = threading.Lock()
+
+
 def _time_bounds(
     con: duckdb.DuckDBPyConnection, c: Conjunct, t: pa.DataType
 ) -> Optional[Tuple[Optional[int], Optional[int]]]:
@@ -220,26 +231,47 @@ def _time_bounds(
     constant = _render(c.constant)
     if constant is None:
         return None
+    key = (constant, c.op, duck)
+    with _BOUNDS_LOCK:
+        if key in _BOUNDS_MEMO:
+            _BOUNDS_MEMO.move_to_end(key)
+            return _BOUNDS_MEMO[key]
+    bounds = _ask_time_bounds(con, constant, c.op, duck)
+    with _BOUNDS_LOCK:
+        _BOUNDS_MEMO[key] = bounds
+        if len(_BOUNDS_MEMO) > _BOUNDS_MEMO_SIZE:
+            _BOUNDS_MEMO.popitem(last=False)
+    return bounds
+
+
+def _ask_time_bounds(
+    con: duckdb.DuckDBPyConnection, constant: str, op: str, duck: str
+) -> Optional[Tuple[Optional[int], Optional[int]]]:
+    """_time_bounds from DuckDB: the constant's instant, and the comparison exactly as the
+    statement makes it (a column of this type against the constant) at that instant and one
+    microsecond either side, in one query."""
+    probes = ", ".join(
+        f"CAST(make_timestamp(CAST(v + ({d}) AS BIGINT)) AS {duck}) {op} ({constant})" for d in (-1, 0, 1)
+    )
     try:
-        value = con.execute(f"SELECT epoch_us(CAST(({constant}) AS {duck}))").fetchall()[0][0]
-        if value is None or not (_INT64[0] < value < _INT64[1]):
-            return None
-        # The comparison exactly as the statement makes it: a column of this type against the
-        # constant, at the bound and one microsecond either side.
-        probes = (f"CAST(make_timestamp(CAST({value + d} AS BIGINT)) AS {duck}) {c.op} ({constant})" for d in (-1, 0, 1))
-        row = con.execute("SELECT " + ", ".join(probes)).fetchall()[0]
+        row = con.execute(
+            f"SELECT v, CASE WHEN v > {_INT64[0]} AND v < {_INT64[1]} THEN [{probes}] END "
+            f"FROM (SELECT epoch_us(CAST(({constant}) AS {duck})) AS v)"
+        ).fetchall()[0]
     except (duckdb.Error, OverflowError):
         return None
-    before, at_value, after = row
-    pattern = (before, at_value, after)
-    if c.op == "=" and pattern == (False, True, False):
+    value, pattern = row
+    if value is None or pattern is None or not (_INT64[0] < value < _INT64[1]):
+        return None
+    pattern = tuple(pattern)
+    if op == "=" and pattern == (False, True, False):
         return value, value
-    if c.op in (">", ">="):
+    if op in (">", ">="):
         if pattern == (False, True, True):
             return value, None
         if pattern == (False, False, True):
             return value + 1, None
-    if c.op in ("<", "<="):
+    if op in ("<", "<="):
         if pattern == (True, True, False):
             return None, value
         if pattern == (True, False, False):
