@@ -18,6 +18,8 @@ import pyarrow as pa  # loads the Arrow C++ libraries that _core links against
 from . import _core
 from ._capsules import SchemaCapsule
 from . import _confine
+
+_confine.warm()  # the first catalog's DuckDB database, made while the rest of the process starts
 from ._catalog import Catalog
 from ._sql import run_latest, run_sql
 

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pyarrow as pa
@@ -128,13 +129,11 @@ def test_one_query_finds_the_bounds_the_comparison_implies(lake, constant, op, e
 
 
 def test_a_process_that_exits_while_a_spare_database_is_made_exits_cleanly(tmp_path):
-    # The spare is made on a thread; a daemon thread stopped inside duckdb.connect at exit aborted
-    # the interpreter ("terminate called ... exception not rethrown") on most runs.
-    for _ in range(4):
-        done = _run(f"""
-            import timelake
-            timelake.Lake({str(tmp_path / 'lake')!r})
-        """, tmp_path)
+    # The spare is made on a thread started by the import; a daemon thread stopped inside
+    # duckdb.connect at exit aborted the interpreter ("terminate called ... exception not
+    # rethrown") on most runs.
+    for code in ("import timelake", f"import timelake; timelake.Lake({str(tmp_path / 'lake')!r})") * 3:
+        done = _run(code, tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "terminate" not in done.stderr, done.stderr[-2000:]
 
@@ -189,3 +188,29 @@ def test_a_forked_child_never_uses_a_spare_made_by_its_parent(lake_path):
         pytest.fail("the forked child hung")
     # The parent still has its spare.
     assert _wait_for_spare() is parents
+
+
+def test_taking_while_a_spare_is_made_waits_for_it_rather_than_making_a_second(monkeypatch):
+    # Two databases made at once on two cores each take nearly as long as both in a row: a
+    # query arriving while the spare is being made waits for it.
+    spares = _confine._Spares()
+    made = []
+    real = _confine.duckdb.connect
+
+    def slow_connect(*args, **kwargs):
+        time.sleep(0.3)
+        con = real(*args, **kwargs)
+        made.append((con, threading.current_thread().name))
+        return con
+
+    monkeypatch.setattr(_confine.duckdb, "connect", slow_connect)
+    spares.fill()
+    con = spares.take()
+    # The one the background thread was making, not one of the caller's own.
+    assert [thread for c, thread in made if c is con] == ["timelake-duckdb-spare"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(made) < 2:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert [thread for _, thread in made] == ["timelake-duckdb-spare"] * 2  # the next spare followed
+    assert spares._ready == [made[1][0]]
