@@ -24,7 +24,7 @@ class VacuumTest : public ::testing::Test {
     RemoveFile removed;
     removed.path = "data/removed.parquet";
     removed.deletion_timestamp = NowMillis();
-    snapshot_.tombstones[removed.path] = removed;
+    snapshot_.recent_tombstones[removed.path] = removed;
   }
 
   // Vacuums as if `days` had passed since the files were written and removed.
@@ -74,7 +74,7 @@ TEST_F(VacuumTest, ComparesTheLogsEncodedPathsWithStorePaths) {
   RemoveFile removed;
   removed.path = "data/gone%20now.parquet";
   removed.deletion_timestamp = NowMillis() + 5 * kDayMs;  // younger than the retention at day 8
-  snapshot_.tombstones[removed.path] = removed;
+  snapshot_.recent_tombstones[removed.path] = removed;
   const auto survivors = SurvivorsAfter(8);
   EXPECT_EQ(survivors, (std::vector<std::string>{"t/data/gone now.parquet", "t/data/live.parquet",
                                                  "t/data/with space.parquet"}));

@@ -9,6 +9,8 @@
 #include "test_util.h"
 #include <arrow/io/memory.h>
 #include <parquet/arrow/writer.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
 
 #include "timelake/log/checkpoint.h"
 #include "timelake/store/memory_store.h"
@@ -134,8 +136,8 @@ TEST_F(DeltaLogTest, LoadReplaysAddsThenRemoves) {
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
   EXPECT_EQ(snapshot.version, 2);
   EXPECT_EQ(Paths(snapshot.files), (std::set<std::string>{"b", "c"}));
-  ASSERT_EQ(snapshot.tombstones.size(), 1u);
-  EXPECT_EQ(snapshot.tombstones.begin()->first, "a");
+  ASSERT_EQ(snapshot.Tombstones().ValueOrDie().size(), 1u);
+  EXPECT_EQ(snapshot.Tombstones().ValueOrDie().begin()->first, "a");
   EXPECT_EQ(snapshot.checkpoint_version, -1);
   EXPECT_EQ(snapshot.oldest_version, 0);
 }
@@ -143,9 +145,9 @@ TEST_F(DeltaLogTest, LoadReplaysAddsThenRemoves) {
 TEST_F(DeltaLogTest, LoadKeepsTheLatestTxnPerApp) {
   WriteThreeCommits();
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
-  ASSERT_EQ(snapshot.txns.size(), 2u);
-  EXPECT_EQ(snapshot.txns.at("writer").version, 2);
-  EXPECT_EQ(snapshot.txns.at("other").version, 7);
+  ASSERT_EQ(snapshot.Txns().ValueOrDie().size(), 2u);
+  EXPECT_EQ(snapshot.Txns().ValueOrDie().at("writer").version, 2);
+  EXPECT_EQ(snapshot.Txns().ValueOrDie().at("other").version, 7);
 }
 
 TEST_F(DeltaLogTest, ReAddingARemovedFileClearsItsTombstone) {
@@ -154,7 +156,7 @@ TEST_F(DeltaLogTest, ReAddingARemovedFileClearsItsTombstone) {
   v3.adds = {Add("a", 5)};
   WriteCommit(3, v3);
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
-  EXPECT_TRUE(snapshot.tombstones.empty());
+  EXPECT_TRUE(snapshot.Tombstones().ValueOrDie().empty());
   EXPECT_EQ(snapshot.files.at("a").size, 5);
 }
 
@@ -222,8 +224,8 @@ TEST_F(DeltaLogTest, CheckpointThenLoadGivesTheSameSnapshot) {
     EXPECT_EQ(got.tags, add.tags);
     EXPECT_EQ(got.partition_values, add.partition_values);
   }
-  ASSERT_EQ(loaded.txns.size(), replayed.txns.size());
-  for (const auto& [app, txn] : replayed.txns) EXPECT_EQ(loaded.txns.at(app).version, txn.version);
+  ASSERT_EQ(loaded.Txns().ValueOrDie().size(), replayed.Txns().ValueOrDie().size());
+  for (const auto& [app, txn] : replayed.Txns().ValueOrDie()) EXPECT_EQ(loaded.Txns().ValueOrDie().at(app).version, txn.version);
   EXPECT_EQ(loaded.metadata.id, replayed.metadata.id);
   EXPECT_EQ(loaded.metadata.configuration, replayed.metadata.configuration);
   EXPECT_EQ(loaded.metadata.schema_string, replayed.metadata.schema_string);
@@ -231,7 +233,7 @@ TEST_F(DeltaLogTest, CheckpointThenLoadGivesTheSameSnapshot) {
   EXPECT_EQ(loaded.protocol.min_writer_version, 7);
   EXPECT_EQ(loaded.protocol.reader_features, replayed.protocol.reader_features);
   EXPECT_EQ(loaded.protocol.writer_features, replayed.protocol.writer_features);
-  EXPECT_EQ(loaded.tombstones.size(), 1u);
+  EXPECT_EQ(loaded.Tombstones().ValueOrDie().size(), 1u);
 }
 
 TEST_F(DeltaLogTest, CheckpointWritesTheLastCheckpointHint) {
@@ -306,7 +308,7 @@ TEST_F(DeltaLogTest, LoadReplaysFromCommitZeroWhenTheCheckpointIsTruncated) {
   EXPECT_EQ(loaded.version, 3);
   EXPECT_EQ(loaded.checkpoint_version, -1);  // replayed: the damaged checkpoint was not used
   EXPECT_EQ(Paths(loaded.files), (std::set<std::string>{"c", "d"}));
-  EXPECT_EQ(loaded.txns.at("writer").version, 2);
+  EXPECT_EQ(loaded.Txns().ValueOrDie().at("writer").version, 2);
   EXPECT_EQ(loaded.metadata.id, "table-id");
 }
 
@@ -494,8 +496,8 @@ TEST_F(DeltaLogTest, CheckpointDropsTombstonesOlderThanTheRetention) {
   ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
   ASSERT_OK(log_.Checkpoint(snapshot));
   ASSERT_OK_AND_ASSIGN(auto loaded, log_.Load());
-  ASSERT_EQ(loaded.tombstones.size(), 1u);
-  EXPECT_EQ(loaded.tombstones.begin()->first, "new");
+  ASSERT_EQ(loaded.Tombstones().ValueOrDie().size(), 1u);
+  EXPECT_EQ(loaded.Tombstones().ValueOrDie().begin()->first, "new");
 }
 
 // --- checkpoint files, without the log ------------------------------------------------------
@@ -517,8 +519,8 @@ Snapshot RichSnapshot() {
   s.files["f2"] = Add("f2", 20);
   s.files["f2"].stats.reset();
   s.files["f2"].tags.clear();
-  s.txns["app"] = {"app", 9, 1700000000500};
-  s.tombstones["gone"] = Remove("gone", 1700000000000);
+  s.recent_txns["app"] = {"app", 9, 1700000000500};
+  s.recent_tombstones["gone"] = Remove("gone", 1700000000000);
   return s;
 }
 
@@ -543,34 +545,136 @@ TEST(CheckpointTest, WriteThenReadRoundTrips) {
   EXPECT_EQ(back.files.at("f1").tags, s.files.at("f1").tags);
   EXPECT_FALSE(back.files.at("f2").stats);
   EXPECT_EQ(back.files.at("f2").size, 20);
-  EXPECT_EQ(back.txns.at("app").version, 9);
-  EXPECT_EQ(back.txns.at("app").last_updated, 1700000000500);
-  ASSERT_EQ(back.tombstones.size(), 1u);
-  EXPECT_EQ(back.tombstones.at("gone").deletion_timestamp, 1700000000000);
-  EXPECT_EQ(back.tombstones.at("gone").size, 100);
+  EXPECT_EQ(back.Txns().ValueOrDie().at("app").version, 9);
+  EXPECT_EQ(back.Txns().ValueOrDie().at("app").last_updated, 1700000000500);
+  ASSERT_EQ(back.Tombstones().ValueOrDie().size(), 1u);
+  EXPECT_EQ(back.Tombstones().ValueOrDie().at("gone").deletion_timestamp, 1700000000000);
+  EXPECT_EQ(back.Tombstones().ValueOrDie().at("gone").size, 100);
 }
 
 TEST(CheckpointTest, TombstonesOlderThanTheCutoffAreDropped) {
   Snapshot s = RichSnapshot();
-  s.tombstones["recent"] = Remove("recent", 1700000009000);
+  s.recent_tombstones["recent"] = Remove("recent", 1700000009000);
   ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, /*tombstone_cutoff_ms=*/1700000005000,
                                                   INT64_MIN));
   Snapshot back;
   ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &back));
-  ASSERT_EQ(back.tombstones.size(), 1u);
-  EXPECT_EQ(back.tombstones.begin()->first, "recent");
+  ASSERT_EQ(back.Tombstones().ValueOrDie().size(), 1u);
+  EXPECT_EQ(back.Tombstones().ValueOrDie().begin()->first, "recent");
 }
 
 TEST(CheckpointTest, TxnsOlderThanTheCutoffAreDropped) {
   Snapshot s = RichSnapshot();
-  s.txns["fresh"] = {"fresh", 1, 1700000009000};
-  s.txns["undated"] = {"undated", 2, std::nullopt};
+  s.recent_txns["fresh"] = {"fresh", 1, 1700000009000};
+  s.recent_txns["undated"] = {"undated", 2, std::nullopt};
   ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, /*txn_cutoff_ms=*/1700000005000));
   Snapshot back;
   ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &back));
-  EXPECT_EQ(back.txns.count("app"), 0u);
-  EXPECT_EQ(back.txns.count("fresh"), 1u);
-  EXPECT_EQ(back.txns.count("undated"), 1u);
+  EXPECT_EQ(back.Txns().ValueOrDie().count("app"), 0u);
+  EXPECT_EQ(back.Txns().ValueOrDie().count("fresh"), 1u);
+  EXPECT_EQ(back.Txns().ValueOrDie().count("undated"), 1u);
+}
+
+// The live state (protocol, metaData, add), the transactions and the tombstones go in row
+// groups of their own, so that a load reads the first alone and leaves the rest in the bytes.
+TEST(CheckpointTest, TheLiveStateTransactionsAndTombstonesHaveRowGroupsOfTheirOwn) {
+  const Snapshot s = RichSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, INT64_MIN));
+  auto reader = parquet::ParquetFileReader::Open(std::make_shared<arrow::io::BufferReader>(body.data));
+  auto meta = reader->metadata();
+  ASSERT_EQ(meta->num_row_groups(), 3);
+  EXPECT_EQ(meta->RowGroup(0)->num_rows(), 4);  // protocol, metaData, 2 adds
+  EXPECT_EQ(meta->RowGroup(1)->num_rows(), 1);  // the txn
+  EXPECT_EQ(meta->RowGroup(2)->num_rows(), 1);  // the remove
+
+  Snapshot live;
+  ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &live, CheckpointActions::kLive));
+  EXPECT_EQ(live.metadata.id, "id-1");
+  EXPECT_EQ(live.files.size(), 2u);
+  EXPECT_TRUE(live.recent_txns.empty());
+  EXPECT_TRUE(live.recent_tombstones.empty());
+  ASSERT_NE(live.history, nullptr);
+  EXPECT_EQ(live.history->entries(), 2);
+  EXPECT_EQ(live.HistoryEntries(), 2);
+  // Asked for, the history is read from the bytes kept.
+  ASSERT_OK_AND_ASSIGN(const Txn* txn, live.FindTxn("app"));
+  ASSERT_NE(txn, nullptr);
+  EXPECT_EQ(txn->version, 9);
+  ASSERT_OK_AND_ASSIGN(const RemoveFile* gone, live.FindTombstone("gone"));
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(gone->size, 100);
+  ASSERT_OK_AND_ASSIGN(const Txn* none, live.FindTxn("other"));
+  EXPECT_EQ(none, nullptr);
+}
+
+// Commits after the checkpoint take precedence over its history: a newer txn of the same
+// application, and a file added again (which is no longer a tombstone) or removed again.
+TEST(CheckpointTest, CommitsAfterTheCheckpointOverrideItsHistory) {
+  Snapshot s = RichSnapshot();
+  s.recent_tombstones["back"] = Remove("back", 1700000000000);
+  s.recent_tombstones["again"] = Remove("again", 1700000000000);
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, INT64_MIN));
+  Snapshot live;
+  ASSERT_OK(ReadCheckpoint(body.data, "cp.parquet", &live, CheckpointActions::kLive));
+  Commit later;
+  later.txns.push_back({"app", 10, 1700000001000});
+  later.adds.push_back(Add("back"));
+  later.adds.push_back(Add("again"));
+  live.Apply(later, 13);
+  Commit last;
+  last.removes.push_back(Remove("again", 1700000002000));
+  live.Apply(last, 14);
+
+  ASSERT_OK_AND_ASSIGN(const Txn* txn, live.FindTxn("app"));
+  EXPECT_EQ(txn->version, 10);
+  ASSERT_OK_AND_ASSIGN(const RemoveFile* back, live.FindTombstone("back"));
+  EXPECT_EQ(back, nullptr);  // live again
+  ASSERT_OK_AND_ASSIGN(const RemoveFile* again, live.FindTombstone("again"));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->deletion_timestamp, 1700000002000);
+  ASSERT_OK_AND_ASSIGN(auto tombstones, live.Tombstones());
+  EXPECT_EQ(tombstones.size(), 2u);  // "gone" from the history, "again" from the last commit
+  EXPECT_EQ(tombstones.count("gone"), 1u);
+  EXPECT_EQ(tombstones.at("again").deletion_timestamp, 1700000002000);
+  ASSERT_OK_AND_ASSIGN(auto txns, live.Txns());
+  EXPECT_EQ(txns.at("app").version, 10);
+
+  // The next checkpoint holds the merged state, whether written from the loaded snapshot or not.
+  ASSERT_OK_AND_ASSIGN(auto next, WriteCheckpoint(live, 0, INT64_MIN));
+  Snapshot all;
+  ASSERT_OK(ReadCheckpoint(next.data, "cp2.parquet", &all));
+  EXPECT_EQ(all.history, nullptr);
+  EXPECT_EQ(all.recent_txns.at("app").version, 10);
+  EXPECT_EQ(all.recent_tombstones.size(), 2u);
+  EXPECT_EQ(all.files.count("back"), 1u);
+}
+
+// A history whose pages are damaged cannot say whether a batch id was recorded: the question is
+// an error, never "no" (which would let a re-sent batch in twice); the live state still loads.
+TEST(CheckpointTest, ADamagedHistoryIsAnErrorWhenAskedForNotAnAbsence) {
+  Snapshot s = RichSnapshot();
+  for (int i = 0; i < 200; ++i) s.recent_txns["app-" + std::to_string(i)] = {"app-" + std::to_string(i), i, 1700000000500};
+  ASSERT_OK_AND_ASSIGN(auto body, WriteCheckpoint(s, 0, INT64_MIN));
+  auto reader = parquet::ParquetFileReader::Open(std::make_shared<arrow::io::BufferReader>(body.data));
+  auto group = reader->metadata()->RowGroup(1);  // the transactions
+  int app_id = -1;
+  for (int c = 0; c < group->num_columns(); ++c) {
+    if (group->ColumnChunk(c)->path_in_schema()->ToDotString() == "txn.appId") app_id = c;
+  }
+  ASSERT_GE(app_id, 0);
+  auto chunk = group->ColumnChunk(app_id);
+  const int64_t start = chunk->has_dictionary_page() ? chunk->dictionary_page_offset() : chunk->data_page_offset();
+  std::string bytes(reinterpret_cast<const char*>(body.data->data()), static_cast<size_t>(body.data->size()));
+  const int64_t at = start + chunk->total_compressed_size() - 8;  // inside the last page's body
+  bytes[static_cast<size_t>(at)] = static_cast<char>(bytes[static_cast<size_t>(at)] ^ 0x5a);
+  Snapshot live;
+  ASSERT_OK(ReadCheckpoint(Buf(bytes), "t/_delta_log/12.checkpoint.parquet", &live, CheckpointActions::kLive));
+  EXPECT_EQ(live.files.size(), 2u);
+  EXPECT_TRUE(FailsWith(live.FindTxn("app-7").status(), arrow::StatusCode::IOError,
+                        "t/_delta_log/12.checkpoint.parquet"));
+  EXPECT_FALSE(live.Txns().ok());
+  Snapshot all;
+  EXPECT_FALSE(ReadCheckpoint(Buf(bytes), "t/_delta_log/12.checkpoint.parquet", &all).ok());
 }
 
 TEST(CheckpointTest, ReadingGarbageIsIOErrorNamingTheObject) {

@@ -396,14 +396,16 @@ arrow::Result<IndexState> LastValueIndex::TryRead(const Snapshot& snapshot, bool
   // A file an object summarises but the snapshot no longer has: were its rows kept (or dropped
   // with their whole chunk)?
   auto removal_explained = [&](const std::string& path) {
-    auto t = snapshot.tombstones.find(path);
-    if (t == snapshot.tombstones.end()) return false;
-    auto by = t->second.tags.find(kRemovedByTag);
-    if (by == t->second.tags.end()) return !t->second.data_change;
+    // A history that cannot be read explains nothing: the files are read instead.
+    auto found = snapshot.FindTombstone(path);
+    if (!found.ok() || *found == nullptr) return false;
+    const RemoveFile& t = **found;
+    auto by = t.tags.find(kRemovedByTag);
+    if (by == t.tags.end()) return !t.data_change;
     if (by->second == kRemovedByCompaction) return true;
     if (by->second == kRemovedByRetention) {
-      auto min_time = t->second.tags.find(kMinTimeTag);
-      if (min_time == t->second.tags.end()) return false;
+      auto min_time = t.tags.find(kMinTimeTag);
+      if (min_time == t.tags.end()) return false;
       auto micros = ParseInt64(min_time->second);
       return micros && !live_chunks.count(ChunkOrdinal(contract_.chunk, *micros));
     }

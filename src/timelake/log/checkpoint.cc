@@ -168,6 +168,8 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
   auto* remove = static_cast<arrow::StructBuilder*>(builders[2].get());
   auto* meta = static_cast<arrow::StructBuilder*>(builders[3].get());
   auto* proto = static_cast<arrow::StructBuilder*>(builders[4].get());
+  ARROW_ASSIGN_OR_RAISE(const auto txns, snapshot.Txns());
+  ARROW_ASSIGN_OR_RAISE(const auto tombstones, snapshot.Tombstones());
   CheckpointBody body;
   // Appends one row that is null in every column except `which`.
   auto begin_row = [&](arrow::StructBuilder* which) -> arrow::Status {
@@ -207,14 +209,6 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
     ARROW_RETURN_NOT_OK(AppendMap(f.at<arrow::MapBuilder>(6), m.configuration));
     ARROW_RETURN_NOT_OK(AppendOptInt(f.at<arrow::Int64Builder>(7), m.created_time));
   }
-  for (const auto& [app_id, t] : snapshot.txns) {
-    if (t.last_updated && *t.last_updated < txn_cutoff_ms) continue;
-    ARROW_RETURN_NOT_OK(begin_row(txn));
-    Fields f{txn};
-    ARROW_RETURN_NOT_OK(f.at<arrow::StringBuilder>(0)->Append(t.app_id));
-    ARROW_RETURN_NOT_OK(f.at<arrow::Int64Builder>(1)->Append(t.version));
-    ARROW_RETURN_NOT_OK(AppendOptInt(f.at<arrow::Int64Builder>(2), t.last_updated));
-  }
   for (const auto& [path, a] : snapshot.files) {
     ARROW_RETURN_NOT_OK(begin_row(add));
     Fields f{add};
@@ -227,7 +221,17 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
     ARROW_RETURN_NOT_OK(AppendMap(f.at<arrow::MapBuilder>(6), a.tags));
     ++body.num_add_files;
   }
-  for (const auto& [path, r] : snapshot.tombstones) {
+  const int64_t live_rows = body.num_actions;
+  for (const auto& [app_id, t] : txns) {
+    if (t.last_updated && *t.last_updated < txn_cutoff_ms) continue;
+    ARROW_RETURN_NOT_OK(begin_row(txn));
+    Fields f{txn};
+    ARROW_RETURN_NOT_OK(f.at<arrow::StringBuilder>(0)->Append(t.app_id));
+    ARROW_RETURN_NOT_OK(f.at<arrow::Int64Builder>(1)->Append(t.version));
+    ARROW_RETURN_NOT_OK(AppendOptInt(f.at<arrow::Int64Builder>(2), t.last_updated));
+  }
+  const int64_t txn_rows = body.num_actions - live_rows;
+  for (const auto& [path, r] : tombstones) {
     if (r.deletion_timestamp.value_or(0) < tombstone_cutoff_ms) continue;
     ARROW_RETURN_NOT_OK(begin_row(remove));
     Fields f{remove};
@@ -252,18 +256,38 @@ arrow::Result<CheckpointBody> WriteCheckpoint(const Snapshot& snapshot, int64_t 
                    .compression(parquet::Compression::SNAPPY)
                    ->enable_page_checksum()
                    ->build();
-  ARROW_RETURN_NOT_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), sink,
-                                                 /*chunk_size=*/64 * 1024, props));
+  ARROW_ASSIGN_OR_RAISE(auto writer, parquet::arrow::FileWriter::Open(
+                                         *schema, arrow::default_memory_pool(), sink, props));
+  // Each part in row groups of its own (a WriteTable call starts a new one).
+  const int64_t parts[] = {live_rows, txn_rows, body.num_actions - live_rows - txn_rows};
+  int64_t offset = 0;
+  for (int64_t rows : parts) {
+    if (rows > 0) ARROW_RETURN_NOT_OK(writer->WriteTable(*table->Slice(offset, rows), 64 * 1024));
+    offset += rows;
+  }
+  ARROW_RETURN_NOT_OK(writer->Close());
   ARROW_ASSIGN_OR_RAISE(body.data, sink->Finish());
   return body;
 }
 
 arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const std::string& origin,
-                             Snapshot* snapshot) {
+                             Snapshot* snapshot, CheckpointActions which) {
   // Columns we do not understand (stats_parsed, sidecar, …) are simply not looked at.
-  ARROW_ASSIGN_OR_RAISE(auto table, ReadParquetBuffer(data, origin));
+  std::shared_ptr<arrow::Table> table;
+  int64_t file_rows = 0;
+  if (which == CheckpointActions::kAll) {
+    ARROW_ASSIGN_OR_RAISE(table, ReadParquetBuffer(data, origin));
+  } else if (which == CheckpointActions::kLive) {
+    ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"protocol", "metaData", "add"},
+                                                       {"protocol.minReaderVersion", "metaData.id", "add.path"},
+                                                       &file_rows));
+  } else {
+    ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"txn", "remove"},
+                                                       {"txn.appId", "remove.path"}));
+  }
   ARROW_ASSIGN_OR_RAISE(table, table->CombineChunks());
   bool has_protocol = false, has_metadata = false;
+  int64_t live_rows = 0;  // protocol, metaData and add actions read
 
   std::shared_ptr<arrow::Array> holder;
   if (const auto* p = StructColumn(*table, "protocol", &holder)) {
@@ -276,6 +300,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       out.writer_features = ListAt(Child(*p, "writerFeatures"), i);
       snapshot->protocol = std::move(out);
       has_protocol = true;
+      ++live_rows;
     }
   }
   if (const auto* m = StructColumn(*table, "metaData", &holder)) {
@@ -296,6 +321,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       out.created_time = IntAt(Child(*m, "createdTime"), i);
       snapshot->metadata = std::move(out);
       has_metadata = true;
+      ++live_rows;
     }
   }
   if (const auto* t = StructColumn(*table, "txn", &holder)) {
@@ -306,7 +332,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       out.app_id = StrAt(app_id, i).value_or("");
       out.version = IntAt(version, i).value_or(0);
       out.last_updated = IntAt(last, i);
-      snapshot->txns[out.app_id] = std::move(out);
+      snapshot->recent_txns[out.app_id] = std::move(out);
     }
   }
   if (const auto* a = StructColumn(*table, "add", &holder)) {
@@ -337,6 +363,7 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       out.tags = MapAt<std::map<std::string, std::string>>(tags, i);
       std::string key = out.path;
       snapshot->files[key] = std::move(out);
+      ++live_rows;
     }
   }
   if (const auto* r = StructColumn(*table, "remove", &holder)) {
@@ -354,15 +381,48 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       out.size = IntAt(size, i);
       out.tags = MapAt<std::map<std::string, std::string>>(tags, i);
       std::string key = out.path;
-      snapshot->tombstones[key] = std::move(out);
+      snapshot->recent_tombstones[key] = std::move(out);
     }
   }
+  if (which == CheckpointActions::kHistory) return arrow::Status::OK();
   if (!has_protocol || !has_metadata) {
     return arrow::Status::IOError("checkpoint ", origin, " holds no ",
                                   has_protocol ? "metaData" : "protocol",
                                   " action, which every checkpoint must hold; it is damaged");
   }
+  // Every other row is a transaction or a tombstone, or an action no snapshot keeps.
+  if (which == CheckpointActions::kLive && file_rows > live_rows) {
+    snapshot->history = std::make_shared<CheckpointHistory>(data, origin, file_rows - live_rows);
+  }
   return arrow::Status::OK();
+}
+
+CheckpointHistory::CheckpointHistory(std::shared_ptr<arrow::Buffer> data, std::string origin,
+                                     int64_t entries)
+    : data_(std::move(data)), origin_(std::move(origin)), entries_(entries) {}
+
+CheckpointHistory::~CheckpointHistory() = default;
+
+arrow::Status CheckpointHistory::Read() const {
+  std::call_once(once_, [this] {
+    Snapshot read;
+    status_ = ReadCheckpoint(data_, origin_, &read, CheckpointActions::kHistory);
+    if (status_.ok()) {
+      txns_ = std::move(read.recent_txns);
+      tombstones_ = std::move(read.recent_tombstones);
+    }
+  });
+  return status_;
+}
+
+arrow::Result<const std::map<std::string, Txn>*> CheckpointHistory::txns() const {
+  ARROW_RETURN_NOT_OK(Read());
+  return &txns_;
+}
+
+arrow::Result<const std::map<std::string, RemoveFile>*> CheckpointHistory::tombstones() const {
+  ARROW_RETURN_NOT_OK(Read());
+  return &tombstones_;
 }
 
 }  // namespace timelake

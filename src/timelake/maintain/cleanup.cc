@@ -80,7 +80,8 @@ arrow::Result<CleanupResult> Vacuum(ObjectStore* store, const std::string& table
     }
   }
   std::map<std::string, int64_t> removed_at;
-  for (const auto& [path, remove] : snapshot.tombstones) {
+  ARROW_ASSIGN_OR_RAISE(const auto tombstones, snapshot.Tombstones());
+  for (const auto& [path, remove] : tombstones) {
     auto store_path = DataFileStorePath(table_path, path);
     if (store_path.ok() && remove.deletion_timestamp) {
       removed_at[*store_path] = *remove.deletion_timestamp;

@@ -8,6 +8,7 @@
 #include <parquet/file_reader.h>
 #include <parquet/metadata.h>
 #include <parquet/schema.h>
+#include <parquet/statistics.h>
 
 #include "timelake/util/status.h"
 
@@ -128,6 +129,69 @@ arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(
     const std::shared_ptr<arrow::Buffer>& data, const std::string& origin) {
   auto table = ReadAll(std::make_shared<arrow::io::BufferReader>(data));
+  if (!table.ok()) return NameTheObject(table.status(), origin);
+  return table;
+}
+
+namespace {
+
+// True unless the statistics of row group `g` say that every leaf in `leaves` is null in all of
+// its rows (a chunk without a null count may hold values).
+bool MayHoldValues(const parquet::FileMetaData& meta, int g, const std::vector<int>& leaves) {
+  auto group = meta.RowGroup(g);
+  for (int leaf : leaves) {
+    auto chunk = group->ColumnChunk(leaf);
+    auto stats = chunk->statistics();
+    if (!chunk->is_stats_set() || !stats || !stats->HasNullCount()) return true;
+    if (stats->null_count() < group->num_rows()) return true;
+  }
+  return false;
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadPart(const std::shared_ptr<arrow::Buffer>& data,
+                                                      const std::vector<std::string>& columns,
+                                                      const std::vector<std::string>& present,
+                                                      int64_t* file_rows) {
+  parquet::arrow::FileReaderBuilder builder;
+  ARROW_RETURN_NOT_OK(builder.Open(std::make_shared<arrow::io::BufferReader>(data),
+                                   VerifyingReaderProperties()));
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  ARROW_RETURN_NOT_OK(builder.memory_pool(arrow::default_memory_pool())->Build(&reader));
+  const parquet::FileMetaData& meta = *reader->parquet_reader()->metadata();
+  if (file_rows) *file_rows = meta.num_rows();
+  const parquet::SchemaDescriptor& schema = *meta.schema();
+  std::vector<int> leaves, presence;
+  for (int i = 0; i < schema.num_columns(); ++i) {
+    const auto path = schema.Column(i)->path()->ToDotVector();
+    if (!path.empty() && std::find(columns.begin(), columns.end(), path[0]) != columns.end()) {
+      leaves.push_back(i);
+    }
+    const std::string dotted = schema.Column(i)->path()->ToDotString();
+    if (std::find(present.begin(), present.end(), dotted) != present.end()) presence.push_back(i);
+  }
+  std::vector<int> groups;
+  for (int g = 0; g < meta.num_row_groups(); ++g) {
+    if (MayHoldValues(meta, g, presence)) groups.push_back(g);
+  }
+  if (leaves.empty() || groups.empty()) {
+    std::shared_ptr<arrow::Schema> whole;
+    ARROW_RETURN_NOT_OK(reader->GetSchema(&whole));
+    arrow::FieldVector fields;
+    for (const auto& f : whole->fields()) {
+      if (std::find(columns.begin(), columns.end(), f->name()) != columns.end()) fields.push_back(f);
+    }
+    return arrow::Table::MakeEmpty(arrow::schema(std::move(fields)));
+  }
+  return reader->ReadRowGroups(groups, leaves);
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBufferPart(
+    const std::shared_ptr<arrow::Buffer>& data, const std::string& origin,
+    const std::vector<std::string>& columns, const std::vector<std::string>& present,
+    int64_t* file_rows) {
+  auto table = ReadPart(data, columns, present, file_rows);
   if (!table.ok()) return NameTheObject(table.status(), origin);
   return table;
 }

@@ -46,4 +46,15 @@ arrow::Result<std::shared_ptr<arrow::RecordBatchReader>> ReadParquetBatches(
 arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBuffer(
     const std::shared_ptr<arrow::Buffer>& data, const std::string& origin);
 
+/// Part of a Parquet file held in memory: the top-level columns named in `columns` (those the
+/// file lacks are left out), of the row groups where at least one of the leaf columns named in
+/// `present` (dot paths such as "add.path") may hold a value; a row group whose column chunk
+/// statistics say every such leaf is null in every row is not read (nor is a leaf missing from
+/// the file counted as present). `*file_rows`, when given, gets the row count of the whole file.
+/// Errors as ReadParquetBuffer's.
+arrow::Result<std::shared_ptr<arrow::Table>> ReadParquetBufferPart(
+    const std::shared_ptr<arrow::Buffer>& data, const std::string& origin,
+    const std::vector<std::string>& columns, const std::vector<std::string>& present,
+    int64_t* file_rows = nullptr);
+
 }  // namespace timelake

@@ -36,7 +36,8 @@ arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const 
   ARROW_RETURN_NOT_OK(CheckWritable(t));
   if (options.batch_id) {
     if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
-    if (HasBatch(t, *options.batch_id)) {
+    ARROW_ASSIGN_OR_RAISE(const bool recorded, HasBatch(t, *options.batch_id));
+    if (recorded) {
       AppendResult result;
       result.version = t.snapshot.version;
       result.duplicate = true;

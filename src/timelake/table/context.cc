@@ -140,14 +140,14 @@ arrow::Status CheckWritable(const TableContext& t) {
   return arrow::Status::OK();
 }
 
-bool HasBatch(const TableContext& t, const std::string& batch_id) {
-  auto it = t.snapshot.txns.find(BatchAppId(batch_id));
-  if (it == t.snapshot.txns.end()) return false;
+arrow::Result<bool> HasBatch(const TableContext& t, const std::string& batch_id) {
+  ARROW_ASSIGN_OR_RAISE(const Txn* txn, t.snapshot.FindTxn(BatchAppId(batch_id)));
+  if (txn == nullptr) return false;
   const std::string retention = t.snapshot.Config("delta.setTransactionRetentionDuration");
-  if (retention.empty() || !it->second.last_updated) return true;
+  if (retention.empty() || !txn->last_updated) return true;
   // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
   const int64_t window_ms = DeltaIntervalMillis(retention, INT64_MAX / 2);
-  return *it->second.last_updated >= NowMillis() - window_ms;
+  return *txn->last_updated >= NowMillis() - window_ms;
 }
 
 bool AutoMaintain(const TableContext& t) {

@@ -88,7 +88,7 @@ arrow::Status CheckWritable(const TableContext& t);
 /// The Delta txn appId that records `batch_id`.
 std::string BatchAppId(const std::string& batch_id);
 /// True if the snapshot records `batch_id` (within the table's txn retention).
-bool HasBatch(const TableContext& t, const std::string& batch_id);
+arrow::Result<bool> HasBatch(const TableContext& t, const std::string& batch_id);
 /// The table's timelake.autoMaintain property.
 bool AutoMaintain(const TableContext& t);
 /// The table's timelake.backgroundCompaction property (default on).

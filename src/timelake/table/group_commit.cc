@@ -83,7 +83,11 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     for (size_t i = 0; i < group.size(); ++i) {
       if (results[i]) continue;
       const auto& id = group[i]->batch_id;
-      if (id && HasBatch(t, *id)) {
+      arrow::Result<bool> recorded = id ? HasBatch(t, *id) : false;
+      if (!recorded.ok()) {  // the checkpoint's transactions could not be read
+        group[i]->ingestor->Abort();
+        results[i] = recorded.status();
+      } else if (*recorded) {
         answer_duplicate(i, t.snapshot.version);
       } else if (id && !ids.insert(*id).second) {
         repeated.push_back(i);

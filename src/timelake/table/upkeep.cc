@@ -225,8 +225,7 @@ int64_t CheckpointStride(const Snapshot& snapshot) {
   const int64_t interval =
       ParseInt64(snapshot.Config("delta.checkpointInterval", "10")).value_or(10);
   if (interval <= 0) return interval;
-  const int64_t entries = static_cast<int64_t>(snapshot.files.size() + snapshot.tombstones.size() +
-                                               snapshot.txns.size());
+  const int64_t entries = static_cast<int64_t>(snapshot.files.size()) + snapshot.HistoryEntries();
   int64_t stride = interval;
   while (stride * kCheckpointEntriesPerCommit < entries && stride < (int64_t{1} << 40)) stride *= 2;
   return stride;
