@@ -21,6 +21,7 @@
 #include "timelake/contract.h"
 #include "timelake/scan/file_cache.h"
 #include "timelake/store/object_store.h"
+#include "timelake/table/lake_runtime.h"
 #include "timelake/table/table.h"
 
 namespace timelake {
@@ -66,7 +67,8 @@ class Lake {
   std::shared_ptr<FileCache> cache();
 
  private:
-  explicit Lake(std::shared_ptr<ObjectStore> store) : store_(std::move(store)) {}
+  explicit Lake(std::shared_ptr<ObjectStore> store)
+      : store_(std::move(store)), runtime_(LakeRuntime::Make()) {}
   /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
   /// one exists).
   arrow::Result<TableName> Resolve(const std::string& name);
@@ -79,6 +81,8 @@ class Lake {
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
+  /// The upkeep queues of the handles this Lake opened; they hold it weakly.
+  std::shared_ptr<LakeRuntime> runtime_;
   std::mutex cache_mutex_;
   std::shared_ptr<FileCache> cache_;
 };
