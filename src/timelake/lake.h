@@ -7,6 +7,13 @@
 // Names are case-insensitive, as SQL identifiers are, and keep the case they were created with:
 // no two tables of a lake differ only in case (CreateTable refuses the second), and every call
 // that takes a name finds the table whatever case the name is written in.
+//
+// A Lake owns the threads of its tables' work: its LakeRuntime (table/lake_runtime.h) keeps the
+// upkeep queue of every handle it opens, and its store the workers of its deferred fsyncs
+// (store/local_store.h). Destroying the Lake runs what its handles queued and joins those
+// threads; handles may outlive it (they then do their upkeep inline).
+//
+// Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <map>

@@ -52,13 +52,6 @@ void Upkeep::Post(std::string name, Task task) {
   s.changed.notify_all();
 }
 
-bool Upkeep::Busy() {
-  State* s = state_.IfMade();
-  if (s == nullptr) return false;
-  std::lock_guard<std::mutex> lock(s->mutex);
-  return !s->queue.empty() || s->running_task;
-}
-
 void Upkeep::Drain() {
   State* s = state_.IfMade();
   if (s == nullptr) return;  // nothing was posted in this process
@@ -94,12 +87,10 @@ void Upkeep::Run(State& s) {
 void Upkeep::RunFront(State& s, std::unique_lock<std::mutex>& lock) {
   auto [name, task] = std::move(s.queue.front());
   s.queue.pop_front();
-  s.running_task = true;
   lock.unlock();
   // A task that throws (std::bad_alloc) fails as a task; the exception must not end the thread.
   arrow::Status status = NoThrow(name.c_str(), task);
   lock.lock();
-  s.running_task = false;
   ++s.finished;
   if (!status.ok()) {
     if (s.failures.size() >= 100) s.failures.erase(s.failures.begin());

@@ -3,8 +3,10 @@
 // An append is acknowledged once its commit is in the log; a checkpoint, the last-value index
 // record of the commit and the index fold are derived data (txn/post_commit.h) that only make
 // later reads faster. Doing them inside append() put a checkpoint or a fold into every tenth or
-// thirty-second call's latency, so appends hand them to their handle's Upkeep instead, which
-// runs them in order on one thread of its own while the caller goes on (QueueAfterAppend).
+// thirty-second call's latency, so appends hand them to their handle's upkeep queue instead (an
+// Upkeep kept in the Lake's runtime, table/lake_runtime.h), which runs them in order on one
+// thread of its own while the caller goes on (QueueAfterAppend); a handle whose Lake is gone runs
+// them inline.
 // Other commits (maintenance, schema changes) run the same work as hooks right after the commit
 // (HooksAfter). Background compaction passes (table/maintain.h) run on the same thread.
 //
@@ -62,9 +64,6 @@ class Upkeep {
   /// drain of a queue that appends keep feeding still returns).
   void Drain();
 
-  /// True while a task is queued or running.
-  bool Busy();
-
   /// The failures since the last call, each "<name>: <message>" (at most the last 100).
   std::vector<std::string> TakeFailures();
 
@@ -76,7 +75,6 @@ class Upkeep {
     std::deque<std::pair<std::string, Task>> queue;  // GUARDED_BY(mutex), like the rest
     uint64_t posted = 0;    // tasks ever posted
     uint64_t finished = 0;  // tasks that ran (they run in order: the first `finished` posted)
-    bool running_task = false;
     bool stopping = false;
     std::thread thread;
     std::vector<std::string> failures;
