@@ -13,7 +13,9 @@
 // DrainTableUpkeep drains the queues of that table in every live runtime, and DrainEveryUpkeep
 // (called before the interpreter exits) drains them all. Both walk the process's list of live
 // runtimes: weak references only, no work state; a runtime enters it in each process where it
-// makes its first queue.
+// makes its first queue. A runtime already being destroyed is not waited for (it runs its queues
+// as it goes, as a handle closed during a drop always did); a checkpoint written after the drop is
+// taken back by its writer (table/upkeep.cc).
 //
 // fork() (Python's multiprocessing): a runtime keeps its queues per process (util/per_process.h).
 // A child never touches its parent's queues, threads or mutexes (it abandons them) and starts
