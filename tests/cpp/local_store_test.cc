@@ -664,16 +664,17 @@ TEST_F(LocalStoreTest, AStoreGoingAwayRunsItsDeferredSyncsAndJoinsItsWorkers) {
   const int before = ThreadsOfThisProcess();
   std::atomic<int> synced{0};
   {
-    ASSERT_OK_AND_ASSIGN(auto store,
-                         LocalStore::Make(dir_.path(), /*fixed_depth=*/0, [&](int fd, const std::string&) {
-                           std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                           ++synced;
-                           return ::fsync(fd);
-                         }));
+    auto counted = [&](int fd, const std::string&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ++synced;
+      return ::fsync(fd);
+    };
+    ASSERT_OK_AND_ASSIGN(auto store, LocalStore::Make(dir_.path(), /*fixed_depth=*/0, counted));
     OutputOptions in_place;
     in_place.in_place = true;
     for (int i = 0; i < 8; ++i) {
-      ASSERT_OK_AND_ASSIGN(auto output, store->OpenOutput("t/data/part-" + std::to_string(i), in_place));
+      ASSERT_OK_AND_ASSIGN(auto output,
+                           store->OpenOutput("t/data/part-" + std::to_string(i), in_place));
       ASSERT_OK(output->Write("abc", 3));
       ASSERT_OK(output->Close());  // the file's and the folder's fsyncs go to the workers
     }

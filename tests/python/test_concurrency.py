@@ -470,8 +470,8 @@ EXIT_WRITER = textwrap.dedent(
                           time_column="time", series_key="device_id", chunk="day")
     base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
     for i in range(10):
-        t.append(pa.table({"time": pa.array([base + dt.timedelta(minutes=i)], pa.timestamp("us", "UTC")),
-                           "device_id": ["a"], "temp": [float(i)]}), batch_id=f"b{i}")
+        when = pa.array([base + dt.timedelta(minutes=i)], pa.timestamp("us", "UTC"))
+        t.append(pa.table({"time": when, "device_id": ["a"], "temp": [float(i)]}), batch_id=f"b{i}")
     # Exits at once: the checkpoint of version 10 is still on the Lake's upkeep thread.
     """
 )

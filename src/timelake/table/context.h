@@ -46,7 +46,8 @@ struct TableContext {
   TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name,
                std::weak_ptr<LakeRuntime> runtime = {})
       : store(store), table_path(table_path), name(std::move(name)), log(store, table_path),
-        committer(&log, this->name), upkeep(std::move(runtime), store->RootUrl() + "/" + table_path) {}
+        committer(&log, this->name),
+        upkeep(std::move(runtime), store->RootUrl() + "/" + table_path) {}
   TableContext(const TableContext&) = delete;
   TableContext& operator=(const TableContext&) = delete;
 

@@ -39,7 +39,9 @@ class PerProcess {
     while (seen == nullptr || seen->pid != self) {
       auto* fresh = new Slot(self);
       // On success the slot seen (another process's, or none) is abandoned, never touched.
-      if (slot_.compare_exchange_strong(seen, fresh, std::memory_order_acq_rel)) return fresh->value;
+      if (slot_.compare_exchange_strong(seen, fresh, std::memory_order_acq_rel)) {
+        return fresh->value;
+      }
       delete fresh;  // another thread of this process made one first: `seen` is it
     }
     return seen->value;
