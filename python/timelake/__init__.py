@@ -26,8 +26,9 @@ from ._sql import run_latest, run_sql
 __all__ = ["Lake", "Table", "__version__"]
 __version__ = _core.__version__
 
-# Appends leave their checkpoint and index record to a background thread per table handle; let
-# that work finish before the interpreter tears down (cutting it off would be safe, only wasteful).
+# Appends leave their checkpoint and index record to their Lake's upkeep threads (one per table
+# handle); let that work finish before the interpreter tears down (cutting it off would be safe,
+# only wasteful). The core drains every live Lake's runtime.
 atexit.register(_core._drain_upkeep)
 
 

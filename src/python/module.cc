@@ -32,7 +32,7 @@
 #include "timelake/log/schema.h"
 #include "timelake/scan/file_cache.h"
 #include "timelake/table/table.h"
-#include "timelake/table/upkeep.h"
+#include "timelake/table/lake_runtime.h"
 #include "timelake/util/status.h"
 
 namespace nb = nanobind;
@@ -238,8 +238,8 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = TIMELAKE_VERSION;
   m.def("_drain_upkeep", [] {
     nb::gil_scoped_release release;
-    DrainAllUpkeep();
-  }, "Waits for every table handle's background upkeep (registered with atexit).");
+    DrainEveryUpkeep();
+  }, "Waits for the background upkeep of every live Lake's handles (registered with atexit).");
 
   m.def("storage_schema", [](nb::handle schema_capsule) {
     auto declared = ImportSchemaCapsule(schema_capsule);

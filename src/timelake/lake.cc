@@ -13,7 +13,7 @@
 #include "timelake/log/schema.h"
 #include "timelake/store/store_factory.h"
 #include "timelake/txn/committer.h"
-#include "timelake/table/upkeep.h"
+#include "timelake/table/lake_runtime.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -185,16 +185,16 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   ARROW_RETURN_NOT_OK(store_->MakeFolders(table_name.path() + "/_delta_log/"));
   ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
   if (!outcome.version) return already(table_name);
-  return Table::Open(store_, table_name.path(), table_name.qualified());
+  return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
 }
 
 arrow::Result<std::shared_ptr<Table>> Lake::OpenTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
-  auto table = Table::Open(store_, table_name.path(), table_name.qualified());
+  auto table = Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
   if (table.ok() || !IsTableNotFound(table.status())) return table;
   ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(table_name));
   if (twins.empty()) return table;
-  return Table::Open(store_, twins.front().path(), twins.front().qualified());
+  return Table::Open(store_, twins.front().path(), twins.front().qualified(), runtime_);
 }
 
 arrow::Result<std::vector<std::string>> Lake::Tables() {
@@ -217,8 +217,9 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
 arrow::Status Lake::DropTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, Resolve(name));
   // Handles of this process may still have an append's checkpoint or index record to write
-  // (table/upkeep.h): written after the drop, it would bring the table's folder back.
-  DrainAllUpkeep();
+  // (table/upkeep.h): written after the drop, it would bring the table's folder back. Handles of
+  // the table opened by other Lakes of the process count too (table/lake_runtime.h).
+  DrainTableUpkeep(store_->RootUrl() + "/" + table_name.path());
   DeltaLog log(store_, table_name.path());
   ARROW_ASSIGN_OR_RAISE(bool exists, log.Exists());
   if (!exists) {

@@ -7,6 +7,13 @@
 // Names are case-insensitive, as SQL identifiers are, and keep the case they were created with:
 // no two tables of a lake differ only in case (CreateTable refuses the second), and every call
 // that takes a name finds the table whatever case the name is written in.
+//
+// A Lake owns the threads of its tables' work: its LakeRuntime (table/lake_runtime.h) keeps the
+// upkeep queue of every handle it opens, and its store the workers of its deferred fsyncs
+// (store/local_store.h). Destroying the Lake runs what its handles queued and joins those
+// threads; handles may outlive it (they then do their upkeep inline).
+//
+// Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <map>
@@ -21,6 +28,7 @@
 #include "timelake/contract.h"
 #include "timelake/scan/file_cache.h"
 #include "timelake/store/object_store.h"
+#include "timelake/table/lake_runtime.h"
 #include "timelake/table/table.h"
 
 namespace timelake {
@@ -66,7 +74,8 @@ class Lake {
   std::shared_ptr<FileCache> cache();
 
  private:
-  explicit Lake(std::shared_ptr<ObjectStore> store) : store_(std::move(store)) {}
+  explicit Lake(std::shared_ptr<ObjectStore> store)
+      : store_(std::move(store)), runtime_(LakeRuntime::Make()) {}
   /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
   /// one exists).
   arrow::Result<TableName> Resolve(const std::string& name);
@@ -79,6 +88,8 @@ class Lake {
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
+  /// The upkeep queues of the handles this Lake opened; they hold it weakly.
+  std::shared_ptr<LakeRuntime> runtime_;
   std::mutex cache_mutex_;
   std::shared_ptr<FileCache> cache_;
 };

@@ -1,6 +1,14 @@
 // Lake: table names, creating, opening, listing and dropping tables over a MemoryStore.
 #include "timelake/lake.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
@@ -241,6 +249,128 @@ TEST_F(LakeTest, CreateAfterDropStartsAFreshTable) {
   ASSERT_OK(lake_->DropTable("t"));
   ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("t", Readings(), {}));
   EXPECT_EQ(table->version(), 0);
+}
+
+// A Lake owns the upkeep threads of the handles it opened (table/lake_runtime.h).
+
+ContractOptions CheckpointEvery(int commits) {
+  ContractOptions options;
+  options.properties = {{"delta.checkpointInterval", std::to_string(commits)}};
+  return options;
+}
+
+arrow::Status AppendOne(Table* table, int second) {
+  char ts[32];
+  std::snprintf(ts, sizeof(ts), R"(["2025-01-01 00:00:%02d"])", second % 60);
+  auto batch = Batch(Readings(), {ts, R"(["a"])", "[1.5]"});
+  return table->Append(Reader(Readings(), {batch}).get(), {}).status();
+}
+
+bool IsCheckpoint(const std::string& path) {
+  return path.find(".checkpoint.parquet") != std::string::npos;
+}
+
+TEST_F(LakeTest, ALakeDestroyedWithQueuedUpkeepFinishesItFirst) {
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("t", Readings(), {}));
+  for (int i = 0; i < 10; ++i) ASSERT_OK(AppendOne(table.get(), i));  // version 10: a checkpoint
+  lake_.reset();  // runs the queued checkpoint and index records, then joins the thread
+  const auto log = Objects("default/t/_delta_log/");
+  EXPECT_NE(std::find(log.begin(), log.end(),
+                      "default/t/_delta_log/00000000000000000010.checkpoint.parquet"),
+            log.end());
+  // The handle outlives its Lake and still sees a consistent table.
+  ASSERT_OK_AND_ASSIGN(auto info, table->Info());
+  EXPECT_EQ(info.rows, 10);
+  EXPECT_EQ(info.manifests, 1);  // read from the checkpoint at 10
+}
+
+TEST_F(LakeTest, AHandleThatOutlivesItsLakeDoesItsUpkeepInline) {
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("t", Readings(), CheckpointEvery(1)));
+  lake_.reset();
+  std::mutex mutex;
+  std::vector<std::thread::id> checkpointed_on;
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put" && IsCheckpoint(path)) {
+      std::lock_guard<std::mutex> lock(mutex);
+      checkpointed_on.push_back(std::this_thread::get_id());
+    }
+    return arrow::Status::OK();
+  });
+  ASSERT_OK(AppendOne(table.get(), 0));
+  ASSERT_OK(AppendOne(table.get(), 1));
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // written before append() returned, by its caller
+    EXPECT_EQ(checkpointed_on, (std::vector<std::thread::id>(2, std::this_thread::get_id())));
+  }
+  store_->SetFaultHook(nullptr);
+  ASSERT_OK(table->WaitForUpkeep());
+  ASSERT_OK_AND_ASSIGN(auto latest, table->Latest());
+  EXPECT_EQ(latest->num_rows(), 1);
+  ASSERT_OK_AND_ASSIGN(auto info, table->Info());
+  EXPECT_EQ(info.rows, 2);
+}
+
+// A handle of the table opened by another Lake of the process may have a checkpoint queued: the
+// drop waits for it (written after the drop, it would bring the table back on a store without
+// folders until its writer noticed and took it back).
+TEST_F(LakeTest, DropWaitsForTheUpkeepOfAnotherLakesHandleOfTheTable) {
+  ASSERT_OK(lake_->CreateTable("t", Readings(), {}).status());
+  auto other_lake = Lake::OverStore(store_);
+  ASSERT_OK_AND_ASSIGN(auto other, other_lake->OpenTable("t"));
+  std::atomic<bool> dropping{false};
+  std::atomic<int> clock{0}, checkpoint_at{0}, rename_at{0};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put" && IsCheckpoint(path)) {
+      // The other Lake's upkeep thread holds its checkpoint until the drop has begun.
+      while (!dropping) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      checkpoint_at = ++clock;
+    }
+    if (op == "rename") rename_at = ++clock;
+    return arrow::Status::OK();
+  });
+  for (int i = 0; i < 10; ++i) ASSERT_OK(AppendOne(other.get(), i));  // version 10: a checkpoint
+  dropping = true;
+  ASSERT_OK(lake_->DropTable("t"));
+  EXPECT_GT(checkpoint_at.load(), 0);
+  EXPECT_LT(checkpoint_at.load(), rename_at.load()) << "the drop renamed before the checkpoint";
+  store_->SetFaultHook(nullptr);
+  EXPECT_TRUE(FailsWith(AppendOne(other.get(), 11), arrow::StatusCode::KeyError, "dropped"));
+  other.reset();
+  other_lake.reset();
+  EXPECT_TRUE(Objects("default/").empty());
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_TRUE(tables.empty());
+}
+
+// Appends of another thread race the drop, each queueing a checkpoint: every one either commits
+// before the drop or fails as dropped, and no checkpoint written behind the drop brings the
+// table back.
+TEST_F(LakeTest, DropWhileAnotherThreadAppendsLeavesNoTableBehind) {
+  ASSERT_OK_AND_ASSIGN(auto table, lake_->CreateTable("t", Readings(), CheckpointEvery(1)));
+  std::atomic<int> appended{0};
+  arrow::Status stopped;
+  std::thread appender([&] {
+    for (int i = 0;; ++i) {
+      arrow::Status st = AppendOne(table.get(), i);
+      if (!st.ok()) {
+        stopped = st;
+        return;
+      }
+      ++appended;
+    }
+  });
+  while (appended < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_OK(lake_->DropTable("t"));
+  appender.join();
+  EXPECT_TRUE(stopped.IsKeyError() && stopped.message().find("dropped") != std::string::npos)
+      << stopped.ToString();
+  (void)table->WaitForUpkeep();  // what the last appends queued: taken back if written
+  table.reset();
+  EXPECT_TRUE(Objects("default/t/_delta_log/").empty());
+  ASSERT_OK_AND_ASSIGN(auto tables, lake_->Tables());
+  EXPECT_TRUE(tables.empty());
+  ASSERT_OK_AND_ASSIGN(auto fresh, lake_->CreateTable("t", Readings(), {}));
+  EXPECT_EQ(fresh->version(), 0);
 }
 
 TEST(LakeOpenTest, MemoryUrlOpensAMemoryLake) {

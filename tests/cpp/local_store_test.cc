@@ -652,9 +652,69 @@ TEST_F(LocalStoreTest, WritesWhoseFsyncFailsPublishNothing) {
   EXPECT_TRUE(TempFilesBelowRoot().empty());
 }
 
-// Deferred fsyncs run on a few worker threads of the process. A child fork()ed while other
-// threads close files and wait for syncs (Python's multiprocessing forks at any moment) gets no
-// workers and no queued jobs: its own writes must start workers of their own and never wait for
+int ThreadsOfThisProcess() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// The fsync workers belong to the store (its Lake's), not to the process: once the store and its
+// outputs are gone, every deferred sync has run and no worker is left.
+TEST_F(LocalStoreTest, AStoreGoingAwayRunsItsDeferredSyncsAndJoinsItsWorkers) {
+  const int before = ThreadsOfThisProcess();
+  std::atomic<int> synced{0};
+  {
+    auto counted = [&](int fd, const std::string&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ++synced;
+      return ::fsync(fd);
+    };
+    ASSERT_OK_AND_ASSIGN(auto store, LocalStore::Make(dir_.path(), /*fixed_depth=*/0, counted));
+    OutputOptions in_place;
+    in_place.in_place = true;
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_OK_AND_ASSIGN(auto output,
+                           store->OpenOutput("t/data/part-" + std::to_string(i), in_place));
+      ASSERT_OK(output->Write("abc", 3));
+      ASSERT_OK(output->Close());  // the file's and the folder's fsyncs go to the workers
+    }
+    EXPECT_GT(ThreadsOfThisProcess(), before) << "no worker ran the deferred syncs";
+  }
+  EXPECT_EQ(synced.load(), 16);
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+}
+
+// A failed deferred sync is recorded for good, in a child fork()ed afterwards too (which keeps
+// none of its parent's workers or queued syncs).
+TEST_F(LocalStoreTest, AChildForkedAfterASyncFailedStillRefusesToWrite) {
+  std::atomic<int> failures{0};
+  ASSERT_OK_AND_ASSIGN(
+      auto store,
+      LocalStore::Make(dir_.path(), /*fixed_depth=*/0,
+                       FailingSync([](const std::string& p) { return EndsWith(p, "/bad.parquet"); },
+                                   &failures)));
+  OutputOptions in_place;
+  in_place.in_place = true;
+  ASSERT_OK_AND_ASSIGN(auto output, store->OpenOutput("t/data/bad.parquet", in_place));
+  ASSERT_OK(output->Write("abc", 3));
+  ASSERT_OK(output->Close());
+  ASSERT_FALSE(store->Put("t/_delta_log/0.json", Buf("{}")).ok());  // waits for the failed sync
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(120);
+    auto put = store->Put("t/_delta_log/1.json", Buf("{}"));
+    const bool refused =
+        !put.ok() && put.message().find("could not be made durable") != std::string::npos;
+    _exit(refused && !fs::exists(dir_.path() + "/t/_delta_log/1.json") ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+}
+
+// Deferred fsyncs run on a few worker threads of the store. A child fork()ed while other threads
+// close files and wait for syncs (Python's multiprocessing forks at any moment) gets no workers
+// and no queued jobs: its own writes must start workers of their own and never wait for
 // the parent's syncs, nor hang on a lock a parent thread held at the fork.
 TEST_F(LocalStoreTest, AChildForkedWhileSyncsRunWritesWithWorkersOfItsOwn) {
   auto slow = [](int fd, const std::string&) {

@@ -1,5 +1,6 @@
-// Upkeep: a handle's background queue of post-commit work.
+// Upkeep: a handle's background queue of post-commit work, and the Lake's runtime that keeps them.
 #include "timelake/table/upkeep.h"
+#include "timelake/table/lake_runtime.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -79,27 +81,60 @@ TEST(UpkeepTest, DestroyingRunsWhatIsQueued) {
   EXPECT_EQ(ran.load(), 5);
 }
 
-TEST(UpkeepTest, DrainAllWaitsForEveryLiveQueue) {
+// The queues of a Lake's handles live in its LakeRuntime (table/lake_runtime.h).
+
+Upkeep::Task Slow(std::atomic<int>& ran, int ms) {
+  return [&ran, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ++ran;
+    return arrow::Status::OK();
+  };
+}
+
+TEST(LakeRuntimeTest, DrainAllWaitsForEveryQueue) {
   std::atomic<int> ran{0};
-  Upkeep a, b;
-  for (Upkeep* u : {&a, &b}) {
-    u->Post("slow", [&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      ++ran;
-      return arrow::Status::OK();
-    });
-  }
-  DrainAllUpkeep();
+  auto runtime = LakeRuntime::Make();
+  const uint64_t a = LakeRuntime::NewQueueId(), b = LakeRuntime::NewQueueId();
+  runtime->Post(a, "memory://lake/default/t", "slow", Slow(ran, 20));
+  runtime->Post(b, "memory://lake/default/u", "slow", Slow(ran, 20));
+  runtime->DrainAll();
   EXPECT_EQ(ran.load(), 2);
 }
 
-// At exit, a background compaction pass opens a table of its own while every queue is being
-// drained: its new Upkeep registers itself. The drain must not hold the registry while it waits
-// (it deadlocked: CI hung in a writer's atexit). Run in a child so that a hang fails the test.
-TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
-  // A drop drains every queue of the process while appends of other threads keep posting to
+TEST(LakeRuntimeTest, DrainEveryUpkeepReachesEveryLiveRuntimeOfTheProcess) {
+  std::atomic<int> ran{0};
+  auto one = LakeRuntime::Make(), two = LakeRuntime::Make();
+  one->Post(LakeRuntime::NewQueueId(), "memory://lake/default/t", "slow", Slow(ran, 20));
+  two->Post(LakeRuntime::NewQueueId(), "memory://other/default/t", "slow", Slow(ran, 20));
+  DrainEveryUpkeep();
+  EXPECT_EQ(ran.load(), 2);
+}
+
+// A drop drains the table's queues in every Lake of the process (another Lake may hold a handle
+// of the same table), and only that table's.
+TEST(LakeRuntimeTest, DrainTableUpkeepDrainsThatTablesQueuesInEveryRuntime) {
+  std::atomic<int> ran{0};
+  std::atomic<bool> release{false};
+  auto one = LakeRuntime::Make(), two = LakeRuntime::Make();
+  const uint64_t other_table = LakeRuntime::NewQueueId();
+  one->Post(LakeRuntime::NewQueueId(), "memory://lake/default/t", "slow", Slow(ran, 20));
+  two->Post(LakeRuntime::NewQueueId(), "memory://lake/default/t", "slow", Slow(ran, 20));
+  two->Post(other_table, "memory://lake/default/u", "stalled", [&release] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return arrow::Status::OK();
+  });
+  DrainTableUpkeep("memory://lake/default/t");  // would wait forever for "u"'s stalled task
+  EXPECT_EQ(ran.load(), 2);
+  release = true;
+  two->Drain(other_table);
+}
+
+TEST(LakeRuntimeTest, DrainsReturnWhileOtherThreadsKeepPosting) {
+  // A drop drains every queue of the table while appends of other threads keep posting to
   // them: each drain waits for what was posted before it, not for the queue to run dry.
-  Upkeep upkeep;
+  auto runtime = LakeRuntime::Make();
+  const uint64_t id = LakeRuntime::NewQueueId();
+  const std::string table = "memory://lake/default/t";
   std::atomic<bool> stop{false};
   std::atomic<int> ran{0}, posted{0};
   std::thread feeder([&] {
@@ -108,7 +143,7 @@ TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
       // dry, and a drain's share stays bounded on a loaded machine (where a task at the upkeep
       // thread's low priority can take milliseconds).
       if (posted - ran < 200) {
-        upkeep.Post("task", [&ran] {
+        runtime->Post(id, table, "task", [&ran] {
           std::this_thread::sleep_for(std::chrono::microseconds(200));
           ++ran;
           return arrow::Status::OK();
@@ -124,62 +159,131 @@ TEST(UpkeepTest, DrainsReturnWhileOtherThreadsKeepPosting) {
   }
   int before = 0;
   {
-    upkeep.Post("marker", [&before, &ran] {
+    runtime->Post(id, table, "marker", [&before, &ran] {
       before = ran.load();
       return arrow::Status::OK();
     });
     const auto started = std::chrono::steady_clock::now();
-    upkeep.Drain();
-    DrainAllUpkeep();
+    runtime->Drain(id);
+    DrainTableUpkeep(table);
+    runtime->DrainAll();
     // Bounded by the queue at the call (at most 200 tasks of 0.2 ms): far below this.
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
   }
   EXPECT_GT(before, 0) << "the marker, posted before the drain, ran";
   stop = true;
   feeder.join();
-  upkeep.Drain();
+  runtime->Drain(id);
 }
 
-TEST(UpkeepTest, DrainAllLetsATaskCreateAnotherQueue) {
+// At exit, a task may post to a new queue of the runtime while every queue is being drained
+// (the drain waits for it too). The drain must not hold the runtime's lock while it waits (it
+// deadlocked: CI hung in a writer's atexit). Run in a child so that a hang fails the test.
+TEST(LakeRuntimeTest, DrainAllLetsATaskCreateAnotherQueue) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     alarm(120);  // a deadlock ends the child with SIGALRM
     std::atomic<int> inner_ran{0};
-    auto outer = std::make_unique<Upkeep>();
-    outer->Post("opens a table", [&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // DrainAllUpkeep is waiting
-      Upkeep inner;
-      inner.Post("inner", [&] {
+    auto runtime = LakeRuntime::Make();
+    const uint64_t outer = LakeRuntime::NewQueueId(), inner = LakeRuntime::NewQueueId();
+    runtime->Post(outer, "memory://lake/default/t", "opens a table", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // DrainAll is waiting
+      runtime->Post(inner, "memory://lake/default/u", "inner", [&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         ++inner_ran;
         return arrow::Status::OK();
       });
       return arrow::Status::OK();
     });
-    DrainAllUpkeep();
+    runtime->DrainAll();
     const int ok = inner_ran.load() == 1 ? 0 : 1;
-    outer.reset();
+    runtime.reset();
     _exit(ok);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "DrainAllUpkeep deadlocked (signal " << WTERMSIG(status) << ")";
+  ASSERT_TRUE(WIFEXITED(status)) << "DrainAll deadlocked (signal " << WTERMSIG(status) << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-// A drain pins the queue it waits on: destroying that queue meanwhile waits for the drain.
-TEST(UpkeepTest, DestroyingAQueueWhileAllAreDrainedIsSafe) {
+// A drain holds the queue it waits on: closing that queue (its handle going away) meanwhile is
+// safe, and the queue's tasks still run.
+TEST(LakeRuntimeTest, ClosingAQueueWhileAllAreDrainedIsSafe) {
+  auto runtime = LakeRuntime::Make();
   for (int round = 0; round < 20; ++round) {
-    auto upkeep = std::make_unique<Upkeep>();
-    upkeep->Post("slow", [] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::atomic<int> ran{0};
+    const uint64_t id = LakeRuntime::NewQueueId();
+    runtime->Post(id, "memory://lake/default/t", "slow", Slow(ran, 2));
+    std::thread drainer([&] { runtime->DrainAll(); });
+    runtime->Close(id);
+    drainer.join();
+    EXPECT_EQ(ran.load(), 1);
+  }
+}
+
+// A Lake going away takes its runtime with it: what its handles queued runs first.
+TEST(LakeRuntimeTest, DestroyingARuntimeRunsWhatIsQueued) {
+  std::atomic<int> ran{0};
+  auto runtime = LakeRuntime::Make();
+  UpkeepQueue queue(runtime, "memory://lake/default/t");
+  for (int i = 0; i < 5; ++i) queue.Post("slow", Slow(ran, 5));
+  runtime.reset();
+  EXPECT_EQ(ran.load(), 5);
+}
+
+// A handle may outlive its Lake: its work then runs on the thread that posts it, and its
+// failures are still reported.
+TEST(LakeRuntimeTest, AQueueWhoseRuntimeIsGoneRunsItsTasksInline) {
+  auto runtime = LakeRuntime::Make();
+  UpkeepQueue queue(runtime, "memory://lake/default/t");
+  runtime.reset();
+  std::thread::id ran_on;
+  queue.Post("checkpoint", [&ran_on] {
+    ran_on = std::this_thread::get_id();
+    return arrow::Status::IOError("disk full");
+  });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  queue.Drain();  // nothing to wait for
+  EXPECT_EQ(queue.TakeFailures(), (std::vector<std::string>{"checkpoint: disk full"}));
+}
+
+// Python's multiprocessing forks while a Lake's queues are busy. The child never waits for (or
+// joins) the parent's upkeep threads: its drains return, its handles' posts run on queues of its
+// own, and destroying the runtime there is safe.
+TEST(LakeRuntimeTest, AForkedChildStartsItsRuntimeAfresh) {
+  auto runtime = LakeRuntime::Make();
+  const uint64_t id = LakeRuntime::NewQueueId();
+  const std::string table = "memory://lake/default/t";
+  std::atomic<bool> release{false};
+  runtime->Post(id, table, "busy at the fork", [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return arrow::Status::OK();
+  });
+  runtime->Post(id, table, "queued at the fork", [] { return arrow::Status::OK(); });
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(120);  // waiting for the parent's task would end the child with SIGALRM
+    DrainEveryUpkeep();
+    DrainTableUpkeep(table);
+    runtime->Drain(id);
+    std::atomic<int> ran{0};
+    runtime->Post(id, table, "child's", [&] {
+      ++ran;
       return arrow::Status::OK();
     });
-    std::thread drainer([] { DrainAllUpkeep(); });
-    upkeep.reset();
-    drainer.join();
+    DrainTableUpkeep(table);
+    const int ok = ran.load() == 1 ? 0 : 1;
+    runtime.reset();  // joins the child's own thread only
+    _exit(ok);
   }
+  release = true;
+  runtime->Drain(id);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // Python's multiprocessing forks: the child inherits the Upkeep but not its thread. It must be

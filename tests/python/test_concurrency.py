@@ -457,3 +457,99 @@ def test_two_maintains_at_once_never_store_rows_twice(tmp_path, turns):
                     path = action["remove"]["path"]
                     assert path not in removed_by, f"{path} removed by versions {removed_by[path]} and {v}"
                     removed_by[path] = v
+
+
+EXIT_WRITER = textwrap.dedent(
+    """
+    import datetime as dt, sys
+    import pyarrow as pa
+    import timelake
+    lake = timelake.Lake(sys.argv[1])
+    t = lake.create_table("default.t", pa.schema([("time", pa.timestamp("us", "UTC")),
+                          ("device_id", pa.string()), ("temp", pa.float64())]),
+                          time_column="time", series_key="device_id", chunk="day")
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    for i in range(10):
+        when = pa.array([base + dt.timedelta(minutes=i)], pa.timestamp("us", "UTC"))
+        t.append(pa.table({"time": when, "device_id": ["a"], "temp": [float(i)]}), batch_id=f"b{i}")
+    # Exits at once: the checkpoint of version 10 is still on the Lake's upkeep thread.
+    """
+)
+
+
+def test_the_interpreters_exit_runs_the_upkeep_every_live_lake_queued(tmp_path):
+    # The exit drains every live Lake's runtime (table/lake_runtime.h): the checkpoint the last
+    # append left to the upkeep thread is written before the process ends.
+    lake_dir = tmp_path / "lake"
+    done = subprocess.run([sys.executable, "-c", EXIT_WRITER, str(lake_dir)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    log = lake_dir / "default" / "t" / "_delta_log"
+    assert (log / f"{10:020d}.checkpoint.parquet").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
+def test_children_forked_mid_upkeep_append_drop_and_drain_without_the_parents_threads(tmp_path):
+    # A thread of the parent keeps appending (each commit queues a checkpoint on its Lake's
+    # upkeep thread) while the main thread forks. Each child appends to a table of its own, drops
+    # it (a drop drains that table's queues in every live runtime of the process) and drains
+    # every runtime as the interpreter's exit would: none of it may wait for, lock or join
+    # anything of the parent's runtimes.
+    lake = timelake.Lake(tmp_path / "lake")
+    props = {"delta.checkpointInterval": "1"}
+    parent_table = lake.create_table("default.p", IOT_SCHEMA, time_column="time", series_key="device_id",
+                                     chunk="day", properties=props)
+    for c in range(3):
+        lake.create_table(f"default.c{c}", IOT_SCHEMA, time_column="time", series_key="device_id",
+                          chunk="day", properties=props)
+    stop = threading.Event()
+    appended = []
+
+    def parent_loop() -> None:
+        i = 0
+        while not stop.is_set():
+            parent_table.append(_tagged_rows("parent", i), batch_id=f"parent-{i}")
+            appended.append(i)
+            i += 1
+
+    writer = threading.Thread(target=parent_loop)
+    writer.start()
+    children = []
+    try:
+        for c in range(3):
+            while len(appended) < 3 * (c + 1):
+                time.sleep(0.001)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    child_table = lake.table(f"default.c{c}")
+                    for i in range(12):
+                        child_table.append(_tagged_rows(f"child{c}", i), batch_id=f"child-{i}")
+                    lake.drop_table(f"default.c{c}")
+                    timelake._core._drain_upkeep()  # what the interpreter's exit runs
+                    code = 0 if f"default.c{c}" not in lake.tables() else 2
+                finally:
+                    os._exit(code)
+            children.append(pid)
+    finally:
+        stop.set()
+        writer.join()
+    deadline = time.monotonic() + 120
+    codes = {}
+    while len(codes) < len(children) and time.monotonic() < deadline:
+        for pid in children:
+            if pid not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[pid] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    hung = [pid for pid in children if pid not in codes]
+    for pid in hung:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not hung, "children forked mid-upkeep never finished"
+    assert all(code == 0 for code in codes.values()), codes
+    # The parent's Lake and handles still work; its table was not the children's to drop.
+    parent_table.append(_tagged_rows("parent", 10_000), batch_id="parent-last")
+    assert lake.tables() == ["default.p"]

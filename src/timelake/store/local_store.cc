@@ -1,7 +1,6 @@
 #include "timelake/store/local_store.h"
 
 #include <dirent.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cerrno>
@@ -30,117 +30,56 @@
 
 #include "timelake/util/ids.h"
 #include "timelake/util/parallel.h"
+#include "timelake/util/per_process.h"
 #include "timelake/util/status.h"
 
 namespace fs = std::filesystem;
 
 namespace timelake {
 
-// The threads that run deferred fsyncs (SyncQueue), kept for the purpose: starting a thread per
-// fsync cost more CPU than the fsync (a stack mapped, touched and unmapped, with a TLB shootdown
-// across cores each time). Up to kMaxWorkers run at once, so that the fsyncs of files closed
-// together (threads of one process appending) go to the disk together. One process-wide mutex
-// guards them and every SyncQueue's bookkeeping; fork() is prepared for (pthread_atfork): the
-// child gets the mutex free, no workers and no queued jobs (the parent runs those), and starts
-// workers of its own when it needs them. Process-wide rather than owned by a Lake on purpose:
-// atfork handlers cannot be unregistered, so a pool with a shorter life would still need a
-// process-wide list of live pools for the child to reset (docs/architecture.md).
-class SyncWorkers {
- public:
-  static SyncWorkers& Get() {
-    static SyncWorkers* workers = [] {
-      auto* made = new SyncWorkers;  // never destroyed: detached workers use it until exit
-      pthread_atfork(&Prepare, &Parent, &Child);
-      return made;
-    }();
-    return *workers;
-  }
-
-  std::mutex& mutex() { return mutex_; }
-
-  /// Queues `job` (mutex() held by the caller, released around an inline run); starts a worker
-  /// when none is idle. With no worker to be had, runs it here.
-  void Run(std::unique_lock<std::mutex>& lock, std::function<void()> job) {
-    queue_.push_back(std::move(job));
-    if (static_cast<int>(queue_.size()) > idle_ && workers_ < kMaxWorkers) {
-      try {
-        std::thread([this] { Work(); }).detach();
-        ++workers_;
-      } catch (const std::system_error&) {
-        if (workers_ == 0) {  // nobody else will: run what is queued here
-          while (!queue_.empty()) {
-            auto next = std::move(queue_.front());
-            queue_.pop_front();
-            lock.unlock();
-            next();
-            lock.lock();
-          }
-          return;
-        }
-      }
-    }
-    wake_.notify_one();
-  }
-
- private:
-  static constexpr int kMaxWorkers = 4;
-
-  void Work() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      ++idle_;
-      wake_.wait(lock, [this] { return !queue_.empty(); });
-      --idle_;
-      auto job = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      job();
-      lock.lock();
-    }
-  }
-
-  static void Prepare() { Get().mutex_.lock(); }
-  static void Parent() { Get().mutex_.unlock(); }
-  static void Child() {
-    SyncWorkers& w = Get();
-    // The parent's workers do not exist here, and may have been waiting on the condition.
-    new (&w.wake_) std::condition_variable();
-    w.queue_.clear();
-    w.workers_ = 0;
-    w.idle_ = 0;
-    w.mutex_.unlock();
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;
-  int workers_ = 0;  // started (they never stop)
-  int idle_ = 0;     // waiting for a job
-};
-
-// Made when the library loads, before any thread of the process can use it: a fork() while
-// another thread was still inside the first Get() (its static initialization, and the
-// pthread_atfork registration in it) left the child waiting forever for an initialization that
-// no thread of the child would finish.
-[[maybe_unused]] const bool kSyncWorkersMade = (SyncWorkers::Get(), true);
-
-// Deferred fsyncs of one store (in-place outputs' fsyncs after Close), run by SyncWorkers.
-// Await(mark, scope) waits for every one of `scope` (a table's folder: syncs of other tables are
-// not waited for) started before Mark() returned `mark`; a put waits only for the files closed
-// before it began, which are all that its object can name. Failures are sticky: once a sync
-// failed (or a put could not make its object durable, Fail), every later Await reports it. Jobs
-// carry the pid that started them: a child fork()ed while a sync was queued or running never
-// waits for it (its parent does).
+// Deferred fsyncs of one store (in-place outputs' fsyncs after Close), and the threads that run
+// them. Await(mark, scope) waits for every one of `scope` (a table's folder: syncs of other
+// tables are not waited for) started before Mark() returned `mark`; a put waits only for the
+// files closed before it began, which are all that its object can name. Failures are sticky:
+// once a sync failed (or a put could not make its object durable, Fail), every later Await
+// reports it.
+//
+// The workers are kept for the purpose: starting a thread per fsync cost more CPU than the fsync
+// (a stack mapped, touched and unmapped, with a TLB shootdown across cores each time). Up to
+// kMaxWorkers run at once, so that the fsyncs of files closed together (threads of one process
+// appending) go to the disk together. They belong to the store (its Lake's) and its in-place
+// outputs, which share the queue: the last of them to go waits for the syncs still running and
+// joins the workers. Jobs capture neither the queue nor the store, so that never happens on a
+// worker.
+//
+// fork() (Python's multiprocessing): the workers, the jobs and the mutex that guards them are kept
+// per process (util/per_process.h). A child never waits for its parent's syncs (its parent does),
+// never touches a mutex a parent's thread may have held at the fork, and starts workers of its
+// own when it needs them; a failure recorded before the fork stays recorded in the child.
 class SyncQueue {
  public:
+  ~SyncQueue() {
+    State* s = state_.IfMade();  // a parent's workers are not the child's to join
+    if (s != nullptr) {
+      (void)Await();
+      {
+        std::lock_guard<std::mutex> lock(s->mutex);
+        s->stopping = true;
+      }
+      s->wake.notify_all();
+      for (auto& worker : s->workers) worker.join();
+    }
+    delete failed_.load();
+  }
+
   void Start(std::string scope, std::function<arrow::Status()> sync) {
     auto job = std::make_shared<Job>();
     job->scope = std::move(scope);
-    SyncWorkers& workers = SyncWorkers::Get();
-    std::unique_lock<std::mutex> lock(workers.mutex());
-    job->seq = next_seq_++;
-    jobs_.emplace_back(::getpid(), job);
-    workers.Run(lock, [job, sync = std::move(sync)] {
+    State& s = state_.Get();
+    std::unique_lock<std::mutex> lock(s.mutex);
+    job->seq = s.next_seq++;
+    s.jobs.push_back(job);
+    Run(s, lock, [job, sync = std::move(sync)] {
       arrow::Status st = NoThrow("syncing a file", sync);
       std::lock_guard<std::mutex> done(job->mutex);
       job->status = std::move(st);
@@ -151,23 +90,20 @@ class SyncQueue {
 
   /// What Await takes: syncs started from now on are not waited for.
   uint64_t Mark() {
-    std::lock_guard<std::mutex> lock(SyncWorkers::Get().mutex());
-    return next_seq_;
+    State& s = state_.Get();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.next_seq;
   }
 
   /// OK once every sync of `scope` ("" for every scope) started before Mark() returned `mark`
   /// has finished; the first failure ever otherwise.
   arrow::Status Await(uint64_t mark = UINT64_MAX, const std::string& scope = "") {
-    std::mutex& mutex = SyncWorkers::Get().mutex();
+    State& s = state_.Get();
     std::vector<std::shared_ptr<Job>> waiting;
     {
-      std::lock_guard<std::mutex> lock(mutex);
-      const pid_t me = ::getpid();
-      std::erase_if(jobs_, [me](const auto& entry) { return entry.first != me; });
-      for (const auto& entry : jobs_) {
-        if (entry.second->seq < mark && (scope.empty() || entry.second->scope == scope)) {
-          waiting.push_back(entry.second);
-        }
+      std::lock_guard<std::mutex> lock(s.mutex);
+      for (const auto& job : s.jobs) {
+        if (job->seq < mark && (scope.empty() || job->scope == scope)) waiting.push_back(job);
       }
     }
     arrow::Status first;
@@ -176,24 +112,24 @@ class SyncQueue {
       job->finished.wait(lock, [&] { return job->done; });
       if (first.ok() && !job->status.ok()) first = job->status;
     }
-    std::lock_guard<std::mutex> lock(mutex);
     if (!first.ok()) Record(first);
-    // Only the syncs waited for leave: a failure is recorded before its job goes.
-    std::erase_if(jobs_, [&](const auto& entry) {
-      return std::find(waiting.begin(), waiting.end(), entry.second) != waiting.end();
-    });
-    return failed_;
+    {
+      // Only the syncs waited for leave: a failure is recorded before its job goes.
+      std::lock_guard<std::mutex> lock(s.mutex);
+      std::erase_if(s.jobs, [&](const auto& job) {
+        return std::find(waiting.begin(), waiting.end(), job) != waiting.end();
+      });
+    }
+    const arrow::Status* failed = failed_.load(std::memory_order_acquire);
+    return failed ? *failed : arrow::Status::OK();
   }
 
   /// Records that something acknowledged may not be durable: every later Await fails.
-  void Fail(const arrow::Status& why) {
-    std::lock_guard<std::mutex> lock(SyncWorkers::Get().mutex());
-    Record(why);
-  }
-
-  ~SyncQueue() { (void)Await(); }
+  void Fail(const arrow::Status& why) { Record(why); }
 
  private:
+  static constexpr int kMaxWorkers = 4;
+
   struct Job {
     std::mutex mutex;
     std::condition_variable finished;
@@ -202,16 +138,71 @@ class SyncQueue {
     uint64_t seq = 0;
     std::string scope;
   };
-  void Record(const arrow::Status& why) {  // the workers' mutex held
-    if (!failed_.ok()) return;
-    failed_ = arrow::Status::IOError(
+  // One process's syncs and workers; every field GUARDED_BY(mutex).
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<std::function<void()>> queue;  // jobs no worker took yet
+    std::vector<std::thread> workers;
+    int idle = 0;  // workers waiting for a job
+    bool stopping = false;
+    uint64_t next_seq = 0;
+    std::vector<std::shared_ptr<Job>> jobs;  // started and not yet awaited
+  };
+
+  /// Queues `job` (`lock` holds s.mutex, released around an inline run); starts a worker when
+  /// none is idle. With no worker to be had, runs it here.
+  static void Run(State& s, std::unique_lock<std::mutex>& lock, std::function<void()> job) {
+    s.queue.push_back(std::move(job));
+    const int workers = static_cast<int>(s.workers.size());
+    if (static_cast<int>(s.queue.size()) > s.idle && workers < kMaxWorkers) {
+      try {
+        s.workers.emplace_back([&s] { Work(s); });
+      } catch (const std::system_error&) {
+        if (workers == 0) {  // nobody else will: run what is queued here
+          while (!s.queue.empty()) {
+            auto next = std::move(s.queue.front());
+            s.queue.pop_front();
+            lock.unlock();
+            next();
+            lock.lock();
+          }
+          return;
+        }
+      }
+    }
+    s.wake.notify_one();
+  }
+
+  static void Work(State& s) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    for (;;) {
+      ++s.idle;
+      s.wake.wait(lock, [&s] { return s.stopping || !s.queue.empty(); });
+      --s.idle;
+      if (s.queue.empty()) return;  // stopping, and every job ran
+      auto job = std::move(s.queue.front());
+      s.queue.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  void Record(const arrow::Status& why) {
+    if (failed_.load(std::memory_order_acquire) != nullptr) return;
+    auto* failed = new arrow::Status(arrow::Status::IOError(
         "a file written earlier could not be made durable (", why.message(),
         "): the disk may have lost written data, so nothing more is written through this lake; "
-        "open the lake again once the disk is healthy");
+        "open the lake again once the disk is healthy"));
+    const arrow::Status* none = nullptr;
+    if (!failed_.compare_exchange_strong(none, failed, std::memory_order_acq_rel)) delete failed;
   }
-  uint64_t next_seq_ = 0;
-  std::vector<std::pair<pid_t, std::shared_ptr<Job>>> jobs_;
-  arrow::Status failed_;
+
+  PerProcess<State> state_;
+  // The first failure, kept for good; an atomic (not under State's mutex) so that a child made by
+  // fork() reads it without a mutex of its parent's.
+  std::atomic<const arrow::Status*> failed_{nullptr};
 };
 
 namespace {

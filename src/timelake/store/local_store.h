@@ -7,12 +7,16 @@
 // name is taken, atomically. Temporary files are named ".tmp-<uuid>" so that listings skip them.
 // OutputOptions::part_size is checked and otherwise ignored (a file is written in place).
 // With OutputOptions::in_place a stream writes its final name directly (O_EXCL: never an
-// existing file), and its Close hands the fsyncs of the file and its folder to the process's sync
-// workers (a few threads kept for it, local_store.cc) and returns: every later Put, PutIfAbsent and PutIfMatch of the store waits for them before
-// it publishes anything, so a commit never names a data file that is not yet durable, and the
-// data file's fsyncs overlap the commit's own (one disk flush less on an append's path). A failed
-// fsync fails every later put of the store (the disk may have dropped written pages: open the lake
-// again). A child fork()ed meanwhile does not wait for its parent's syncs.
+// existing file), and its Close hands the fsyncs of the file and its folder to the store's sync
+// workers (up to four threads, started when needed; local_store.cc) and returns: every later Put,
+// PutIfAbsent and PutIfMatch of the store waits for them before it publishes anything, so a
+// commit never names a data file that is not yet durable, and the data file's fsyncs overlap the
+// commit's own (one disk flush less on an append's path). A failed fsync fails every later put of
+// the store (the disk may have dropped written pages: open the lake again). The workers belong to
+// the store (a Lake opens one of its own) and its in-place outputs: the last of them to be
+// destroyed waits for the syncs still running and joins the workers. A child fork()ed meanwhile
+// does not wait for its parent's syncs and starts workers of its own; no fork handlers are
+// involved (util/per_process.h).
 //
 // Entity tags are made of the file's inode, size, modification and change times (nanoseconds):
 // every write makes a new file, with a new inode or (should the inode be reused) a modification

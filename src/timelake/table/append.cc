@@ -167,7 +167,7 @@ arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContex
 void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, AppendResult* result) {
   // Upkeep of earlier appends that failed (a checkpoint that could not be written, say) is
   // reported here, with the first append that can tell.
-  for (auto& earlier : t.upkeep->TakeFailures()) failures.push_back("earlier append's " + earlier);
+  for (auto& earlier : t.upkeep.TakeFailures()) failures.push_back("earlier append's " + earlier);
   if (failures.empty()) return;
   std::string message;
   for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;

@@ -3,7 +3,8 @@
 // A context holds what a handle knows: where the table lives, the snapshot the handle last saw,
 // the schemas and contract derived from its metadata, its committer, its last-value index and
 // latest() state (table/latest.h), its group-commit spool (table/spool.h) and its upkeep queue
-// (table/upkeep.h). The operations are functions over a context, each family in its own room:
+// (table/upkeep.h, kept in its Lake's runtime: table/lake_runtime.h). The operations are
+// functions over a context, each family in its own room:
 // appending in table/append.h, group commit in table/group_commit.h, maintenance in
 // table/maintain.h, schema changes in table/schema_change.cc, latest() in table/latest.h, the
 // work after a commit in table/upkeep.h. This file keeps the steps they share: deriving the
@@ -29,6 +30,7 @@
 #include "timelake/index/last_value_index.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
+#include "timelake/table/lake_runtime.h"
 #include "timelake/table/latest.h"
 #include "timelake/table/upkeep.h"
 #include "timelake/txn/committer.h"
@@ -39,9 +41,13 @@ struct BackgroundCompaction;  // table/maintain.h
 class Spool;                  // table/spool.h
 
 struct TableContext {
-  TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
+  /// A context whose appends queue their upkeep in `runtime` (its Lake's); without one (time
+  /// travel, background passes: contexts that never append) the work would run inline.
+  TableContext(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name,
+               std::weak_ptr<LakeRuntime> runtime = {})
       : store(store), table_path(table_path), name(std::move(name)), log(store, table_path),
-        committer(&log, this->name) {}
+        committer(&log, this->name),
+        upkeep(std::move(runtime), store->RootUrl() + "/" + table_path) {}
   TableContext(const TableContext&) = delete;
   TableContext& operator=(const TableContext&) = delete;
 
@@ -72,8 +78,9 @@ struct TableContext {
   std::shared_ptr<Spool> spool;
   bool spool_checked = false;
   int spool_expected = 0;  // requests the last commit led here took in: worth waiting for
-  /// Post-commit work of appends (table/upkeep.h). Last member: destroyed (drained) first.
-  std::unique_ptr<Upkeep> upkeep = std::make_unique<Upkeep>();
+  /// Post-commit work of appends (table/upkeep.h), queued in the Lake's runtime; thread-safe.
+  /// Last member: destroyed (drained) first.
+  UpkeepQueue upkeep;
 };
 
 /// Schema, contract and index from `t.snapshot.metadata`; NotImplemented if timelake cannot read

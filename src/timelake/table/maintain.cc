@@ -294,7 +294,7 @@ void MaybeCompactInBackground(TableContext& t, int64_t files_added) {
   const pid_t self = getpid();
   if (t.compaction->queued_by.exchange(self) == self) return;  // the waiting pass will see these files
   t.files_since_compaction = 0;
-  t.upkeep->Post("background compaction",
+  t.upkeep.Post("background compaction",
                  [compaction = t.compaction, store = t.store, path = t.table_path, name = t.name] {
                    compaction->queued_by = 0;
                    return compaction->Pass(store, path, name);

@@ -7,8 +7,8 @@
 // is deleted.
 //
 // Thread safety: every function here REQUIRES the handle's lock held. A background pass runs on
-// the handle's upkeep thread over a table context of its own (BackgroundCompaction), never over
-// the handle's.
+// the handle's upkeep thread (inline, on the appending thread, once the handle's Lake is gone)
+// over a table context of its own (BackgroundCompaction), never over the handle's.
 #pragma once
 
 #include <cstdint>

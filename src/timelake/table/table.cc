@@ -19,14 +19,17 @@
 
 namespace timelake {
 
-Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name)
+Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name,
+             std::weak_ptr<LakeRuntime> runtime)
     : mutex_("table handle '" + name + "'",
              "use a second handle for the table, from lake.table('" + name + "')"),
-      ctx_(std::move(store), std::move(table_path), name) {}
+      ctx_(std::move(store), std::move(table_path), name, std::move(runtime)) {}
 
 arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> store,
-                                                  std::string table_path, std::string name) {
-  std::shared_ptr<Table> table(new Table(std::move(store), std::move(table_path), std::move(name)));
+                                                  std::string table_path, std::string name,
+                                                  std::weak_ptr<LakeRuntime> runtime) {
+  std::shared_ptr<Table> table(new Table(std::move(store), std::move(table_path), std::move(name),
+                                         std::move(runtime)));
   TableContext& t = table->ctx_;
   auto snapshot = t.log.Load();
   if (!snapshot.ok()) {

@@ -53,9 +53,12 @@ struct TableInfo {
 
 class Table {
  public:
-  /// Opens the table at `table_path` (relative to the store root) at its latest version.
+  /// Opens the table at `table_path` (relative to the store root) at its latest version. Its
+  /// appends leave their upkeep to `runtime` (its Lake's, table/lake_runtime.h) while that lives,
+  /// and do it inline once it is gone (or without one).
   static arrow::Result<std::shared_ptr<Table>> Open(std::shared_ptr<ObjectStore> store,
-                                                    std::string table_path, std::string name);
+                                                    std::string table_path, std::string name,
+                                                    std::weak_ptr<LakeRuntime> runtime = {});
 
   const std::string& name() const { return ctx_.name; }
   std::string location() const;
@@ -105,7 +108,8 @@ class Table {
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 
  private:
-  Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name);
+  Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::string name,
+        std::weak_ptr<LakeRuntime> runtime);
   // Commits a new schema (same table id): `declared` and its `storage` schema, the Delta field
   // JSON to keep for the columns it names (FieldsOf, WidenedField), a protocol action when the
   // change needs one, and table properties to set (`config`). `call` names the public method in

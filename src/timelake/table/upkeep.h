@@ -3,8 +3,10 @@
 // An append is acknowledged once its commit is in the log; a checkpoint, the last-value index
 // record of the commit and the index fold are derived data (txn/post_commit.h) that only make
 // later reads faster. Doing them inside append() put a checkpoint or a fold into every tenth or
-// thirty-second call's latency, so appends hand them to their handle's Upkeep instead, which
-// runs them in order on one thread of its own while the caller goes on (QueueAfterAppend).
+// thirty-second call's latency, so appends hand them to their handle's upkeep queue instead (an
+// Upkeep kept in the Lake's runtime, table/lake_runtime.h), which runs them in order on one
+// thread of its own while the caller goes on (QueueAfterAppend); a handle whose Lake is gone runs
+// them inline.
 // Other commits (maintenance, schema changes) run the same work as hooks right after the commit
 // (HooksAfter). Background compaction passes (table/maintain.h) run on the same thread.
 //
@@ -15,13 +17,15 @@
 // they need (a snapshot copy, the newest rows of the files) and use thread-safe parts only (the
 // store, the last-value index, a DeltaLog of their own).
 //
-// Thread safety: every method of Upkeep may be called from any thread, and DrainAllUpkeep too.
-// A child process made by fork() (Python's multiprocessing) gets its handles' Upkeeps empty and
-// without a thread: its own posts start a thread of its own. The free functions taking a
-// TableContext REQUIRE the handle's lock held; WriteCheckpointUnlessSuperseded needs none.
+// Thread safety: every method of Upkeep may be called from any thread. An Upkeep keeps its queue
+// and thread per process (util/per_process.h): a child made by fork() (Python's multiprocessing)
+// finds it empty and without a thread, never touches its parent's, and its own posts start a
+// thread of its own. The free functions taking a TableContext REQUIRE the handle's lock held;
+// WriteCheckpointUnlessSuperseded needs none.
 //
-// The queues are kept in a process-wide registry (DrainAllUpkeep) rather than by the Lake: see
-// docs/architecture.md, "Where the structure is still short of its plan".
+// Ownership: the queues of a Lake's handles belong to the Lake's LakeRuntime
+// (table/lake_runtime.h), which a handle reaches through its UpkeepQueue; an Upkeep alone is the
+// queue and its thread.
 #pragma once
 
 #include <condition_variable>
@@ -38,6 +42,7 @@
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 #include "timelake/txn/post_commit.h"
+#include "timelake/util/per_process.h"
 
 namespace timelake {
 
@@ -45,8 +50,8 @@ class Upkeep {
  public:
   using Task = std::function<arrow::Status()>;
 
-  Upkeep();
-  /// Runs what is queued, then stops the thread.
+  Upkeep() = default;
+  /// Runs what this process queued, then stops its thread.
   ~Upkeep();
   Upkeep(const Upkeep&) = delete;
   Upkeep& operator=(const Upkeep&) = delete;
@@ -62,43 +67,24 @@ class Upkeep {
   /// The failures since the last call, each "<name>: <message>" (at most the last 100).
   std::vector<std::string> TakeFailures();
 
-  /// Makes the registry of queues and registers the fork handlers. Runs when the library loads
-  /// (upkeep.cc), before any thread can construct an Upkeep: a fork() while another thread was
-  /// inside that first initialization would leave the child waiting for it forever.
-  static void InitializeForFork();
-
  private:
-  friend void DrainAllUpkeep();
-  /// True while a task is queued or running.
-  bool Busy();
-  void Run();
-  // fork() copies this object but not its thread: the child starts over with an empty queue
-  // (the parent does the work it queued) and no thread; a mutex held across the fork is released.
-  static void ForkPrepare();
-  static void ForkParent();
-  static void ForkChild();
+  // The queue of one process and the thread that runs it.
+  struct State {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<std::pair<std::string, Task>> queue;  // GUARDED_BY(mutex), like the rest
+    uint64_t posted = 0;    // tasks ever posted
+    uint64_t finished = 0;  // tasks that ran (they run in order: the first `finished` posted)
+    bool stopping = false;
+    std::thread thread;
+    std::vector<std::string> failures;
+  };
+  static void Run(State& s);
   /// Runs the task at the front of the queue with `lock` released (held on entry and on return).
-  void RunFront(std::unique_lock<std::mutex>& lock);
-  void Record(const std::string& name, const arrow::Status& status);
+  static void RunFront(State& s, std::unique_lock<std::mutex>& lock);
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<std::pair<std::string, Task>> queue_;
-  uint64_t posted_ = 0;    // tasks ever posted
-  uint64_t finished_ = 0;  // tasks that ran (they run in order: the first `finished_` posted)
-  const uint64_t id_;      // tells queues apart (DrainAllUpkeep), unlike addresses, never reused
-  bool running_task_ = false;
-  bool stopping_ = false;
-  std::thread thread_;
-  std::vector<std::string> failures_;
-  int pins_ = 0;  // drains waiting on this one (DrainAllUpkeep); guarded by the registry's mutex
+  PerProcess<State> state_;
 };
-
-/// Drains every Upkeep of the process (Drain: the tasks posted before the call, and those of
-/// queues the tasks create meanwhile): called before the interpreter exits, so that no task is
-/// cut off halfway by the exit (that would be safe, only wasteful) or runs during it, and before
-/// a table is dropped.
-void DrainAllUpkeep();
 
 struct TableContext;  // table/context.h
 
