@@ -24,6 +24,7 @@
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 #include "timelake/store/local_store.h"
+#include "timelake/store/memory_store.h"
 #include "timelake/store/posix_files.h"
 #include "timelake/table/table.h"
 #include "timelake/util/status.h"
@@ -348,6 +349,68 @@ TEST_P(SpoolOverFilesTest, NoRequestIsMadeOutsideAnExistingFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Files, SpoolOverFilesTest,
                          ::testing::Values(&PosixFilesForTest, &MemoryFilesForTest), FilesName);
+
+// Handles of one table over a machine-local MemoryStore share commits through its MemoryFiles
+// as processes do on a local lake (each handle stands for a process).
+class SpoolOverMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    table_ = Lake::OverStore(store_)->CreateTable("t", RowSchema(), options).ValueOrDie();
+    ASSERT_OK(Append(table_.get(), "first", 0).status());
+  }
+  arrow::Result<AppendResult> Append(Table* table, const std::string& batch, int hour,
+                                     const std::string& sensor = "a") {
+    auto reader = Reader(RowSchema(), {Batch(RowSchema(), {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                                           "[\"" + sensor + "\"]", "[1.0]"})});
+    AppendOptions options;
+    options.batch_id = batch;
+    return table->Append(reader.get(), options);
+  }
+  std::shared_ptr<Table> Handle() { return Lake::OverStore(store_)->OpenTable("t").ValueOrDie(); }
+  void WaitForRequests(int n) {
+    Spool spool(store_->AsLocalFiles(), "default/t/_timelake");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (spool.Pending() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(spool.Pending(), n);
+  }
+
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("spool", /*machine_local=*/true);
+  std::shared_ptr<Table> table_;
+};
+
+TEST_F(SpoolOverMemoryTest, AppendsWaitingForAnotherHandlesCommitShareTheNextOne) {
+  auto one = Handle(), two = Handle();
+  auto held = store_->LockExclusive("default/t/_timelake/spool.lock", 0).ValueOrDie();
+  ASSERT_TRUE(held) << "another writer is committing";
+  arrow::Result<AppendResult> r1 = arrow::Status::UnknownError("not run"), r2 = r1;
+  std::thread t1([&] { r1 = Append(one.get(), "one", 1, "b"); });
+  std::thread t2([&] { r2 = Append(two.get(), "two", 2, "c"); });
+  WaitForRequests(2);
+  held.reset();
+  t1.join();
+  t2.join();
+  ASSERT_OK(r1.status());
+  ASSERT_OK(r2.status());
+  EXPECT_EQ(r1->version, r2->version) << "one commit for both";
+  auto commit = DeltaLog(store_, "default/t").ReadCommit(r1->version).ValueOrDie();
+  ASSERT_TRUE(commit.commit_info);
+  EXPECT_EQ(commit.commit_info->operation_parameters.count(Spool::kCommitParameter), 1u);
+  EXPECT_EQ(commit.txns.size(), 2u);
+  EXPECT_EQ(Handle()->Info().ValueOrDie().rows, 3);
+  ASSERT_OK_AND_ASSIGN(auto again, Append(one.get(), "two", 2, "c"));
+  EXPECT_TRUE(again.duplicate);
+}
+
+TEST_F(SpoolOverMemoryTest, AMemoryStoreThatIsNotMachineLocalHasNoSpool) {
+  MemoryStore plain("plain");
+  EXPECT_EQ(plain.AsLocalFiles(), nullptr);
+  EXPECT_FALSE(plain.HasLocks());
+  EXPECT_EQ(plain.LockExclusive("a/b", 0).ValueOrDie(), nullptr);
+}
 
 class CrossProcessCommitTest : public ::testing::Test {
  protected:
