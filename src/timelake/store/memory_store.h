@@ -15,8 +15,9 @@
 // handles standing for processes: LockExclusive takes in-process locks (made, like LocalStore's,
 // only where the folder above the lock's folder holds objects; the lock is an empty object) and
 // AsLocalFiles gives its MemoryFiles (store/memory_files.h), so that the group-commit spool runs
-// over it. Its files are not objects: listings do not show them. Other stores have no locks and
-// no LocalFiles, as object stores; files() is there for tests either way.
+// over it. Its files are not objects: listings do not show them, and the fault hook does not see
+// them or the locks. Other stores have no locks and no LocalFiles, as object stores; files() is
+// there for tests either way.
 #pragma once
 
 #include <functional>
