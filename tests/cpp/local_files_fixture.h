@@ -60,7 +60,8 @@ class MemoryFilesUnderTest : public FilesUnderTest {
   }
 
  private:
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("files", /*machine_local=*/true);
+  std::shared_ptr<MemoryStore> store_ =
+      std::make_shared<MemoryStore>("files", /*machine_local=*/true);
 };
 
 /// The parameter of suites run over every implementation.

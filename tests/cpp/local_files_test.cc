@@ -101,7 +101,9 @@ TEST_P(LocalFilesTest, OfClaimsRacingForOneFileOneWins) {
     }
     for (auto& t : leaders) t.join();
     ASSERT_EQ(won.load(), 1) << "round " << round;
-    for (const auto& name : OnlyTheFilesOf(Names())) ASSERT_OK(files_->Withdraw("f/" + name).status());
+    for (const auto& name : OnlyTheFilesOf(Names())) {
+      ASSERT_OK(files_->Withdraw("f/" + name).status());
+    }
   }
 }
 

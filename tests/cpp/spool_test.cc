@@ -255,9 +255,11 @@ class SpoolOverFilesTest : public ::testing::TestWithParam<FilesFactory> {
   Spool Over(const std::string& folder = "t/_timelake") { return Spool(where_->files(), folder); }
   std::vector<std::string> Names(const std::string& suffix) {
     std::vector<std::string> out;
-    auto files = where_->files()->List("t/_timelake", LocalFiles::ListDetail::kNames).ValueOrDie();
+    auto files =
+        where_->files()->List("t/_timelake", LocalFiles::ListDetail::kNames).ValueOrDie();
     for (const auto& f : files) {
-      if (f.name.size() >= suffix.size() && f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const size_t n = suffix.size();
+      if (f.name.size() >= n && f.name.compare(f.name.size() - n, n, suffix) == 0) {
         out.push_back(f.name);
       }
     }
@@ -313,8 +315,10 @@ TEST_P(SpoolOverFilesTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
 
 TEST_P(SpoolOverFilesTest, ADamagedRequestIsSkippedAndDeleted) {
   Spool leader = Over();
-  ASSERT_OK_AND_ASSIGN(auto alive, where_->files()->Publish("t/_timelake/.x", "t/_timelake/spool-bad.req",
-                                                           *arrow::Buffer::FromString("not arrow"), true));
+  // Its writer is alive (holds it): the request is read, and cannot be.
+  ASSERT_OK_AND_ASSIGN(auto alive,
+                       where_->files()->Publish("t/_timelake/.x", "t/_timelake/spool-bad.req",
+                                                *arrow::Buffer::FromString("not arrow"), true));
   EXPECT_TRUE(leader.Claim().empty());
   EXPECT_TRUE(Names(".req").empty());
   EXPECT_TRUE(Names(".claimed").empty());
@@ -378,7 +382,8 @@ class SpoolOverMemoryTest : public ::testing::Test {
     ASSERT_EQ(spool.Pending(), n);
   }
 
-  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>("spool", /*machine_local=*/true);
+  std::shared_ptr<MemoryStore> store_ =
+      std::make_shared<MemoryStore>("spool", /*machine_local=*/true);
   std::shared_ptr<Table> table_;
 };
 

@@ -40,7 +40,9 @@ bool MemoryFiles::FolderExists(const std::string& folder) const {
 arrow::Result<std::unique_ptr<LocalFiles::Liveness>> MemoryFiles::Publish(
     const std::string& scratch, const std::string& path, const arrow::Buffer& data, bool hold) {
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> copy, arrow::AllocateBuffer(data.size()));
-  if (data.size() > 0) std::memcpy(copy->mutable_data(), data.data(), static_cast<size_t>(data.size()));
+  if (data.size() > 0) {
+    std::memcpy(copy->mutable_data(), data.data(), static_cast<size_t>(data.size()));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!FolderExists(FolderOf(scratch))) {
     return arrow::Status::IOError("cannot create '", scratch, "': its folder is missing");
@@ -69,7 +71,8 @@ arrow::Result<bool> MemoryFiles::Claim(const std::string& from, const std::strin
   auto it = files_.find(from);
   if (it == files_.end()) return false;
   if (!FolderExists(FolderOf(to))) {
-    return arrow::Status::IOError("cannot rename '", from, "': the folder of '", to, "' is missing");
+    return arrow::Status::IOError("cannot rename '", from, "': the folder of '", to,
+                                  "' is missing");
   }
   std::shared_ptr<File> file = std::move(it->second);
   files_.erase(it);

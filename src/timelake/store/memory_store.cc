@@ -82,7 +82,8 @@ std::string FolderOf(const std::string& path) {
 MemoryStore::MemoryStore(std::string name, bool machine_local)
     : name_(std::move(name)),
       machine_local_(machine_local),
-      files_(std::make_shared<MemoryFiles>([this](const std::string& folder) { return HasFolder(folder); })),
+      files_(std::make_shared<MemoryFiles>(
+          [this](const std::string& folder) { return HasFolder(folder); })),
       locks_(std::make_shared<Locks>()) {}
 
 bool MemoryStore::HasFolder(const std::string& folder) {
