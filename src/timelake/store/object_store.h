@@ -3,10 +3,11 @@
 // Every byte timelake reads or writes goes through an ObjectStore: the Delta log, data files,
 // checkpoints, side files. The one exception are the files that the writer processes of one
 // machine hand each other (the group-commit spool), which go through the store's LocalFiles
-// (store/local_files.h, AsLocalFiles), a seam of its own beside this one. Paths are relative to the store's root, '/'-separated, never starting
-// with '/'. Implementations: LocalStore (a directory), MemoryStore (tests); decorators derive from
-// ForwardingStore (store/forwarding_store.h), such as FaultStore (store/fault_store.h). Stores are
-// made from a URL by OpenStore (store/store_factory.h), the only code that knows URL schemes.
+// (store/local_files.h, AsLocalFiles), a seam of its own beside this one. Paths are relative to
+// the store's root, '/'-separated, never starting with '/'. Implementations: LocalStore (a
+// directory), MemoryStore (tests); decorators derive from ForwardingStore
+// (store/forwarding_store.h), such as FaultStore (store/fault_store.h). Stores are made from a URL
+// by OpenStore (store/store_factory.h), the only code that knows URL schemes.
 //
 // A new store (S3, GCS, Azure, …) implements the pure virtual methods below; ListAfter and
 // DeleteMany have defaults built on ListPage and Delete that it overrides where the service can do
