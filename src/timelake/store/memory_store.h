@@ -17,7 +17,8 @@
 // AsLocalFiles gives its MemoryFiles (store/memory_files.h), so that the group-commit spool runs
 // over it. Its files are not objects: listings do not show them, and the fault hook does not see
 // them or the locks. Other stores have no locks and no LocalFiles, as object stores; files() is
-// there for tests either way.
+// there for tests either way. The files ask their store which folders exist: like output
+// streams, they must not be used after the store is gone (locks may outlive it).
 #pragma once
 
 #include <functional>
