@@ -17,12 +17,15 @@
 #include <arrow/api.h>
 #include <gtest/gtest.h>
 
+#include "local_files_fixture.h"
 #include "temp_dir.h"
 #include "test_util.h"
 #include "timelake/lake.h"
 #include "timelake/ingest/ingestor.h"
 #include "timelake/log/delta_log.h"
 #include "timelake/store/local_store.h"
+#include "timelake/store/memory_store.h"
+#include "timelake/store/posix_files.h"
 #include "timelake/table/table.h"
 #include "timelake/util/status.h"
 
@@ -59,6 +62,8 @@ class SpoolTest : public ::testing::Test {
  protected:
   void SetUp() override { std::filesystem::create_directories(dir_.path() + "/_timelake"); }
   std::string Folder() { return dir_.path() + "/_timelake"; }
+  // A spool of `folder` (relative to the test's folder) through LocalStore's files.
+  Spool Over(const std::string& folder = "_timelake") { return Spool(files_, folder); }
   std::vector<std::string> Names() {
     std::vector<std::string> out;
     for (const auto& e : std::filesystem::directory_iterator(Folder())) out.push_back(e.path().filename());
@@ -66,10 +71,11 @@ class SpoolTest : public ::testing::Test {
     return out;
   }
   TempDir dir_;
+  std::shared_ptr<LocalFiles> files_ = std::make_shared<PosixFiles>(dir_.path());
 };
 
 TEST_F(SpoolTest, ARequestIsClaimedOnceAndAnsweredToItsWriter) {
-  Spool writer(Folder()), leader(Folder());
+  Spool writer = Over(), leader = Over();
   SpoolRequest request;
   request.id = "r1";
   request.table_id = "table-1";
@@ -128,8 +134,8 @@ TEST_F(SpoolTest, ARequestAndItsAnswerReuseOneFile) {
     struct stat st;
     return ::stat((Folder() + "/" + name).c_str(), &st) == 0 ? static_cast<int64_t>(st.st_ino) : -1;
   };
-  auto writer = std::make_unique<Spool>(Folder());
-  Spool leader(Folder());
+  auto writer = std::make_unique<Spool>(files_, "_timelake");
+  Spool leader = Over();
   int64_t first = -1;
   for (int round = 0; round < 3; ++round) {
     SpoolRequest request = OneAppend("r" + std::to_string(round), "b" + std::to_string(round), 2, round);
@@ -160,7 +166,7 @@ TEST_F(SpoolTest, ARequestAndItsAnswerReuseOneFile) {
 TEST_F(SpoolTest, AForkedChildWritesItsRequestsIntoAFileOfItsOwn) {
   // A handle used on both sides of a fork(): the child must not write into the file its parent
   // keeps for its next request (the parent's request would hold the child's rows).
-  Spool writer(Folder()), leader(Folder());
+  Spool writer = Over(), leader = Over();
   auto round_trip = [&](const std::string& id) -> bool {
     auto ticket = writer.Submit(OneAppend(id, id, 1, 1));
     if (!ticket.ok()) return false;
@@ -196,7 +202,7 @@ TEST_F(SpoolTest, AForkedChildWritesItsRequestsIntoAFileOfItsOwn) {
 TEST_F(SpoolTest, AScratchFileDeletedByALeaderIsMadeAgain) {
   // A leader deletes scratch files untouched for a minute; the writer's next request then
   // makes its file again.
-  Spool writer(Folder()), leader(Folder());
+  Spool writer = Over(), leader = Over();
   for (int round = 0; round < 2; ++round) {
     const SpoolRequest request = OneAppend("r" + std::to_string(round), std::nullopt, 1, round);
     ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
@@ -209,7 +215,7 @@ TEST_F(SpoolTest, AScratchFileDeletedByALeaderIsMadeAgain) {
 }
 
 TEST_F(SpoolTest, AWithdrawnRequestIsNeverClaimed) {
-  Spool writer(Folder()), leader(Folder());
+  Spool writer = Over(), leader = Over();
   SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
   ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
@@ -219,7 +225,7 @@ TEST_F(SpoolTest, AWithdrawnRequestIsNeverClaimed) {
 
 TEST_F(SpoolTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
   // Its writer never learns of a commit: committing its rows would make them appear unasked.
-  Spool writer(Folder()), leader(Folder());
+  Spool writer = Over(), leader = Over();
   SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
   ticket.reset();  // the writer's lock goes with it, as with a process that died
@@ -228,17 +234,187 @@ TEST_F(SpoolTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
 }
 
 TEST_F(SpoolTest, ADamagedRequestIsSkipped) {
-  Spool leader(Folder());
+  Spool leader = Over();
   std::ofstream(Folder() + "/spool-bad.req") << "not arrow";
   EXPECT_TRUE(leader.Claim().empty());
 }
 
 TEST_F(SpoolTest, NoRequestIsMadeOutsideAnExistingFolder) {
   // A dropped table's folder must not come back because a writer of it handed over an append.
-  Spool writer(dir_.path() + "/gone/_timelake");
+  Spool writer = Over("gone/_timelake");
   SpoolRequest request = OneAppend("r1", std::nullopt, 1, 1);
   EXPECT_FALSE(writer.Submit(request).ok());
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/gone"));
+}
+
+// The spool's rules through either LocalFiles (local_files_fixture.h): LocalStore's and a
+// machine-local MemoryStore's.
+class SpoolOverFilesTest : public ::testing::TestWithParam<FilesFactory> {
+ protected:
+  void SetUp() override { where_->MakeFolder("t/_timelake"); }
+  Spool Over(const std::string& folder = "t/_timelake") { return Spool(where_->files(), folder); }
+  std::vector<std::string> Names(const std::string& suffix) {
+    std::vector<std::string> out;
+    auto files =
+        where_->files()->List("t/_timelake", LocalFiles::ListDetail::kNames).ValueOrDie();
+    for (const auto& f : files) {
+      const size_t n = suffix.size();
+      if (f.name.size() >= n && f.name.compare(f.name.size() - n, n, suffix) == 0) {
+        out.push_back(f.name);
+      }
+    }
+    return out;
+  }
+  std::unique_ptr<FilesUnderTest> where_ = GetParam()();
+};
+
+TEST_P(SpoolOverFilesTest, ARequestIsClaimedOnceAndAnsweredToItsWriter) {
+  Spool writer = Over(), leader = Over();
+  SpoolRequest request = OneAppend("r1", "batch-1", 3, 1);
+  request.table_id = "table-1";
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(request));
+  EXPECT_EQ(leader.Pending(), 1);
+  auto claimed = leader.Claim();
+  ASSERT_EQ(claimed.size(), 1u);
+  EXPECT_TRUE(leader.Claim().empty()) << "claimed twice";
+  EXPECT_EQ(claimed[0].table_id, "table-1");
+  ASSERT_EQ(claimed[0].members.size(), 1u);
+  EXPECT_EQ(claimed[0].members[0].batch_id, std::optional<std::string>("batch-1"));
+  ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
+  EXPECT_FALSE(withdrawn) << "a claimed request cannot be withdrawn";
+  EXPECT_FALSE(writer.TakeAnswers(*ticket)) << "no answer yet";
+  SpoolAnswer a;
+  a.ok = true;
+  a.version = 7;
+  ASSERT_OK(leader.Answer("r1", {a}));
+  auto answers = writer.TakeAnswers(*ticket);
+  ASSERT_TRUE(answers);
+  ASSERT_EQ(answers->size(), 1u);
+  EXPECT_EQ((*answers)[0].version, 7);
+  EXPECT_FALSE(writer.TakeAnswers(*ticket)) << "an answer is taken once";
+  EXPECT_TRUE(Names("").size() == 1 && Names(".ans").empty()) << "only the scratch file is left";
+}
+
+TEST_P(SpoolOverFilesTest, AWithdrawnRequestIsNeverClaimed) {
+  Spool writer = Over(), leader = Over();
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(OneAppend("r1", std::nullopt, 1, 1)));
+  ASSERT_OK_AND_ASSIGN(bool withdrawn, writer.Withdraw(*ticket));
+  EXPECT_TRUE(withdrawn);
+  EXPECT_EQ(leader.Pending(), 0);
+  EXPECT_TRUE(leader.Claim().empty());
+}
+
+TEST_P(SpoolOverFilesTest, TheRequestOfAWriterThatIsGoneIsDeletedUnclaimed) {
+  Spool writer = Over(), leader = Over();
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(OneAppend("r1", std::nullopt, 1, 1)));
+  ticket.reset();  // its Liveness goes with it, as with a process that died
+  EXPECT_TRUE(leader.Claim().empty());
+  EXPECT_TRUE(Names(".req").empty());
+  EXPECT_TRUE(Names(".claimed").empty());
+}
+
+TEST_P(SpoolOverFilesTest, ADamagedRequestIsSkippedAndDeleted) {
+  Spool leader = Over();
+  // Its writer is alive (holds it): the request is read, and cannot be.
+  ASSERT_OK_AND_ASSIGN(auto alive,
+                       where_->files()->Publish("t/_timelake/.x", "t/_timelake/spool-bad.req",
+                                                *arrow::Buffer::FromString("not arrow"), true));
+  EXPECT_TRUE(leader.Claim().empty());
+  EXPECT_TRUE(Names(".req").empty());
+  EXPECT_TRUE(Names(".claimed").empty());
+}
+
+TEST_P(SpoolOverFilesTest, LeftoversUntouchedForAMinuteAreDeletedByALeader) {
+  // An answer its writer never took (it died), and the scratch file of a writer that stopped.
+  Spool writer = Over(), leader = Over(), stopped = Over();
+  ASSERT_OK_AND_ASSIGN(auto ticket, writer.Submit(OneAppend("r1", std::nullopt, 1, 1)));
+  ASSERT_EQ(leader.Claim().size(), 1u);
+  ASSERT_OK(leader.Answer("r1", {SpoolAnswer{}}));
+  {
+    ASSERT_OK_AND_ASSIGN(auto other, stopped.Submit(OneAppend("r2", std::nullopt, 1, 1)));
+    ASSERT_EQ(leader.Claim().size(), 1u);
+    ASSERT_OK(leader.Answer("r2", {SpoolAnswer{}}));
+    ASSERT_TRUE(stopped.TakeAnswers(*other));  // its file is now its scratch file
+  }
+  ASSERT_EQ(Names(".ans").size(), 1u);
+  ASSERT_EQ(Names("").size(), 2u);
+  EXPECT_TRUE(leader.Claim().empty());
+  EXPECT_EQ(Names("").size(), 2u) << "fresh leftovers are kept";
+  for (const auto& name : Names("")) where_->AgeFile("t/_timelake/" + name, 61'000);
+  EXPECT_TRUE(leader.Claim().empty());
+  EXPECT_TRUE(Names("").empty());
+}
+
+TEST_P(SpoolOverFilesTest, NoRequestIsMadeOutsideAnExistingFolder) {
+  Spool writer = Over("gone/_timelake");
+  EXPECT_FALSE(writer.Submit(OneAppend("r1", std::nullopt, 1, 1)).ok());
+  EXPECT_TRUE(where_->files()->List("gone/_timelake", LocalFiles::ListDetail::kNames)->empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, SpoolOverFilesTest,
+                         ::testing::Values(&PosixFilesForTest, &MemoryFilesForTest), FilesName);
+
+// Handles of one table over a machine-local MemoryStore share commits through its MemoryFiles
+// as processes do on a local lake (each handle stands for a process).
+class SpoolOverMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ContractOptions options;
+    options.series_key = std::vector<std::string>{"sensor"};
+    table_ = Lake::OverStore(store_)->CreateTable("t", RowSchema(), options).ValueOrDie();
+    ASSERT_OK(Append(table_.get(), "first", 0).status());
+  }
+  arrow::Result<AppendResult> Append(Table* table, const std::string& batch, int hour,
+                                     const std::string& sensor = "a") {
+    auto reader = Reader(RowSchema(), {Batch(RowSchema(), {"[" + std::to_string(Micros(2025, 1, 1, hour)) + "]",
+                                                           "[\"" + sensor + "\"]", "[1.0]"})});
+    AppendOptions options;
+    options.batch_id = batch;
+    return table->Append(reader.get(), options);
+  }
+  std::shared_ptr<Table> Handle() { return Lake::OverStore(store_)->OpenTable("t").ValueOrDie(); }
+  void WaitForRequests(int n) {
+    Spool spool(store_->AsLocalFiles(), "default/t/_timelake");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (spool.Pending() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(spool.Pending(), n);
+  }
+
+  std::shared_ptr<MemoryStore> store_ =
+      std::make_shared<MemoryStore>("spool", /*machine_local=*/true);
+  std::shared_ptr<Table> table_;
+};
+
+TEST_F(SpoolOverMemoryTest, AppendsWaitingForAnotherHandlesCommitShareTheNextOne) {
+  auto one = Handle(), two = Handle();
+  auto held = store_->LockExclusive("default/t/_timelake/spool.lock", 0).ValueOrDie();
+  ASSERT_TRUE(held) << "another writer is committing";
+  arrow::Result<AppendResult> r1 = arrow::Status::UnknownError("not run"), r2 = r1;
+  std::thread t1([&] { r1 = Append(one.get(), "one", 1, "b"); });
+  std::thread t2([&] { r2 = Append(two.get(), "two", 2, "c"); });
+  WaitForRequests(2);
+  held.reset();
+  t1.join();
+  t2.join();
+  ASSERT_OK(r1.status());
+  ASSERT_OK(r2.status());
+  EXPECT_EQ(r1->version, r2->version) << "one commit for both";
+  auto commit = DeltaLog(store_, "default/t").ReadCommit(r1->version).ValueOrDie();
+  ASSERT_TRUE(commit.commit_info);
+  EXPECT_EQ(commit.commit_info->operation_parameters.count(Spool::kCommitParameter), 1u);
+  EXPECT_EQ(commit.txns.size(), 2u);
+  EXPECT_EQ(Handle()->Info().ValueOrDie().rows, 3);
+  ASSERT_OK_AND_ASSIGN(auto again, Append(one.get(), "two", 2, "c"));
+  EXPECT_TRUE(again.duplicate);
+}
+
+TEST_F(SpoolOverMemoryTest, AMemoryStoreThatIsNotMachineLocalHasNoSpool) {
+  MemoryStore plain("plain");
+  EXPECT_EQ(plain.AsLocalFiles(), nullptr);
+  EXPECT_FALSE(plain.HasLocks());
+  EXPECT_EQ(plain.LockExclusive("a/b", 0).ValueOrDie(), nullptr);
 }
 
 class CrossProcessCommitTest : public ::testing::Test {
@@ -273,7 +449,7 @@ class CrossProcessCommitTest : public ::testing::Test {
   std::unique_ptr<StoreLock> HoldSpoolLock() {
     return store_->LockExclusive("default/t/_timelake/spool.lock", 0).ValueOrDie();
   }
-  Spool SpoolOfTable() { return Spool(dir_.path() + "/default/t/_timelake"); }
+  Spool SpoolOfTable() { return Spool(store_->AsLocalFiles(), "default/t/_timelake"); }
   void WaitForRequests(int n) {
     Spool spool = SpoolOfTable();
     // 20 s at most: less than the writers' own wait for the spool (30 s), after which they

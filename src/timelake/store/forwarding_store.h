@@ -7,7 +7,9 @@
 // implementations. Except these: PutDerived, PutIfAbsentVisible, Stage and PutStagedIfAbsent keep
 // ObjectStore's defaults, which call this store's Put and PutIfAbsent, so that a decorator
 // overriding those sees every index write and every commit (a decorator that wants the target's
-// own forwards them itself, as FaultStore does). Thread-safe if the target is.
+// own forwards them itself, as FaultStore does). Nor is AsLocalFiles forwarded: a decorator gives
+// none (ObjectStore's nullptr), since the calls to the target's files would bypass it; a lake over
+// a decorator has no cross-process spool. Thread-safe if the target is.
 #pragma once
 
 #include <memory>

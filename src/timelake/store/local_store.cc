@@ -28,6 +28,7 @@
 
 #include <arrow/io/file.h>
 
+#include "timelake/store/posix_files.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/parallel.h"
 #include "timelake/util/per_process.h"
@@ -531,7 +532,10 @@ LocalStore::LocalStore(std::string root, int fixed_depth, SyncFunction sync)
     : root_(std::move(root)),
       fixed_depth_(fixed_depth),
       sync_(std::move(sync)),
-      syncs_(std::make_shared<SyncQueue>()) {}
+      syncs_(std::make_shared<SyncQueue>()),
+      files_(std::make_shared<PosixFiles>(root_)) {}
+
+std::shared_ptr<LocalFiles> LocalStore::AsLocalFiles() { return files_; }
 
 arrow::Status LocalStore::FolderForWrite(const std::string& dir) const {
   if (dir.size() <= root_.size()) return arrow::Status::OK();  // the root, made by Make

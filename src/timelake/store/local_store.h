@@ -29,6 +29,9 @@
 // needs no lock (link(2) never replaces). DeletePrefix and RenamePrefix do not take the lock, and
 // programs that write the files directly bypass it.
 //
+// AsLocalFiles gives PosixFiles over the root (store/posix_files.h): the group-commit spool's
+// files, written, renamed and locked there directly, outside the folder locks above.
+//
 // Listings read each folder's names (readdir, no stat) and stat only the entries that can be in
 // the listing: a listing after a key in a folder of 100,000 commits stats only the newer ones.
 // ListAfter walks the tree once; ListPage walks it again for every page.
@@ -71,9 +74,8 @@ class LocalStore : public ObjectStore {
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
-  std::optional<std::string> FileSystemPath(const std::string& path) const override {
-    return FullPath(path);
-  }
+  /// PosixFiles (store/posix_files.h) over the root.
+  std::shared_ptr<LocalFiles> AsLocalFiles() override;
   /// flock(2) on the file `path` (created, with its folder, inside an existing folder), polled.
   bool HasLocks() const override { return true; }
   arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
@@ -154,6 +156,7 @@ class LocalStore : public ObjectStore {
   SyncFunction sync_;
   /// The fsyncs of closed in-place streams still running (local_store.cc); shared with them.
   std::shared_ptr<class SyncQueue> syncs_;
+  std::shared_ptr<LocalFiles> files_;  // PosixFiles over root_
 };
 
 }  // namespace timelake

@@ -1,6 +1,9 @@
 #include "timelake/store/memory_store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
 
 #include <arrow/io/memory.h>
 
@@ -45,6 +48,80 @@ class MemoryOutput : public ObjectOutput {
 };
 
 }  // namespace
+
+struct MemoryStore::Locks {
+  std::mutex mutex;
+  std::set<std::string> held;  // GUARDED_BY(mutex)
+};
+
+namespace {
+
+class MemoryLock : public StoreLock {
+ public:
+  MemoryLock(std::shared_ptr<MemoryStore::Locks> locks, std::string path)
+      : locks_(std::move(locks)), path_(std::move(path)) {}
+  ~MemoryLock() override {
+    std::lock_guard<std::mutex> lock(locks_->mutex);
+    locks_->held.erase(path_);
+  }
+  MemoryLock(const MemoryLock&) = delete;
+  MemoryLock& operator=(const MemoryLock&) = delete;
+
+ private:
+  std::shared_ptr<MemoryStore::Locks> locks_;
+  std::string path_;
+};
+
+std::string FolderOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+}  // namespace
+
+MemoryStore::MemoryStore(std::string name, bool machine_local)
+    : name_(std::move(name)),
+      machine_local_(machine_local),
+      files_(std::make_shared<MemoryFiles>(
+          [this](const std::string& folder) { return HasFolder(folder); })),
+      locks_(std::make_shared<Locks>()) {}
+
+bool MemoryStore::HasFolder(const std::string& folder) {
+  if (folder.empty()) return true;
+  const std::string prefix = folder + "/";
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = objects_.lower_bound(prefix);
+  return it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::shared_ptr<LocalFiles> MemoryStore::AsLocalFiles() {
+  return machine_local_ ? files_ : nullptr;
+}
+
+arrow::Result<std::unique_ptr<StoreLock>> MemoryStore::LockExclusive(const std::string& path,
+                                                                     int64_t wait_ms) {
+  if (!machine_local_) return nullptr;
+  // One level only, as LocalStore: a lock in a dropped table's folder must not bring it back.
+  const std::string folder = FolderOf(path);
+  if (!HasFolder(folder) && !HasFolder(FolderOf(folder))) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!objects_.count(path)) {
+      objects_.emplace(path, NewObject(std::make_shared<arrow::Buffer>(nullptr, 0)));
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (int64_t pause_us = 20;; pause_us = std::min<int64_t>(pause_us * 2, 250)) {
+    {
+      std::lock_guard<std::mutex> lock(locks_->mutex);
+      if (locks_->held.insert(path).second) {
+        return std::unique_ptr<StoreLock>(new MemoryLock(locks_, path));
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return nullptr;
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+  }
+}
 
 MemoryStore::Object MemoryStore::NewObject(std::shared_ptr<arrow::Buffer> data) {
   return Object{std::move(data), NowMillis(), ++generation_};

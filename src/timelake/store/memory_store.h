@@ -10,12 +10,22 @@
 //
 // Each MemoryStore is its own namespace of objects: two stores with the same name share nothing.
 // Output streams keep a pointer to their store, which must outlive them. Thread-safe.
+//
+// A store made machine-local also acts as a local lake does for the writers of one machine, its
+// handles standing for processes: LockExclusive takes in-process locks (made, like LocalStore's,
+// only where the folder above the lock's folder holds objects; the lock is an empty object) and
+// AsLocalFiles gives its MemoryFiles (store/memory_files.h), so that the group-commit spool runs
+// over it. Its files are not objects: listings do not show them, and the fault hook does not see
+// them or the locks. Other stores have no locks and no LocalFiles, as object stores; files() is
+// there for tests either way. The files ask their store which folders exist: like output
+// streams, they must not be used after the store is gone (locks may outlive it).
 #pragma once
 
 #include <functional>
 #include <map>
 #include <mutex>
 
+#include "timelake/store/memory_files.h"
 #include "timelake/store/object_store.h"
 
 namespace timelake {
@@ -24,9 +34,21 @@ class MemoryStore : public ObjectStore {
  public:
   using FaultHook = std::function<arrow::Status(const std::string& op, const std::string& path)>;
 
-  explicit MemoryStore(std::string name = "test") : name_(std::move(name)) {}
+  /// `machine_local`: see above.
+  explicit MemoryStore(std::string name = "test", bool machine_local = false);
+  /// The paths of a machine-local store that are locked (memory_store.cc).
+  struct Locks;
 
   void SetFaultHook(FaultHook hook);
+
+  /// The store's LocalFiles, machine-local or not (tests of the files themselves).
+  const std::shared_ptr<MemoryFiles>& files() const { return files_; }
+  /// files(), for a machine-local store; nullptr otherwise.
+  std::shared_ptr<LocalFiles> AsLocalFiles() override;
+  bool HasLocks() const override { return machine_local_; }
+  /// For a machine-local store, an in-process lock (polled up to `wait_ms`); nullptr otherwise.
+  arrow::Result<std::unique_ptr<StoreLock>> LockExclusive(const std::string& path,
+                                                          int64_t wait_ms) override;
 
   arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override;
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
@@ -64,7 +86,13 @@ class MemoryStore : public ObjectStore {
   Object NewObject(std::shared_ptr<arrow::Buffer> data);
   static ObjectMeta MetaOf(const std::string& path, const Object& object);
 
+  /// Whether an object's path starts with `folder` + '/'.
+  bool HasFolder(const std::string& folder);
+
   std::string name_;
+  bool machine_local_;
+  std::shared_ptr<MemoryFiles> files_;
+  std::shared_ptr<Locks> locks_;  // shared with the locks handed out
   std::mutex mutex_;
   std::map<std::string, Object> objects_;  // GUARDED_BY(mutex_)
   int64_t generation_ = 0;                  // GUARDED_BY(mutex_): the last one handed out

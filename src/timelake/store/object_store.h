@@ -1,10 +1,13 @@
 // ObjectStore: the one seam between timelake and storage.
 //
 // Every byte timelake reads or writes goes through an ObjectStore: the Delta log, data files,
-// checkpoints, side files. Paths are relative to the store's root, '/'-separated, never starting
-// with '/'. Implementations: LocalStore (a directory), MemoryStore (tests); decorators derive from
-// ForwardingStore (store/forwarding_store.h), such as FaultStore (store/fault_store.h). Stores are
-// made from a URL by OpenStore (store/store_factory.h), the only code that knows URL schemes.
+// checkpoints, side files. The one exception are the files that the writer processes of one
+// machine hand each other (the group-commit spool), which go through the store's LocalFiles
+// (store/local_files.h, AsLocalFiles), a seam of its own beside this one. Paths are relative to
+// the store's root, '/'-separated, never starting with '/'. Implementations: LocalStore (a
+// directory), MemoryStore (tests); decorators derive from ForwardingStore
+// (store/forwarding_store.h), such as FaultStore (store/fault_store.h). Stores are made from a URL
+// by OpenStore (store/store_factory.h), the only code that knows URL schemes.
 //
 // A new store (S3, GCS, Azure, …) implements the pure virtual methods below; ListAfter and
 // DeleteMany have defaults built on ListPage and Delete that it overrides where the service can do
@@ -55,6 +58,8 @@
 #include <arrow/status.h>
 
 namespace timelake {
+
+class LocalFiles;  // store/local_files.h
 
 struct ObjectMeta {
   std::string path;  // relative to the store root
@@ -138,12 +143,11 @@ class ObjectStore {
     return nullptr;
   }
 
-  /// The file `path` names on this machine's file system, for stores that keep objects as files
-  /// (LocalStore); nullopt for every other store.
-  virtual std::optional<std::string> FileSystemPath(const std::string& path) const {
-    (void)path;
-    return std::nullopt;
-  }
+  /// The store's files as files of this machine shared by its processes (store/local_files.h),
+  /// for stores whose objects are such files (LocalStore; a MemoryStore made machine-local);
+  /// nullptr for every other store, and from decorators (ForwardingStore), which would not see
+  /// those calls. A store that gives them also has locks (HasLocks).
+  virtual std::shared_ptr<LocalFiles> AsLocalFiles() { return nullptr; }
 
   /// Whether LockExclusive can take locks at all here: a nullptr from a store that has them
   /// means the lock is held (or could not be made in that folder).

@@ -73,8 +73,8 @@ struct TableContext {
   /// state of those passes (MaybeCompactInBackground).
   int64_t files_since_compaction = 0;
   std::shared_ptr<BackgroundCompaction> compaction;
-  /// The table's spool for group commits across processes (local lakes only;
-  /// CommitAcrossProcesses, table/group_commit.h).
+  /// The table's spool for group commits across processes (stores with LocalFiles only, local
+  /// lakes; CommitAcrossProcesses, table/group_commit.h).
   std::shared_ptr<Spool> spool;
   bool spool_checked = false;
   int spool_expected = 0;  // requests the last commit led here took in: worth waiting for

@@ -254,10 +254,8 @@ constexpr auto kSpoolGatherWait = std::chrono::microseconds(1000);
 Spool* SpoolOf(TableContext& t) {
   if (!t.spool_checked) {
     t.spool_checked = true;
-    if (t.store->HasLocks()) {
-      if (auto dir = t.store->FileSystemPath(t.table_path + "/_timelake")) {
-        t.spool = std::make_shared<Spool>(*dir);
-      }
+    if (auto files = t.store->AsLocalFiles()) {
+      t.spool = std::make_shared<Spool>(std::move(files), t.table_path + "/_timelake");
     }
   }
   return t.spool.get();

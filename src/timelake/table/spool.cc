@@ -1,14 +1,8 @@
 #include "timelake/table/spool.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <ctime>
 
 #include <arrow/buffer.h>
 #include <arrow/io/memory.h>
@@ -19,6 +13,7 @@
 
 #include "timelake/util/ids.h"
 #include "timelake/util/json.h"
+#include "timelake/util/status.h"
 
 namespace timelake {
 
@@ -31,64 +26,11 @@ constexpr const char* kAnswer = ".ans";
 constexpr const char* kMembersKey = "timelake.spool.members";
 constexpr const char* kTableKey = "timelake.spool.table";
 // Answers and temporaries this old belong to writers that died waiting: deleted by leaders.
-constexpr int64_t kLeftoverSeconds = 60;
+constexpr int64_t kLeftoverMs = 60'000;
 
 bool EndsWith(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-arrow::Status Errno(const char* what, const std::string& path) {
-  return arrow::Status::IOError(what, " '", path, "': ", std::strerror(errno));
-}
-
-// Writes `data` to the file `temp`, made or reused (truncated), and renames it to `path`. With
-// `lock_shared` the file stays open, holding a shared flock(2), and its descriptor is returned;
-// otherwise it is closed (-1).
-//
-// Files are reused where they can be, not made: making a file in a folder where files are made
-// and deleted by the thousand costs more than all the rest of handing an append over (on ext4
-// without a journal the inode allocator steps over every recently deleted inode).
-arrow::Result<int> WriteAndRename(const std::string& temp, const std::string& path,
-                                  const arrow::Buffer& data, bool lock_shared) {
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", temp);
-  // The lock comes before the name: a leader never sees the request without it.
-  bool ok = !lock_shared || ::flock(fd, LOCK_SH) == 0;
-  // Written over the old contents, then cut to length: truncating to zero would make ext4 start
-  // writing the file back on close (its guard for files replaced by truncation).
-  for (int64_t done = 0; ok && done < data.size();) {
-    const ssize_t n = ::pwrite(fd, data.data() + done, static_cast<size_t>(data.size() - done), done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += n;
-  }
-  struct stat st;
-  ok = ok && ::fstat(fd, &st) == 0 && (st.st_size <= data.size() || ::ftruncate(fd, data.size()) == 0);
-  ok = ok && ::rename(temp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    arrow::Status st = Errno("cannot write", path);
-    ::unlink(temp.c_str());
-    ::close(fd);
-    return st;
-  }
-  if (lock_shared) return fd;
-  ::close(fd);
-  return -1;
-}
-
-arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAll(int fd, const std::string& path) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return Errno("cannot stat", path);
-  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateResizableBuffer(st.st_size));
-  int64_t done = 0;
-  while (done < st.st_size) {
-    const ssize_t n = ::pread(fd, buffer->mutable_data() + done, static_cast<size_t>(st.st_size - done), done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errno("cannot read", path);
-    done += n;
-  }
-  return std::shared_ptr<arrow::Buffer>(std::move(buffer));
 }
 
 arrow::Result<std::shared_ptr<arrow::Buffer>> Serialize(const SpoolRequest& request) {
@@ -246,103 +188,95 @@ std::optional<std::vector<SpoolAnswer>> ParseAnswers(const std::string& text) {
 
 }  // namespace
 
-Spool::Spool(std::string dir) : dir_(std::move(dir)) {}
+Spool::Spool(std::shared_ptr<LocalFiles> files, std::string folder)
+    : files_(std::move(files)), folder_(std::move(folder)) {}
 
 const std::string& Spool::Scratch() {
   // Named anew in a child made by fork(), which must not write into its parent's file.
   const pid_t pid = ::getpid();
   if (scratch_.empty() || scratch_pid_ != pid) {
-    scratch_ = dir_ + "/.tmp-" + kPrefix + NewUuid();
+    scratch_ = folder_ + "/.tmp-" + kPrefix + NewUuid();
     scratch_pid_ = pid;
   }
   return scratch_;
 }
 
 Spool::~Spool() {
-  if (!scratch_.empty() && scratch_pid_ == ::getpid()) ::unlink(scratch_.c_str());
-}
-
-Spool::Ticket::~Ticket() {
-  if (fd_ >= 0) ::close(fd_);
+  if (!scratch_.empty() && scratch_pid_ == ::getpid()) (void)files_->Withdraw(scratch_);
 }
 
 std::string Spool::Path(const std::string& id, const char* suffix) const {
-  return dir_ + "/" + kPrefix + id + suffix;
+  return folder_ + "/" + kPrefix + id + suffix;
 }
 
 arrow::Result<std::unique_ptr<Spool::Ticket>> Spool::Submit(const SpoolRequest& request) {
   ARROW_ASSIGN_OR_RAISE(auto data, Serialize(request));
-  // Written under this spool's scratch name (the last answer's file, when there was one).
-  ARROW_ASSIGN_OR_RAISE(int fd, WriteAndRename(Scratch(), Path(request.id, kRequest), *data, /*lock_shared=*/true));
-  return std::make_unique<Ticket>(fd, request.id);
+  // Written into this spool's scratch file (the last answer's file, when there was one), held
+  // before it takes the request's name.
+  ARROW_ASSIGN_OR_RAISE(auto alive, files_->Publish(Scratch(), Path(request.id, kRequest), *data,
+                                                    /*hold=*/true));
+  return std::make_unique<Ticket>(std::move(alive), request.id);
 }
 
 arrow::Result<bool> Spool::Withdraw(const Ticket& ticket) {
-  const std::string path = Path(ticket.id(), kRequest);
-  if (::unlink(path.c_str()) == 0) return true;
-  if (errno == ENOENT) return false;
-  return Errno("cannot withdraw", path);
+  return files_->Withdraw(Path(ticket.id(), kRequest));
 }
 
 std::optional<std::vector<SpoolAnswer>> Spool::TakeAnswers(const Ticket& ticket) {
   const std::string path = Path(ticket.id(), kAnswer);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  auto data = ReadAll(fd, path);
-  ::close(fd);
+  auto data = files_->Read(path);
+  if (!data.ok() && IsNotFound(data.status())) return std::nullopt;
   // Kept as the file of this spool's next request.
-  if (::rename(path.c_str(), Scratch().c_str()) != 0) ::unlink(path.c_str());
+  auto kept = files_->Claim(path, Scratch());
+  if (!kept.ok()) (void)files_->Withdraw(path);
   if (!data.ok()) return std::nullopt;
   return ParseAnswers((*data)->ToString());
 }
 
+namespace {
+
+bool IsRequest(const std::string& name) {
+  return name.compare(0, std::strlen(kPrefix), kPrefix) == 0 && EndsWith(name, kRequest);
+}
+
+}  // namespace
+
 int Spool::Pending() const {
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return 0;
+  auto files = files_->List(folder_, LocalFiles::ListDetail::kNames);
+  if (!files.ok()) return 0;
   int n = 0;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    n += name.compare(0, std::strlen(kPrefix), kPrefix) == 0 && EndsWith(name, kRequest);
-  }
-  ::closedir(d);
+  for (const auto& f : *files) n += IsRequest(f.name);
   return n;
 }
 
 std::vector<SpoolRequest> Spool::Claim() {
   std::vector<SpoolRequest> out;
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return out;
-  std::vector<std::string> requests, leftovers;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
+  auto files = files_->List(folder_, LocalFiles::ListDetail::kAges);
+  if (!files.ok()) return out;
+  std::vector<std::string> requests;
+  for (const auto& f : *files) {
+    const std::string& name = f.name;
     const bool ours = name.compare(0, std::strlen(kPrefix), kPrefix) == 0;
-    if (ours && EndsWith(name, kRequest)) {
+    if (IsRequest(name)) {
       requests.push_back(name.substr(std::strlen(kPrefix), name.size() - std::strlen(kPrefix) - std::strlen(kRequest)));
-    } else if ((ours && (EndsWith(name, kAnswer) || EndsWith(name, kClaimed))) ||
-               name.compare(0, 5 + std::strlen(kPrefix), std::string(".tmp-") + kPrefix) == 0) {
-      leftovers.push_back(name);
+    } else if (((ours && (EndsWith(name, kAnswer) || EndsWith(name, kClaimed))) ||
+                name.compare(0, 5 + std::strlen(kPrefix), std::string(".tmp-") + kPrefix) == 0) &&
+               f.age_ms > kLeftoverMs) {
+      (void)files_->Withdraw(folder_ + "/" + name);
     }
-  }
-  ::closedir(d);
-  const std::time_t now = std::time(nullptr);
-  for (const auto& name : leftovers) {
-    const std::string path = dir_ + "/" + name;
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && now - st.st_mtime > kLeftoverSeconds) ::unlink(path.c_str());
   }
   for (const auto& id : requests) {
     const std::string claimed = Path(id, kClaimed);
-    if (::rename(Path(id, kRequest).c_str(), claimed.c_str()) != 0) continue;  // withdrawn meanwhile
-    const int fd = ::open(claimed.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    // The writer holds a shared lock while it waits: an exclusive one means it is gone.
-    const bool writer_gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-    auto data = writer_gone ? arrow::Result<std::shared_ptr<arrow::Buffer>>(arrow::Status::Cancelled(""))
-                            : ReadAll(fd, claimed);
-    ::close(fd);
+    auto won = files_->Claim(Path(id, kRequest), claimed);
+    if (!won.ok() || !*won) continue;  // withdrawn meanwhile
+    // The writer holds a Liveness while it waits: none means it is gone.
+    auto held = files_->IsHeld(claimed);
+    if (!held.ok()) continue;
+    auto data = *held ? files_->Read(claimed)
+                      : arrow::Result<std::shared_ptr<arrow::Buffer>>(arrow::Status::Cancelled(""));
     auto request = data.ok() ? Deserialize(id, *data) : arrow::Result<SpoolRequest>(data.status());
     if (!request.ok()) {
-      ::unlink(claimed.c_str());
+      (void)files_->Withdraw(claimed);
       continue;
     }
     // Kept for the answer, which is written into it (Answer).
@@ -354,8 +288,8 @@ std::vector<SpoolRequest> Spool::Claim() {
 arrow::Status Spool::Answer(const std::string& id, const std::vector<SpoolAnswer>& answers) {
   const std::string text = SerializeAnswers(answers);
   // Into the claimed request's file, renamed to the answer's name once written.
-  return WriteAndRename(Path(id, kClaimed), Path(id, kAnswer), *arrow::Buffer::FromString(text),
-                        /*lock_shared=*/false)
+  return files_->Publish(Path(id, kClaimed), Path(id, kAnswer), *arrow::Buffer::FromString(text),
+                         /*hold=*/false)
       .status();
 }
 

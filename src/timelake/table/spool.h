@@ -12,18 +12,28 @@
 //    is done (or dead): the request is either still there (nobody claimed it: this process leads
 //    now, its own appends first) or claimed, and then answered (`spool-<id>.ans`).
 //
-// Claiming is a rename(2) of the request and withdrawing an unlink(2) of it: whichever comes
-// first wins, and each side knows whether it did. A request whose writer died (its shared
-// flock(2) on the request is gone) is deleted unread, never committed. A claimed request without
-// an answer means the leader died, or failed it: the writer looks for its id in the commits
-// (commitInfo.operationParameters["timelake.spooled"]) and, not finding it, commits itself.
-// Nothing here is durable or needs to be: requests and answers only live while their writer
-// waits, and an append is acknowledged only once the commit holding it is.
+// Every file goes through the store's LocalFiles (store/local_files.h), and nothing else: a store
+// without them (an object store) has no spool. Claiming is a LocalFiles::Claim of the request (to
+// `spool-<id>.claimed`) and withdrawing a LocalFiles::Withdraw of it: whichever comes first wins,
+// and each side knows whether it did. A writer holds a Liveness on its request while it waits; a
+// request whose writer died (IsHeld says nobody holds it) is deleted unread, never committed. A
+// claimed request without an answer means the leader died, or failed it: the writer looks for its
+// id in the commits (commitInfo.operationParameters["timelake.spooled"]) and, not finding it,
+// commits itself. Nothing here is durable or needs to be: requests and answers only live while
+// their writer waits, and an append is acknowledged only once the commit holding it is.
 //
-// Files are reused rather than made and deleted: a leader writes the answer into the claimed
-// request's file, and the writer keeps the answer's file for its next request (under a scratch
-// name of its Spool, `.tmp-spool-<id>`). Leaders delete answers, claimed requests and scratch
-// files untouched for a minute: those of writers that died or stopped appending.
+// Files are reused rather than made and deleted (LocalFiles::Publish writes in place): a leader
+// writes the answer into the claimed request's file, and the writer keeps the answer's file for
+// its next request (under a scratch name of its Spool, `.tmp-spool-<id>`). Leaders delete
+// answers, claimed requests and scratch files untouched for a minute: those of writers that died
+// or stopped appending.
+//
+// On LocalStore these are files of the table's folder shared by every process (PosixFiles); on a
+// machine-local MemoryStore, records shared by the handles of one process (MemoryFiles).
+//
+// Threads: Submit, Withdraw and TakeAnswers of one Spool are called by one thread at a time (one
+// request of a Spool at a time); Claim and Answer only by the holder of the spool lock; Pending
+// from any thread. Spools of one folder in any number of threads and processes may run at once.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +44,8 @@
 
 #include <arrow/record_batch.h>
 #include <arrow/result.h>
+
+#include "timelake/store/local_files.h"
 
 namespace timelake {
 
@@ -66,25 +78,26 @@ struct SpoolAnswer {
 
 class Spool {
  public:
-  /// `dir`: the table's `_timelake` folder on the local file system. Nothing is made outside it:
-  /// a missing folder (a dropped table) makes every request fail.
-  explicit Spool(std::string dir);
+  /// `folder`: the table's `_timelake` folder among `files` (a path relative to the store's
+  /// root). Nothing is made outside it: a missing folder (a dropped table) makes every request
+  /// fail. `files` must not be null.
+  Spool(std::shared_ptr<LocalFiles> files, std::string folder);
   /// Deletes this spool's scratch file.
   ~Spool();
   Spool(const Spool&) = delete;
   Spool& operator=(const Spool&) = delete;
 
-  /// A submitted request: holds the shared flock(2) that tells leaders its writer is alive.
+  /// A submitted request: holds the Liveness that tells leaders its writer is alive.
   class Ticket {
    public:
-    Ticket(int fd, std::string id) : fd_(fd), id_(std::move(id)) {}
-    ~Ticket();
+    Ticket(std::unique_ptr<LocalFiles::Liveness> alive, std::string id)
+        : alive_(std::move(alive)), id_(std::move(id)) {}
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
     const std::string& id() const { return id_; }
 
    private:
-    int fd_;
+    std::unique_ptr<LocalFiles::Liveness> alive_;
     std::string id_;
   };
 
@@ -110,7 +123,8 @@ class Spool {
 
  private:
   std::string Path(const std::string& id, const char* suffix) const;
-  std::string dir_;
+  std::shared_ptr<LocalFiles> files_;
+  std::string folder_;
   /// This spool's file between requests (one per process: see Scratch()).
   const std::string& Scratch();
   std::string scratch_;
