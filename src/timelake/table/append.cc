@@ -34,14 +34,13 @@ arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const 
                                                          AppendPlan* plan) {
   ARROW_RETURN_NOT_OK(Update(t));
   ARROW_RETURN_NOT_OK(CheckWritable(t));
-  if (options.batch_id) {
-    if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
-    if (HasBatch(t, *options.batch_id)) {
-      AppendResult result;
-      result.version = t.snapshot.version;
-      result.duplicate = true;
-      return result;
-    }
+  // Judged against the snapshot now, so that a duplicate writes no files; the committer judges
+  // the id again on the snapshot it commits on (txn/committer.h).
+  if (options.batch_id && !RecordedTxns({BatchAppId(*options.batch_id)}, t.snapshot).empty()) {
+    AppendResult result;
+    result.version = t.snapshot.version;
+    result.duplicate = true;
+    return result;
   }
   *plan = AppendPlan{t.store, t.table_path, t.name, t.contract, t.declared, t.storage,
                      t.ingest_options, t.snapshot.version, NowMillis()};
@@ -132,6 +131,9 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
 arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContext& t,
                                                GroupCommit& group, arrow::RecordBatchReader* reader,
                                                const AppendOptions& options) {
+  if (options.batch_id && options.batch_id->empty()) {
+    return arrow::Status::Invalid("batch_id must not be empty");
+  }
   AppendPlan plan;
   if (!group.PlanWhileCommitting(options, &plan)) {
     ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append", options.interrupt));

@@ -1,11 +1,13 @@
 #include "timelake/txn/conflict.h"
 
+#include <cstdint>
 #include <vector>
 
 #include <arrow/type.h>
 
 #include "timelake/log/features.h"
 #include "timelake/log/schema.h"
+#include "timelake/util/time.h"
 
 namespace timelake {
 
@@ -131,6 +133,21 @@ Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot&
     }
   }
   return verdict;
+}
+
+std::set<std::string> RecordedTxns(const std::set<std::string>& app_ids, const Snapshot& table) {
+  std::set<std::string> recorded;
+  if (app_ids.empty()) return recorded;
+  const std::string retention = table.Config("delta.setTransactionRetentionDuration");
+  const int64_t oldest_ms =
+      retention.empty() ? INT64_MIN : NowMillis() - DeltaIntervalMillis(retention, INT64_MAX / 2);
+  for (const auto& app_id : app_ids) {
+    auto it = table.txns.find(app_id);
+    if (it == table.txns.end()) continue;
+    // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
+    if (!it->second.last_updated || *it->second.last_updated >= oldest_ms) recorded.insert(app_id);
+  }
+  return recorded;
 }
 
 const char* CommitKindName(CommitKind kind) {
