@@ -88,8 +88,8 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     return arrow::Status::OK();
   };
   if (!pending->prepare) ARROW_RETURN_NOT_OK(stage(snapshot->version + 1));
-  // The appIds `*snapshot` records leave the commit: the only place a commit's batch ids are
-  // judged. True when nothing is left (the commit is abandoned then).
+  // The commit's appIds that `*snapshot` records (RecordedTxns, the judgement of batch ids)
+  // leave it, through `withdraw`. True when nothing is left: the commit is abandoned then.
   auto withdraw_recorded = [&]() -> arrow::Result<bool> {
     std::set<std::string> recorded = RecordedTxns(pending->intent.txn_app_ids, *snapshot);
     if (recorded.empty()) return false;

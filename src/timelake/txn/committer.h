@@ -87,7 +87,9 @@ struct CommitOutcome {
 
 class Committer {
  public:
-  /// Lost races in a row after which a commit fails with a CommitConflict.
+  /// Attempts after which a commit fails with a CommitConflict: puts lost to other writers in a
+  /// row, and the attempts that withdrew batch ids a winner recorded (each withdraws at least
+  /// one, so they are few).
   static constexpr int kMaxAttempts = 64;
   /// Failed puts of one version (with nothing landed) after which a commit fails.
   static constexpr int kMaxPutErrors = 3;
