@@ -156,7 +156,8 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     };
     // Batch ids the table records by the time of an attempt (the committer judges them) leave
     // the commit; the other appends go on in the same commit loop.
-    pending.withdraw = [&](const std::set<std::string>& recorded, Commit* commit) -> arrow::Result<bool> {
+    pending.withdraw = [&](const std::set<std::string>& recorded,
+                           Commit* commit) -> arrow::Result<bool> {
       std::erase_if(live, [&](size_t i) {
         return group[i]->batch_id && recorded.count(BatchAppId(*group[i]->batch_id));
       });

@@ -54,7 +54,9 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     if (verdict.resolution == Resolution::kAbandon) {
       // A winner recorded some of the commit's batch ids: those leave the commit before the
       // next put (withdraw_recorded), the rest goes on.
-      if (verdict.effect == WinnerEffect::kRecordedSameTxn && pending->withdraw) return std::nullopt;
+      if (verdict.effect == WinnerEffect::kRecordedSameTxn && pending->withdraw) {
+        return std::nullopt;
+      }
       out->abandoned = std::move(verdict);
       return arrow::Status::OK();
     }

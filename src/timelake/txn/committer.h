@@ -63,7 +63,8 @@ struct PendingCommit {
   /// commitInfo.txnId (the commit's identity across attempts). Returns false when nothing is
   /// left to commit. Called by the committer, on its thread, between attempts and without the
   /// commit turn. Unset: a commit with a recorded appId is abandoned.
-  std::function<arrow::Result<bool>(const std::set<std::string>& recorded, Commit* commit)> withdraw;
+  std::function<arrow::Result<bool>(const std::set<std::string>& recorded, Commit* commit)>
+      withdraw;
 };
 
 /// The first file `intent` removes that is not live in `snapshot`, if any: a commit that
