@@ -10,6 +10,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 
 #include <arrow/api.h>
@@ -22,6 +25,7 @@
 #include "timelake/store/local_store.h"
 #include "timelake/txn/conflict.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/time.h"
 
 namespace timelake::testing {
 namespace {
@@ -311,6 +315,23 @@ TEST(ConflictRulesTest, AnAppendWhoseBatchIdAWinnerRecordedIsAbandoned) {
   EXPECT_EQ(Judge(append, winner, Before()).resolution, Resolution::kRebase);
 }
 
+TEST(RecordedTxnsTest, ABatchIdIsRecordedUntilTheTableForgetsItsTxn) {
+  Snapshot table = Before();
+  const int64_t now = NowMillis();
+  table.recent_txns["timelake:fresh"] = {"timelake:fresh", 0, now};
+  table.recent_txns["timelake:old"] = {"timelake:old", 0, now - 2 * 3'600'000LL};
+  table.recent_txns["timelake:undated"] = {"timelake:undated", 0, std::nullopt};
+  const std::set<std::string> asked = {"timelake:fresh", "timelake:old", "timelake:undated",
+                                       "timelake:never"};
+  // Without a retention every recorded txn holds.
+  EXPECT_EQ(RecordedTxns(asked, table).ValueOrDie(),
+            (std::set<std::string>{"timelake:fresh", "timelake:old", "timelake:undated"}));
+  // A txn older than the table's retention is forgotten, as Delta readers forget it.
+  table.metadata.configuration["delta.setTransactionRetentionDuration"] = "interval 1 hours";
+  EXPECT_EQ(RecordedTxns(asked, table).ValueOrDie(),
+            (std::set<std::string>{"timelake:fresh", "timelake:undated"}));
+}
+
 TEST(ConflictRulesTest, CompactionAndRetentionGiveUpWhenTheirInputsWereRemoved) {
   for (CommitKind kind : {CommitKind::kCompaction, CommitKind::kRetention}) {
     CommitIntent pending{kind, {"a.parquet", "b.parquet"}, {}};
@@ -583,6 +604,121 @@ TEST_F(CommitterTest, AbandonsARemovalWhoseFilesAreNotLiveInItsOwnSnapshot) {
   EXPECT_EQ(head.version, other_.version);
   EXPECT_EQ(head.files.count("cd2.parquet"), 0u);
   EXPECT_EQ(head.files.count("cd.parquet"), 1u);
+}
+
+// An append of two batches, b1 (a.parquet) and b2 (b.parquet), whose withdraw leaves out the
+// files and txns of the batches it is given, and counts its calls.
+struct TwoBatches {
+  PendingCommit pending;
+  std::vector<std::set<std::string>> withdrawn;
+};
+std::unique_ptr<TwoBatches> TwoBatchesOf(const CommitInfo& info) {
+  auto two = std::make_unique<TwoBatches>();
+  PendingCommit& p = two->pending;
+  p.commit.commit_info = info;
+  p.commit.adds = {Add("a.parquet"), Add("b.parquet")};
+  p.commit.txns = {{"timelake:b1", 0, NowMillis()}, {"timelake:b2", 0, NowMillis()}};
+  p.intent.txn_app_ids = {"timelake:b1", "timelake:b2"};
+  p.withdraw = [raw = two.get()](const std::set<std::string>& recorded,
+                                 Commit* commit) -> arrow::Result<bool> {
+    raw->withdrawn.push_back(recorded);
+    for (const auto& [app_id, path] : {std::pair<std::string, std::string>{"timelake:b1", "a.parquet"},
+                                       {"timelake:b2", "b.parquet"}}) {
+      if (!recorded.count(app_id)) continue;
+      std::erase_if(commit->adds, [&](const AddFile& a) { return a.path == path; });
+      std::erase_if(commit->txns, [&](const Txn& t) { return t.app_id == app_id; });
+    }
+    return !commit->adds.empty();
+  };
+  return two;
+}
+
+PendingCommit RecordingBatch(const std::string& app_id, const std::string& path) {
+  PendingCommit p;
+  p.commit.commit_info = CommitInfo{};
+  p.commit.commit_info->operation = "WRITE";
+  p.commit.commit_info->txn_id = NewUuid();
+  p.commit.adds = {Add(path)};
+  p.commit.txns = {{app_id, 0, NowMillis()}};
+  p.intent.txn_app_ids = {app_id};
+  return p;
+}
+
+// A winner recorded one of the commit's batch ids: the committer answers that id as recorded,
+// withdraws it, and commits the other batch in the same loop (the same commit, by its txnId,
+// one lost race and one won put), instead of abandoning the whole commit.
+TEST_F(CommitterTest, ABatchIdAWinnerRecordedLeavesTheCommitAndTheRestCommitsInTheSameLoop) {
+  CommitOutcome won;
+  ASSERT_OK(Put(&other_, RecordingBatch("timelake:b1", "x.parquet"), &won));
+  ASSERT_EQ(won.version, 1);
+  auto two = TwoBatchesOf(Info("WRITE"));
+  const std::string txn_id = two->pending.commit.commit_info->txn_id;
+  CommitOutcome out;
+  ASSERT_OK(committer_.Commit(&mine_, &two->pending, &out));
+  ASSERT_EQ(out.version, 2);
+  EXPECT_EQ(out.attempts, 2);
+  EXPECT_EQ(out.recorded, (std::map<std::string, int64_t>{{"timelake:b1", 1}}));
+  ASSERT_EQ(two->withdrawn.size(), 1u);
+  EXPECT_EQ(two->withdrawn[0], (std::set<std::string>{"timelake:b1"}));
+  EXPECT_EQ(two->pending.intent.txn_app_ids, (std::set<std::string>{"timelake:b2"}));
+  ASSERT_OK_AND_ASSIGN(auto landed, log_.ReadCommit(2));
+  EXPECT_EQ(landed.commit_info->txn_id, txn_id);
+  ASSERT_EQ(landed.adds.size(), 1u);
+  EXPECT_EQ(landed.adds[0].path, "b.parquet");
+  ASSERT_EQ(landed.txns.size(), 1u);
+  EXPECT_EQ(landed.txns[0].app_id, "timelake:b2");
+  ASSERT_OK_AND_ASSIGN(auto head, log_.Load());
+  EXPECT_EQ(head.version, 2);
+  EXPECT_EQ(head.files.count("a.parquet"), 0u);
+}
+
+// Ids the snapshot already records when the commit begins (an append planned while another
+// commit was in flight, which recorded the same id) leave it before the first put.
+TEST_F(CommitterTest, ABatchIdTheSnapshotAlreadyRecordsLeavesBeforeTheFirstPut) {
+  CommitOutcome won;
+  ASSERT_OK(Put(&mine_, RecordingBatch("timelake:b2", "x.parquet"), &won));
+  auto two = TwoBatchesOf(Info("WRITE"));
+  CommitOutcome out;
+  ASSERT_OK(committer_.Commit(&mine_, &two->pending, &out));
+  ASSERT_EQ(out.version, 2);
+  EXPECT_EQ(out.attempts, 1);
+  EXPECT_EQ(out.recorded, (std::map<std::string, int64_t>{{"timelake:b2", 1}}));
+  ASSERT_OK_AND_ASSIGN(auto landed, log_.ReadCommit(2));
+  ASSERT_EQ(landed.adds.size(), 1u);
+  EXPECT_EQ(landed.adds[0].path, "a.parquet");
+}
+
+// Every batch id recorded by winners: nothing is left, the commit is abandoned without a put,
+// and each id is answered as recorded at the version that showed it.
+TEST_F(CommitterTest, ACommitWhoseEveryBatchIdWinnersRecordedIsAbandoned) {
+  CommitOutcome won;
+  ASSERT_OK(Put(&other_, RecordingBatch("timelake:b1", "x.parquet"), &won));
+  ASSERT_OK(Put(&other_, RecordingBatch("timelake:b2", "y.parquet"), &won));
+  auto two = TwoBatchesOf(Info("WRITE"));
+  CommitOutcome out;
+  ASSERT_OK(committer_.Commit(&mine_, &two->pending, &out));
+  EXPECT_FALSE(out.version);
+  ASSERT_TRUE(out.abandoned);
+  EXPECT_EQ(out.abandoned->effect, WinnerEffect::kRecordedSameTxn);
+  EXPECT_EQ(out.recorded,
+            (std::map<std::string, int64_t>{{"timelake:b1", 2}, {"timelake:b2", 2}}));
+  ASSERT_OK_AND_ASSIGN(auto head, log_.Load());
+  EXPECT_EQ(head.version, 2);
+}
+
+// A commit that cannot withdraw (no PendingCommit::withdraw) is abandoned, as the rule says.
+TEST_F(CommitterTest, ACommitThatCannotWithdrawARecordedBatchIdIsAbandoned) {
+  CommitOutcome won;
+  ASSERT_OK(Put(&other_, RecordingBatch("timelake:b1", "x.parquet"), &won));
+  auto two = TwoBatchesOf(Info("WRITE"));
+  two->pending.withdraw = nullptr;
+  CommitOutcome out;
+  ASSERT_OK(committer_.Commit(&mine_, &two->pending, &out));
+  EXPECT_FALSE(out.version);
+  ASSERT_TRUE(out.abandoned);
+  EXPECT_EQ(out.abandoned->effect, WinnerEffect::kRecordedSameTxn);
+  ASSERT_OK_AND_ASSIGN(auto head, log_.Load());
+  EXPECT_EQ(head.version, 1);
 }
 
 TEST_F(CommitterTest, ASchemaChangeIsATypedConflictNamingWhatChanged) {

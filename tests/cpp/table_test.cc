@@ -424,6 +424,148 @@ TEST_F(TableTest, AGroupedAppendFoundDuplicateAtItsCommitIsLeftOutOfTheSharedFil
   }
 }
 
+// A store that keeps the body of every commit put tried through it, landed or not.
+class CommitBodyStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+
+  arrow::Result<bool> PutIfAbsent(const std::string& path,
+                                  const std::shared_ptr<arrow::Buffer>& data) override {
+    if (path.find("/_delta_log/") != std::string::npos) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tried_.emplace_back(path, data->ToString());
+    }
+    return ForwardingStore::PutIfAbsent(path, data);
+  }
+  std::vector<std::pair<std::string, std::string>> tried() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tried_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, std::string>> tried_;
+};
+
+TEST_F(TableTest, AGroupedAppendWhoseBatchIdAWinnerRecordedLeavesTheCommitInItsOwnLoop) {
+  // Three appends too large to share a file, staged while the first commit is in flight, go into
+  // one commit. Before its first put another handle commits the batch id of one of them. The
+  // committer answers that append as a duplicate and commits the other two in the same loop:
+  // the put that lands is the same commit (commitInfo.txnId) as the one that lost, with one
+  // append fewer, and the duplicate's file is deleted, never referenced.
+  auto bodies = std::make_shared<CommitBodyStore>(store_);
+  auto mine = Lake::OverStore(bodies)->OpenTable("t").ValueOrDie();
+  auto other = OpenHandle();
+  std::promise<void> in_flight;
+  std::atomic<int> puts{0};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op != "put_if_absent" || path.find("_delta_log/") == std::string::npos) {
+      return arrow::Status::OK();
+    }
+    const int n = puts++;
+    if (n == 0) {  // version 1: hold it while the others queue
+      in_flight.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // time to queue, even loaded
+    } else if (n == 1) {  // the group's first try at version 2: the racing handle wins it
+      EXPECT_OK(AppendAt(other.get(), {{9, 0}}, "w1").status());
+    }
+    return arrow::Status::OK();
+  });
+  const int rows = static_cast<int>(kSharedFileMaxRows) + 10;
+  auto append_large = [&](int day, const std::string& batch) {
+    // One row per second of the day's first hours: distinct times, one chunk.
+    std::string ts = "[", sensors = "[", values = "[";
+    for (int k = 0; k < rows; ++k) {
+      const char* sep = k ? "," : "";
+      ts += sep + std::to_string(Micros(2025, 1, day, 0) + k * 1'000'000LL);
+      sensors += std::string(sep) + "\"a\"";
+      values += sep + std::to_string(k);
+    }
+    auto reader = Reader(schema_, {Batch(schema_, {ts + "]", sensors + "]", values + "]"})});
+    AppendOptions options;
+    options.batch_id = batch;
+    return mine->Append(reader.get(), options);
+  };
+  std::thread first([&] { EXPECT_OK(AppendAt(mine.get(), {{1, 0}}, "first").status()); });
+  in_flight.get_future().wait();
+  std::vector<AppendResult> results(3);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      auto r = append_large(2 + w, "w" + std::to_string(w));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) results[w] = *r;
+    });
+  }
+  first.join();
+  for (auto& t : threads) t.join();
+  store_->SetFaultHook(nullptr);
+
+  ASSERT_GE(puts.load(), 3) << "the group never raced the other handle";
+  EXPECT_TRUE(results[1].duplicate);
+  EXPECT_EQ(results[1].version, 2);  // the version that showed w1 recorded
+  for (int w : {0, 2}) {
+    EXPECT_FALSE(results[w].duplicate);
+    EXPECT_EQ(results[w].version, 3);
+    EXPECT_EQ(results[w].rows, rows);
+    EXPECT_EQ(results[w].attempts, 2);  // one lost race, one put that landed
+  }
+  // The group's tries, as put: version 2 (lost, three appends), then version 3 (two).
+  std::vector<Commit> group_tries;
+  for (const auto& [path, body] : bodies->tried()) {
+    if (path.find(CommitFileName(1)) != std::string::npos) continue;
+    ASSERT_OK_AND_ASSIGN(auto commit, ParseCommit(body, path));
+    group_tries.push_back(std::move(commit));
+  }
+  ASSERT_EQ(group_tries.size(), 2u);
+  EXPECT_EQ(group_tries[0].txns.size(), 3u);
+  EXPECT_EQ(group_tries[1].txns.size(), 2u);
+  EXPECT_EQ(group_tries[0].commit_info->txn_id, group_tries[1].commit_info->txn_id)
+      << "the appends left were committed by another commit (a second round), not the same loop";
+  for (const auto& txn : group_tries[1].txns) EXPECT_NE(txn.app_id, "timelake:w1");
+  // w1's file is deleted: every data file is live (first, w0, w2 and the racing handle's).
+  EXPECT_EQ(DataFiles(), LiveFiles()) << "the duplicate's staged file leaked";
+  EXPECT_EQ(DataFiles().size(), 4u);
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 2 + 2 * rows);
+}
+
+TEST_F(TableTest, AnAppendPlannedWhileACommitOfItsBatchIdWasInFlightIsADuplicate) {
+  // While the commit of batch "first" is in flight, two appends plan from its published plan
+  // (without the snapshot check): one repeats "first". The commit of the next group finds that
+  // id recorded in the snapshot before its first put: a duplicate whose file is deleted; the
+  // other append commits at the first put.
+  std::promise<void> in_flight;
+  std::atomic<bool> fired{false};
+  store_->SetFaultHook([&](const std::string& op, const std::string& path) {
+    if (op == "put_if_absent" && path.find("_delta_log/") != std::string::npos && !fired.exchange(true)) {
+      in_flight.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // time to queue, even loaded
+    }
+    return arrow::Status::OK();
+  });
+  std::thread first([&] { EXPECT_OK(AppendAt(table_.get(), {{1, 0}}, "first").status()); });
+  in_flight.get_future().wait();
+  arrow::Result<AppendResult> again = arrow::Status::UnknownError("not run");
+  arrow::Result<AppendResult> next = arrow::Status::UnknownError("not run");
+  std::thread repeat([&] { again = AppendAt(table_.get(), {{3, 0}}, "first"); });
+  std::thread other([&] { next = AppendAt(table_.get(), {{2, 0}}, "second"); });
+  first.join();
+  repeat.join();
+  other.join();
+  store_->SetFaultHook(nullptr);
+  ASSERT_OK(again.status());
+  ASSERT_OK(next.status());
+  EXPECT_TRUE(again->duplicate);
+  EXPECT_EQ(again->version, 1);
+  EXPECT_FALSE(next->duplicate);
+  EXPECT_EQ(next->version, 2);
+  EXPECT_EQ(next->attempts, 1);
+  EXPECT_EQ(DataFiles(), LiveFiles()) << "the duplicate's staged file leaked";
+  ASSERT_OK_AND_ASSIGN(auto info, OpenHandle()->Info());
+  EXPECT_EQ(info.rows, 2);
+}
+
 TEST(SharedFilesTest, AnAppendPlannedUnderAnotherSchemaWritesItsOwnFiles) {
   // The appends of a group were planned at different times: one under the schema after a column
   // was added. Its rows cannot share the others' file; it writes its own.

@@ -34,15 +34,17 @@ arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const 
                                                          AppendPlan* plan) {
   ARROW_RETURN_NOT_OK(Update(t));
   ARROW_RETURN_NOT_OK(CheckWritable(t));
+  // Judged against the snapshot now, so that a duplicate writes no files; the committer judges
+  // the id again on the snapshot it commits on (txn/committer.h).
+  std::set<std::string> recorded;
   if (options.batch_id) {
-    if (options.batch_id->empty()) return arrow::Status::Invalid("batch_id must not be empty");
-    ARROW_ASSIGN_OR_RAISE(const bool recorded, HasBatch(t, *options.batch_id));
-    if (recorded) {
-      AppendResult result;
-      result.version = t.snapshot.version;
-      result.duplicate = true;
-      return result;
-    }
+    ARROW_ASSIGN_OR_RAISE(recorded, RecordedTxns({BatchAppId(*options.batch_id)}, t.snapshot));
+  }
+  if (!recorded.empty()) {
+    AppendResult result;
+    result.version = t.snapshot.version;
+    result.duplicate = true;
+    return result;
   }
   *plan = AppendPlan{t.store, t.table_path, t.name, t.contract, t.declared, t.storage,
                      t.ingest_options, t.snapshot.version, NowMillis()};
@@ -133,6 +135,9 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
 arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContext& t,
                                                GroupCommit& group, arrow::RecordBatchReader* reader,
                                                const AppendOptions& options) {
+  if (options.batch_id && options.batch_id->empty()) {
+    return arrow::Status::Invalid("batch_id must not be empty");
+  }
   AppendPlan plan;
   if (!group.PlanWhileCommitting(options, &plan)) {
     ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append", options.interrupt));

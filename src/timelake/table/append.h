@@ -1,7 +1,9 @@
 // Appending: input batches become data files (ingest/), then one commit.
 //
-// An append is planned under the handle's lock (PrepareAppend: the snapshot brought up to date,
-// writability, a batch id the table already holds answered as a duplicate), stages its files
+// An append's batch id is checked once, at its entry (AppendThroughGroup: not empty). It is
+// planned under the handle's lock (PrepareAppend: the snapshot brought up to date, writability,
+// a batch id the snapshot already records answered as a duplicate, so that it writes no files;
+// the judgement is RecordedTxns, txn/conflict.h, the committer's own), stages its files
 // without the lock (StageAppend: aligned, arranged and written through ingest/; an input of a
 // few rows keeps them for its group's shared file), and is then committed with the appends
 // staged meanwhile (table/group_commit.h). An append with inline maintenance does all of it
@@ -87,9 +89,11 @@ struct StagedAppend {
   std::string spool_id;  // another process's append: the id of the request it came in (Spool)
 };
 
-/// The first step of an append, under the lock (REQUIRES: the handle's lock held): brings the handle up to date, checks the table
-/// is writable and the batch id, and fills `plan`. A result when the append is already answered
-/// (its batch id is in the table).
+/// The first step of an append, under the lock (REQUIRES: the handle's lock held, and
+/// `options.batch_id`, if set, not empty): brings the handle up to date, checks the table is
+/// writable and fills `plan`. A result when the append is already answered: its batch id is
+/// recorded in the handle's snapshot (RecordedTxns). Ids recorded later are the committer's to
+/// find (CommitStaged).
 arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const AppendOptions& options,
                                                          AppendPlan* plan);
 /// Writes the files of `reader` into `out` (no lock needed: touches no handle state), or, for
@@ -105,7 +109,8 @@ void ReportUpkeepFailures(TableContext& t, std::vector<std::string> failures, Ap
 void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double commit_ms,
                         double hooks_ms, int64_t rows);
 
-/// An append through the handle (Table::Append): planned under the handle's lock `mutex` (or,
+/// An append through the handle (Table::Append), the one entry of an append: an empty batch id
+/// is Invalid here, before anything else. Then planned under the handle's lock `mutex` (or,
 /// while a group commit is in flight, from the plan `group` published), its files staged without
 /// the lock, then committed with the appends staged meanwhile (GroupCommit::Commit). An append
 /// with inline maintenance runs whole under the lock (AppendBatches). REQUIRES: `mutex` NOT held
@@ -115,7 +120,8 @@ arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContex
                                                const AppendOptions& options);
 
 /// Appends the batches of `reader` as one commit, the whole append under the handle's lock, with
-/// the inline maintenance `options` ask for. REQUIRES: the handle's lock held.
+/// the inline maintenance `options` ask for. REQUIRES: the handle's lock held; `options.batch_id`,
+/// if set, not empty (AppendThroughGroup checks it).
 arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchReader* reader,
                                           const AppendOptions& options);
 

@@ -140,16 +140,6 @@ arrow::Status CheckWritable(const TableContext& t) {
   return arrow::Status::OK();
 }
 
-arrow::Result<bool> HasBatch(const TableContext& t, const std::string& batch_id) {
-  ARROW_ASSIGN_OR_RAISE(const Txn* txn, t.snapshot.FindTxn(BatchAppId(batch_id)));
-  if (txn == nullptr) return false;
-  const std::string retention = t.snapshot.Config("delta.setTransactionRetentionDuration");
-  if (retention.empty() || !txn->last_updated) return true;
-  // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
-  const int64_t window_ms = DeltaIntervalMillis(retention, INT64_MAX / 2);
-  return *txn->last_updated >= NowMillis() - window_ms;
-}
-
 bool AutoMaintain(const TableContext& t) {
   return t.snapshot.Config("timelake.autoMaintain") == "true";
 }

@@ -92,10 +92,9 @@ const std::string& ArrowSchemaText(const Metadata& m);
 arrow::Status Update(TableContext& t);
 /// NotImplemented if the table uses writer features timelake cannot honour.
 arrow::Status CheckWritable(const TableContext& t);
-/// The Delta txn appId that records `batch_id`.
+/// The Delta txn appId that records `batch_id` (whether the table records it: RecordedTxns,
+/// txn/conflict.h).
 std::string BatchAppId(const std::string& batch_id);
-/// True if the snapshot records `batch_id` (within the table's txn retention).
-arrow::Result<bool> HasBatch(const TableContext& t, const std::string& batch_id);
 /// The table's timelake.autoMaintain property.
 bool AutoMaintain(const TableContext& t);
 /// The table's timelake.backgroundCompaction property (default on).

@@ -66,68 +66,51 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     dup.duplicate = true;
     results[i] = dup;
   };
+  auto fail = [&](size_t i, const arrow::Status& st, bool keep_files) {
+    if (!keep_files) group[i]->ingestor->Abort();
+    results[i] = st;
+  };
   const auto started = std::chrono::steady_clock::now();
-  int attempts = 0;
-  // The shared files hold the rows of the live appends that kept theirs; rewritten when a round
-  // answers one of them as a duplicate.
+  // The appends the commit carries, and those repeating the batch id of an earlier one of the
+  // group, which are answered with it: duplicates once it commits (or is found recorded), or its
+  // failure.
+  std::vector<size_t> live;
+  std::vector<size_t> repeated;
+  std::set<std::string> ids;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const auto& id = group[i]->batch_id;
+    (id && !ids.insert(*id).second ? repeated : live).push_back(i);
+  }
+  // The shared files hold the rows of the live appends that kept theirs; written again when one
+  // of them leaves the commit (its batch id was already recorded).
   auto drop_shared = [&] {
     if (shared.ingestor) shared.ingestor->Abort();
     shared = SharedFiles{};
   };
-  // Each round commits the appends not answered yet; a round is lost only when a concurrent
-  // writer recorded one of their batch ids, which makes that append a duplicate.
-  for (int round = 0; round < Committer::kMaxAttempts; ++round) {
-    std::vector<size_t> live;
-    std::vector<size_t> repeated;  // a batch id an earlier live append of the group carries
-    std::set<std::string> ids;
-    for (size_t i = 0; i < group.size(); ++i) {
-      if (results[i]) continue;
-      const auto& id = group[i]->batch_id;
-      arrow::Result<bool> recorded = id ? HasBatch(t, *id) : false;
-      if (!recorded.ok()) {  // the checkpoint's transactions could not be read
-        group[i]->ingestor->Abort();
-        results[i] = recorded.status();
-      } else if (*recorded) {
-        answer_duplicate(i, t.snapshot.version);
-      } else if (id && !ids.insert(*id).second) {
-        repeated.push_back(i);
-      } else {
-        live.push_back(i);
-      }
-    }
-    if (live.empty()) break;
-
-    std::vector<size_t> sharing;
+  std::vector<size_t> sharing;
+  auto share = [&]() -> arrow::Status {
+    std::vector<size_t> members;
     for (size_t i : live) {
-      if (group[i]->shared) sharing.push_back(i);
+      if (group[i]->shared) members.push_back(i);
     }
-    if (sharing != shared.members) {
+    if (members != shared.members) {
       drop_shared();
-      if (arrow::Status st = WriteSharedFiles(group, sharing, &shared); !st.ok()) {
-        st = DroppedOr(t, st);
-        for (size_t i : live) {
-          group[i]->ingestor->Abort();
-          results[i] = st;
-        }
-        for (size_t i : repeated) {
-          group[i]->ingestor->Abort();
-          results[i] = st;
-        }
-        break;
-      }
-      sharing = shared.members;
+      ARROW_RETURN_NOT_OK(WriteSharedFiles(group, members, &shared));
     }
-
-    Commit commit;
-    CommitInfo info = NewCommitInfo("WRITE");
-    info.operation_parameters = {{"mode", "Append"}};
-    info.is_blind_append = true;
+    sharing = shared.members;
+    return arrow::Status::OK();
+  };
+  // The commit's actions for the live appends: every file of each (the shared files in place of
+  // the first append whose rows they hold) and a `txn` per batch id.
+  auto fill = [&](Commit* commit) {
+    commit->adds.clear();
+    commit->txns.clear();
+    CommitInfo& info = *commit->commit_info;
     int64_t rows = 0, bytes = 0, files = 0;
     const int64_t now_ms = NowMillis();
     int order = 0;  // write order across the group: later appends win ties, as later commits do
     for (size_t i : live) {
-      // The shared files take the place of the first append whose rows they hold (appends
-      // grouped together are concurrent: none of them is later than another).
+      // Appends grouped together are concurrent: none of them is later than another.
       auto& own = group[i]->files;
       auto& written = !sharing.empty() && i == sharing[0] ? shared.files : own;
       for (auto& f : written) {
@@ -135,11 +118,12 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
         rows += f.rows;
         bytes += f.size;
         ++files;
-        commit.adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
+        commit->adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
       }
-      if (group[i]->batch_id) commit.txns.push_back({BatchAppId(*group[i]->batch_id), 0, now_ms});
+      if (group[i]->batch_id) commit->txns.push_back({BatchAppId(*group[i]->batch_id), 0, now_ms});
     }
     info.metrics = {{"numFiles", files}, {"numOutputRows", rows}, {"numOutputBytes", bytes}};
+    info.operation_parameters = {{"mode", "Append"}};
     if (live.size() > 1) info.operation_parameters["timelake.groupedAppends"] = std::to_string(live.size());
     std::set<std::string> spooled;  // other processes' requests: how their writers find this commit
     for (size_t i : live) {
@@ -150,49 +134,66 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
       for (const auto& id : spooled) list += (list.empty() ? "" : ",") + id;
       info.operation_parameters[Spool::kCommitParameter] = list;
     }
-    commit.commit_info = info;
+  };
 
+  arrow::Status st = share();
+  CommitOutcome outcome;
+  if (st.ok()) {
     PendingCommit pending;
-    pending.commit = std::move(commit);
+    pending.commit.commit_info = NewCommitInfo("WRITE");
+    pending.commit.commit_info->is_blind_append = true;
+    fill(&pending.commit);
     pending.intent.kind = CommitKind::kAppend;
+    for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
     // The oldest of the appends' head checks (the handle's snapshot head is at least as fresh).
     pending.head_checked_ms = INT64_MAX;
     for (size_t i : live) {
       pending.head_checked_ms = std::min(pending.head_checked_ms, group[i]->head_checked_ms);
     }
-    if (round > 0) pending.head_checked_ms = 0;
     pending.own_head = [&t] { return BackgroundCompactionVersion(t); };
-    for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
     pending.prepare = [](Commit* c, int64_t version) {
       for (auto& add : c->adds) add.tags[kSeqTag] = std::to_string(version);
     };
-    CommitOutcome outcome;
-    arrow::Status st = CommitPending(t, &pending, &outcome);
-    attempts += outcome.attempts;
-    if (!st.ok()) {
-      // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
-      st = DroppedOr(t, st);
-      if (outcome.outcome_unknown) shared.ingestor.reset();  // keep the shared files too
-      drop_shared();
-      for (size_t i : live) {
-        if (!outcome.outcome_unknown) group[i]->ingestor->Abort();
-        results[i] = st;
-      }
-      for (size_t i : repeated) {
-        group[i]->ingestor->Abort();
-        results[i] = st;
-      }
-      break;
+    // Batch ids the table records by the time of an attempt (the committer judges them) leave
+    // the commit; the other appends go on in the same commit loop.
+    pending.withdraw = [&](const std::set<std::string>& recorded,
+                           Commit* commit) -> arrow::Result<bool> {
+      std::erase_if(live, [&](size_t i) {
+        return group[i]->batch_id && recorded.count(BatchAppId(*group[i]->batch_id));
+      });
+      if (live.empty()) return false;
+      ARROW_RETURN_NOT_OK(share());
+      fill(commit);
+      return true;
+    };
+    st = CommitPending(t, &pending, &outcome);
+  }
+  // Appends whose batch id the table already recorded are duplicates, whatever became of the
+  // others: their files were in no commit that landed.
+  for (size_t i = 0; i < group.size(); ++i) {
+    const auto& id = group[i]->batch_id;
+    if (!id) continue;
+    auto found = outcome.recorded.find(BatchAppId(*id));
+    if (found != outcome.recorded.end()) answer_duplicate(i, found->second);
+  }
+  if (!st.ok()) {
+    // With an unknown outcome the files may be referenced by a commit: vacuum decides later.
+    st = DroppedOr(t, st);
+    if (outcome.outcome_unknown) shared.ingestor.reset();  // keep the shared files too
+    drop_shared();
+    for (size_t i : live) {
+      if (!results[i]) fail(i, st, outcome.outcome_unknown);
     }
-    if (!outcome.version) {
-      // A concurrent append recorded one of the batch ids: the next round answers it as a
-      // duplicate and commits the others.
-      if (outcome.abandoned && outcome.abandoned->effect == WinnerEffect::kRecordedSameTxn) continue;
-      drop_shared();
-      for (size_t i : live) answer_duplicate(i, t.snapshot.version);
-      for (size_t i : repeated) answer_duplicate(i, t.snapshot.version);
-      break;
+    for (size_t i : repeated) {
+      if (!results[i]) fail(i, st, /*keep_files=*/false);
     }
+  } else if (!outcome.version) {
+    // Abandoned with nothing left to commit: every append was answered above.
+    drop_shared();
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (!results[i]) answer_duplicate(i, t.snapshot.version);
+    }
+  } else {
     const int64_t version = *outcome.version;
     const double commit_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -205,7 +206,7 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     for (size_t i : live) {
       AppendResult r;
       r.version = version;
-      r.attempts = attempts;
+      r.attempts = outcome.attempts;
       r.commit_ms = commit_ms;
       if (group[i]->shared) {
         // Each append sharing the files counts them, and its share of their bytes by rows.
@@ -226,20 +227,15 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     }
     if (compact_shared) compact_files += static_cast<int64_t>(shared.files.size());
     shared.ingestor.reset();  // committed: the files are the table's now
-    for (size_t i : repeated) answer_duplicate(i, version);
+    for (size_t i : repeated) {
+      if (!results[i]) answer_duplicate(i, version);
+    }
     // Acknowledged: the checkpoint and the index record go to the upkeep thread.
     QueueAfterAppend(t, all, version);
     MaybeCompactInBackground(t, compact_files);
-    break;
   }
-  drop_shared();  // unless committed (or maybe committed): every append was answered otherwise
   std::vector<arrow::Result<AppendResult>> out;
-  for (auto& r : results) {
-    out.push_back(r ? std::move(*r)
-                    : arrow::Result<AppendResult>(CommitConflict(
-                          "commit conflict: an append to '" + t.name + "' lost " +
-                          std::to_string(Committer::kMaxAttempts) + " rounds in a row; retry it")));
-  }
+  for (auto& r : results) out.push_back(std::move(*r));  // every append is answered by now
   return out;
 }
 
@@ -539,7 +535,6 @@ void GroupCommit::Publish(const AppendPlan& plan, bool auto_maintain) {
 
 bool GroupCommit::PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan) {
   if (options.maintain == true) return false;
-  if (options.batch_id && options.batch_id->empty()) return false;  // PrepareAppend says why
   std::lock_guard<std::mutex> group(mutex_);
   if (!leader_ || !plan_ || (plan_auto_maintain_ && !options.maintain)) return false;
   *plan = *plan_;

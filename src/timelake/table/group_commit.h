@@ -8,10 +8,13 @@
 // rows of small appends, and a `txn` action per batch id; its checkpoint and index record go to
 // the handle's upkeep thread (table/upkeep.h).
 //
-// A batch id already in the table, or earlier in the group, makes its append a duplicate: it is
-// answered as one and its files are deleted. An append is acknowledged only once the commit
-// holding it is in the log; what a failed commit wrote is deleted, unless its outcome is unknown
-// (then vacuum decides later).
+// A batch id earlier in the group, or already recorded in the table, makes its append a
+// duplicate: it is answered as one and its files are deleted. The group's commit judges no batch
+// id itself: the committer finds the ids the table records (when the commit begins, or recorded
+// by a winner it rebased over), and the group leaves those appends out of the commit and goes on
+// with the rest in the committer's one retry loop (PendingCommit::withdraw). An append is
+// acknowledged only once the commit holding it is in the log; what a failed commit wrote is
+// deleted, unless its outcome is unknown (then vacuum decides later).
 //
 // Thread safety: GroupCommit's methods may be called from any thread (Publish needs the handle's
 // lock as well). The free functions REQUIRE the handle's lock held, except WriteSharedFiles,
@@ -48,12 +51,14 @@ arrow::Status WriteSharedFiles(const std::vector<StagedAppend*>& group,
                                const std::vector<size_t>& members, SharedFiles* out);
 
 /// Commits staged appends as ONE Delta commit (group commit): every file of every append, the
-/// shared file(s) holding the rows of the appends that kept theirs, a `txn` per batch id. Appends
-/// whose batch id is already in the table, or earlier in `group`, are answered as duplicates and
-/// their files deleted (and their rows left out of the shared file, rewritten without them).
-/// `shared` may hold the shared files written before the lock was taken. One result per staged
-/// append, in order. The commit's checkpoint and index record go to the upkeep thread.
-/// REQUIRES: the handle's lock held.
+/// shared file(s) holding the rows of the appends that kept theirs, a `txn` per batch id. An
+/// append repeating the batch id of an earlier one of `group` is answered with it (a duplicate
+/// of it, or its failure). Appends whose batch id the committer finds recorded
+/// (CommitOutcome::recorded) leave the commit between its attempts, and are answered as
+/// duplicates at the version that showed the id, their files deleted (and their rows left out
+/// of the shared file, written again without them). `shared` may hold the shared files written
+/// before the lock was taken. One result per staged append, in order. The commit's checkpoint
+/// and index record go to the upkeep thread. REQUIRES: the handle's lock held.
 std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
                                                       const std::vector<StagedAppend*>& group,
                                                       SharedFiles shared = {});
@@ -92,8 +97,9 @@ class GroupCommit {
 
   /// While a group commit is in flight (the handle's lock is held for it), an append need not
   /// wait for the lock to start writing its files: it plans from the last published plan. Its
-  /// batch id is then checked at the commit only (CommitStaged), and a table dropped or replaced
-  /// meanwhile fails the commit as it would fail the planning. False: plan under the lock.
+  /// batch id is then judged by the committer only (CommitStaged), and a table dropped or
+  /// replaced meanwhile fails the commit as it would fail the planning. False: plan under the
+  /// lock.
   bool PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan);
 
  private:

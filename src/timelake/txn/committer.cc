@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "timelake/util/status.h"
@@ -51,6 +52,11 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
                             " cannot be rebased: " + verdict.reason + " concurrently; retry");
     }
     if (verdict.resolution == Resolution::kAbandon) {
+      // A winner recorded some of the commit's batch ids: those leave the commit before the
+      // next put (withdraw_recorded), the rest goes on.
+      if (verdict.effect == WinnerEffect::kRecordedSameTxn && pending->withdraw) {
+        return std::nullopt;
+      }
       out->abandoned = std::move(verdict);
       return arrow::Status::OK();
     }
@@ -84,8 +90,37 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     return arrow::Status::OK();
   };
   if (!pending->prepare) ARROW_RETURN_NOT_OK(stage(snapshot->version + 1));
+  // The commit's appIds that `*snapshot` records (RecordedTxns, the judgement of batch ids)
+  // leave it, through `withdraw`. True when nothing is left: the commit is abandoned then.
+  auto withdraw_recorded = [&]() -> arrow::Result<bool> {
+    ARROW_ASSIGN_OR_RAISE(std::set<std::string> recorded,
+                          RecordedTxns(pending->intent.txn_app_ids, *snapshot));
+    if (recorded.empty()) return false;
+    for (const auto& app_id : recorded) {
+      out->recorded[app_id] = snapshot->version;
+      pending->intent.txn_app_ids.erase(app_id);
+    }
+    bool left = false;
+    if (pending->withdraw) {
+      ARROW_ASSIGN_OR_RAISE(left, pending->withdraw(recorded, &pending->commit));
+    }
+    if (!left) {
+      out->abandoned = Verdict{Resolution::kAbandon, WinnerEffect::kRecordedSameTxn,
+                               "the table already records its batch_id"};
+      return true;
+    }
+    // The bytes staged so far hold the appends withdrawn.
+    if (pending->prepare) {
+      staged_version = -1;
+    } else {
+      ARROW_RETURN_NOT_OK(stage(snapshot->version + 1));
+    }
+    return false;
+  };
   for (int attempt = 1;; ++attempt) {
     out->attempts = attempt;
+    ARROW_ASSIGN_OR_RAISE(bool nothing_left, withdraw_recorded());
+    if (nothing_left) return arrow::Status::OK();
     // Writers of one disk take turns: with the turn, read what was committed since the snapshot
     // and put the next version, which then only another machine's writer can take first. Where
     // there are no turns (object stores), only commits this process is known to have made are
@@ -97,6 +132,10 @@ arrow::Status Committer::Commit(Snapshot* snapshot, PendingCommit* pending, Comm
     if (pending->rebase && (turn || own_head() > snapshot->version)) {
       ARROW_ASSIGN_OR_RAISE(Verdict verdict, Rebase(snapshot, *pending));
       if (auto done = settle(std::move(verdict), snapshot->version + 1)) return *done;
+      // A winner recorded some of the batch ids: withdrawn at the top of the next attempt,
+      // without the turn (withdrawing may rewrite files).
+      ARROW_ASSIGN_OR_RAISE(auto recorded, RecordedTxns(pending->intent.txn_app_ids, *snapshot));
+      if (!recorded.empty()) continue;
     }
     const int64_t version = snapshot->version + 1;
     // Whatever path led here (a first attempt on a snapshot an earlier commit of the same

@@ -15,13 +15,21 @@
 //  * A lost race: back off (jittered, growing), read every winning commit, judge each by the
 //    conflict rules (conflict.h), and rebase on top of them, abandon, or fail with a
 //    CommitConflict.
+// Batch ids: before every attempt the committer asks RecordedTxns (conflict.h) which of the
+// commit's txn appIds the snapshot it commits on already records (there when the commit was
+// built, or recorded by a winner it rebased over). It answers those per appId
+// (CommitOutcome::recorded), has the caller leave them out (PendingCommit::withdraw) and goes on
+// with the rest in the same loop; only a commit with nothing left is abandoned. This loop is the
+// only retry loop of a commit: its attempts, withdrawals included, are capped at kMaxAttempts.
 // Work that follows a commit (checkpoints, index records, inline upkeep) is not the committer's:
 // see PostCommitHooks, which callers run once a commit is acknowledged, outside this loop.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "timelake/log/delta_log.h"
@@ -49,6 +57,14 @@ struct PendingCommit {
   /// first put instead of after losing it, and a version lost to it is not contention: the
   /// rebase follows without a back-off.
   std::function<int64_t()> own_head;
+  /// Leaves out of `commit` the parts that record the txn appIds in `recorded` (ids of
+  /// intent.txn_app_ids, which the committer has already taken out of the intent) because the
+  /// table records them already; it may rewrite actions and commitInfo's other fields, never
+  /// commitInfo.txnId (the commit's identity across attempts). Returns false when nothing is
+  /// left to commit. Called by the committer, on its thread, between attempts and without the
+  /// commit turn. Unset: a commit with a recorded appId is abandoned.
+  std::function<arrow::Result<bool>(const std::set<std::string>& recorded, Commit* commit)>
+      withdraw;
 };
 
 /// The first file `intent` removes that is not live in `snapshot`, if any: a commit that
@@ -62,6 +78,9 @@ struct CommitOutcome {
   int attempts = 0;
   /// Why the commit was abandoned (when `version` is unset and the status OK).
   std::optional<Verdict> abandoned;
+  /// The txn appIds the table already recorded, which left the commit (PendingCommit::withdraw),
+  /// each with the version of the snapshot that showed it recorded. Filled whatever the status.
+  std::map<std::string, int64_t> recorded;
   /// Set with an error status: the commit may have landed (or may land later), so the files it
   /// references must not be deleted; vacuum decides once the outcome is settled.
   bool outcome_unknown = false;
@@ -69,7 +88,9 @@ struct CommitOutcome {
 
 class Committer {
  public:
-  /// Lost races in a row after which a commit fails with a CommitConflict.
+  /// Attempts after which a commit fails with a CommitConflict: puts lost to other writers in a
+  /// row, and the attempts that withdrew batch ids a winner recorded (each withdraws at least
+  /// one, so they are few).
   static constexpr int kMaxAttempts = 64;
   /// Failed puts of one version (with nothing landed) after which a commit fails.
   static constexpr int kMaxPutErrors = 3;
@@ -83,11 +104,15 @@ class Committer {
   Committer(DeltaLog* log, std::string table_name);
 
   /// Commits `pending` on top of `*snapshot`, which it advances through every winner it rebases
-  /// over and then its own commit. OK with `out->version` set: committed. OK without it:
-  /// abandoned by a conflict rule (`out->abandoned` says why; `*snapshot` includes the winner).
+  /// over and then its own commit. OK with `out->version` set: committed (without the appIds
+  /// in `out->recorded`). OK without it: abandoned by a conflict rule, or nothing was left once
+  /// the recorded appIds were withdrawn (`out->abandoned` says why; `*snapshot` includes the
+  /// winner).
   /// Errors: TableDropped (KeyError) when the table was dropped meanwhile, CommitConflict when
-  /// the rules say so or too many races were lost, storage errors otherwise (with
-  /// `out->outcome_unknown` when the commit may have landed).
+  /// the rules say so or too many races were lost, `withdraw`'s errors, storage errors
+  /// otherwise (with `out->outcome_unknown` when the commit may have landed).
+  /// Not thread-safe for one `snapshot` and `pending`; commits of one log from several
+  /// committers (threads, processes) are what the protocol is for.
   arrow::Status Commit(Snapshot* snapshot, PendingCommit* pending, CommitOutcome* out);
 
  private:

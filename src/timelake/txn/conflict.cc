@@ -1,11 +1,13 @@
 #include "timelake/txn/conflict.h"
 
+#include <cstdint>
 #include <vector>
 
 #include <arrow/type.h>
 
 #include "timelake/log/features.h"
 #include "timelake/log/schema.h"
+#include "timelake/util/time.h"
 
 namespace timelake {
 
@@ -131,6 +133,24 @@ Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot&
     }
   }
   return verdict;
+}
+
+arrow::Result<std::set<std::string>> RecordedTxns(const std::set<std::string>& app_ids,
+                                                  const Snapshot& table) {
+  std::set<std::string> recorded;
+  if (app_ids.empty()) return recorded;
+  const std::string retention = table.Config("delta.setTransactionRetentionDuration");
+  const int64_t oldest_ms =
+      retention.empty() ? INT64_MIN : NowMillis() - DeltaIntervalMillis(retention, INT64_MAX / 2);
+  for (const auto& app_id : app_ids) {
+    // The checkpoint's history is read here the first time (snapshot.h); one that cannot be
+    // read is an error, never "not recorded".
+    ARROW_ASSIGN_OR_RAISE(const Txn* txn, table.FindTxn(app_id));
+    if (txn == nullptr) continue;
+    // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
+    if (!txn->last_updated || *txn->last_updated >= oldest_ms) recorded.insert(app_id);
+  }
+  return recorded;
 }
 
 const char* CommitKindName(CommitKind kind) {

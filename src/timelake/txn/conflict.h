@@ -7,6 +7,12 @@
 // nothing left to do, or must plan again), or conflict (fail with a CommitConflict). Appends are
 // blind (they read no files), so two appends always rebase; a compaction or retention that lost
 // its inputs stops instead of resurrecting or double-removing them.
+//
+// Batch ids are judged here too, and only here: RecordedTxns says which of a commit's Delta txn
+// appIds (an append's batch id each) a snapshot already records. An append asks it of its
+// handle's snapshot before writing files (table/append.h); the committer asks it of the snapshot
+// it commits on, before every attempt, so that ids recorded by the time the commit was built or by
+// any winner it rebased over leave the commit (txn/committer.h: PendingCommit::withdraw).
 #pragma once
 
 #include <optional>
@@ -36,7 +42,7 @@ enum class WinnerEffect {
   kEvolvedSchema,     // a metaData action that only added nullable columns or widened types
   kChangedProtocol,   // a protocol action changing what readers or writers must support
   kGainedFeatures,    // a protocol action adding table features timelake reads and writes
-  kRecordedSameTxn,   // a txn with one of the pending commit's appIds
+  kRecordedSameTxn,   // a txn with one of the pending commit's appIds (see RecordedTxns)
   kRemovedSameFile,   // a remove of a file the pending commit also removes
   kAddedFiles,
   kRemovedOtherFiles,
@@ -44,7 +50,9 @@ enum class WinnerEffect {
 
 enum class Resolution {
   kRebase,    // commit on top of the winner
-  kAbandon,   // do not commit; the operation has nothing left to do (or must plan again)
+  kAbandon,   // do not commit; the operation has nothing left to do (or must plan again). A
+              // commit that can withdraw the parts a recorded txn made redundant
+              // (PendingCommit::withdraw) abandons only those parts and rebases.
   kConflict,  // fail the operation with a CommitConflict
 };
 
@@ -96,6 +104,13 @@ struct Verdict {
 /// `before`, the snapshot the pending commit was prepared on (before the winner is applied).
 /// Of all the winner's effects the strictest resolution wins (conflict over abandon over rebase).
 Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot& before);
+
+/// The one judgement of batch ids: the appIds of `app_ids` that `table` records, as Delta readers
+/// see it (a txn whose lastUpdated is older than the table's
+/// delta.setTransactionRetentionDuration is forgotten). Pure: safe from any thread. An IOError
+/// when the checkpoint history holding the answer cannot be read (log/snapshot.h).
+arrow::Result<std::set<std::string>> RecordedTxns(const std::set<std::string>& app_ids,
+                                                  const Snapshot& table);
 
 const char* CommitKindName(CommitKind kind);
 
