@@ -34,7 +34,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_ab import machine_state  # noqa: E402
 
 # Runs inside each system's own interpreter: argv = mode, lake folder, JSON parameters.
 CHILD = r'''
@@ -198,18 +199,6 @@ def version(system: dict) -> str:
     code = "import importlib.metadata as m, timelake; print(getattr(timelake, '__version__', '') or m.version('timelake'))"
     done = subprocess.run([system["python"], "-c", code], env=env, capture_output=True, text=True)
     return done.stdout.strip() or done.stderr.strip()[-200:]
-
-
-def machine_state() -> dict:
-    state = {"platform": platform.platform(), "cpus": os.cpu_count(), "load": os.getloadavg()}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                state["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return state
 
 
 def main() -> None:

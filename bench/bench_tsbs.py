@@ -47,7 +47,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_seed import machine_state, version  # noqa: E402
+from bench_ab import machine_state  # noqa: E402
+from bench_seed import version  # noqa: E402
 
 US = 1_000_000
 START = 1_793_491_200 * US  # 2026-10-31T00:00:00Z
