@@ -411,6 +411,7 @@ arrow::Status CheckpointHistory::Read() const {
       txns_ = std::move(read.recent_txns);
       tombstones_ = std::move(read.recent_tombstones);
     }
+    data_.reset();  // read (or found unreadable, which stays the answer): the bytes are not needed
   });
   return status_;
 }

@@ -48,7 +48,7 @@ class CheckpointHistory {
  private:
   arrow::Status Read() const;
 
-  std::shared_ptr<arrow::Buffer> data_;
+  mutable std::shared_ptr<arrow::Buffer> data_;  // the checkpoint's bytes, let go once read
   const std::string origin_;
   const int64_t entries_;
   mutable std::once_flag once_;
