@@ -19,7 +19,6 @@ import textwrap
 import threading
 import time
 
-import pyarrow as pa
 import pytest
 
 import timelake
