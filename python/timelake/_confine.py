@@ -13,6 +13,7 @@ import os
 import tempfile
 import threading
 import uuid
+import weakref
 from typing import Iterable, Optional, Set, Tuple
 from urllib.parse import unquote
 
@@ -85,7 +86,7 @@ class _Spares:
                 self._made.wait()
             con = self._ready.pop() if self._ready else None
         if con is None:
-            con = duckdb.connect(":memory:")
+            con = _connect()
         self.fill()
         return con
 
@@ -112,7 +113,7 @@ class _Spares:
                 with self._lock:
                     if self._pid != pid or len(self._ready) >= self._keep:
                         return
-                con = duckdb.connect(":memory:")
+                con = _connect()
                 with self._lock:
                     if self._pid != pid:
                         return  # forked meanwhile: this database belongs to no one here
@@ -141,9 +142,29 @@ class _Spares:
             self._forget_parents_locked()
 
 
-_ABANDONED: list = []  # spares inherited from a parent process, never used nor closed
+_ABANDONED: list = []  # databases inherited from a parent process, never used nor closed
+# Every database made in this process, so that a forked child can keep its parent's ones from
+# ever being closed: closing one waits for worker threads that do not exist in the child (it
+# crashed or hung the child), and a child closes one as soon as it drops the last reference to a
+# parent's Lake, or its garbage collector frees a Lake the parent had not collected yet.
+_MADE: "weakref.WeakSet[duckdb.DuckDBPyConnection]" = weakref.WeakSet()
+
+
+def _connect() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:")
+    _MADE.add(con)
+    return con
+
+
+def _keep_parents_databases() -> None:
+    global _MADE
+    _ABANDONED.extend(_MADE)
+    _MADE = weakref.WeakSet()
+
+
 _SPARES = _Spares()
 if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keep_parents_databases)
     os.register_at_fork(after_in_child=_SPARES._after_fork_in_child)
 
 

@@ -189,6 +189,51 @@ def test_a_forked_child_never_uses_a_spare_made_by_its_parent(lake_path):
     assert _wait_for_spare() is parents
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
+def test_a_forked_child_never_closes_its_parents_databases(lake_path):
+    # A Lake the parent dropped but did not yet collect (it sits in a reference cycle) holds a
+    # DuckDB database whose worker threads do not exist in a child: the child's garbage
+    # collector must not close it (that crashed or hung the child), nor may dropping a parent's
+    # Lake in the child.
+    import gc
+
+    gc.disable()
+    try:
+        for i in range(3):
+            lake = timelake.Lake(str(lake_path))
+            if i == 0:
+                lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"]).append(iot_table([(T0, "a", 1.0)]))
+            lake.sql("SELECT count(*) AS n FROM readings")
+            cycle = [lake]
+            cycle.append(cycle)  # garbage once dropped, freed only by the collector
+            del cycle, lake
+        kept = timelake.Lake(str(lake_path))
+        kept.sql("SELECT count(*) AS n FROM readings")
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                del kept  # the parent's Lake, its last reference gone in the child
+                gc.enable()
+                gc.collect()
+                child = timelake.Lake(str(lake_path))
+                ok = child.sql("SELECT count(*) AS n FROM readings").to_pylist() == [{"n": 1}]
+            finally:
+                os._exit(0 if ok else 1)
+    finally:
+        gc.enable()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+
+
 def test_taking_while_a_spare_is_made_waits_for_it_rather_than_making_a_second(monkeypatch):
     # Two databases made at once on two cores each take nearly as long as both in a row: a
     # query arriving while the spare is being made waits for it.
