@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 import duckdb
 import pyarrow as pa
 
-from . import _tree
+from . import _select, _tree
 from ._capsules import SchemaCapsule, read_stream
 from ._catalog import Catalog, Reconnected, names_table, pruning_conjuncts, referenced_tables
 from ._sql_text import message
@@ -202,6 +202,11 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
     _check_query(query)
     _check_namespace(namespace)
     wanted = as_of_spec(as_of)
+    if wanted is None:
+        # One series over a time range: read by the core, no DuckDB (see _select).
+        answered = _select.answer(lake, query, namespace)
+        if answered is not None:
+            return answered
     catalog = lake._catalog()
     prefix, select, tree = _statement(catalog.con, query)
     tables = referenced_tables(lake, tree, namespace)

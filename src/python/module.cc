@@ -31,6 +31,7 @@
 #include "timelake/lake.h"
 #include "timelake/log/schema.h"
 #include "timelake/scan/file_cache.h"
+#include "timelake/scan/selection_reader.h"
 #include "timelake/table/table.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/status.h"
@@ -387,6 +388,29 @@ NB_MODULE(_core, m) {
       .def_ro("dedup_order", &ScanPlan::dedup_order)
       .def_ro("partition_columns", &ScanPlan::partition_columns)
       .def_prop_ro("contract", [](const ScanPlan& p) { return ContractDict(p.contract); });
+
+  // The rows a plan's filter admits, read by the core (scan/selection_reader.h): (stream capsule,
+  // counters), or None when the plan needs what only the query engine does.
+  m.def(
+      "read_selection",
+      [](const ScanPlan& plan, const std::vector<std::string>& paths,
+         const std::vector<std::string>& columns) -> nb::object {
+        SelectionCounters counters;
+        arrow::Result<std::shared_ptr<arrow::Table>> rows;
+        {
+          nb::gil_scoped_release release;
+          rows = ReadSelection(plan, paths, columns, &counters);
+        }
+        if (!rows.ok() && rows.status().IsNotImplemented()) return nb::none();
+        if (!rows.ok()) Raise(rows.status());
+        nb::dict read;
+        read["files"] = counters.files;
+        read["row_groups"] = counters.row_groups;
+        read["pages"] = counters.pages;
+        read["pages_skipped"] = counters.pages_skipped;
+        return nb::make_tuple(ExportTableCapsule(*rows), read);
+      },
+      "plan"_a, "paths"_a, "columns"_a);
 
   // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);

@@ -1,0 +1,492 @@
+"""Simple selections answered by the core, without DuckDB.
+
+The question a dashboard asks most is one series over a time range: `SELECT avg(x) AS x, max(x)
+AS hi FROM ns.t WHERE device = 'd7' AND time >= TIMESTAMP '…' AND time < TIMESTAMP '…'`, or the
+rows themselves `ORDER BY time`. A query engine pays a fixed cost per statement and reads whole row
+groups of the series-key column to find a few hundred rows; the core's selection reader
+(scan/selection_reader.h) reads only the pages that can hold them (row-group statistics, then the
+page index), and this module computes the few aggregates such queries ask with pyarrow.compute.
+
+Only statements of exactly this shape are answered here; anything else (a word more, a function,
+an expression, a join, time travel) goes to DuckDB, as does a table the reader does not handle
+(it says so: see selection_reader.h). Recognised, from the tokens (no DuckDB database needed, so a
+new process's first such query does not wait for one):
+
+    SELECT item [, item …] FROM [ns.]table WHERE cond [AND cond …]
+        [ORDER BY <time column> [ASC | DESC]] [LIMIT n] [;]
+
+* items: all columns (`*`) or plain columns, each optionally aliased (rows); or aggregates only:
+  count(*), count(col), min/max(col) of numbers and times, avg(col) of numbers up to 32-bit
+  integers and floats, sum(col) of doubles. An aggregate without an alias is named as DuckDB
+  names it only in the plain form `fn(col)` with a lower-case unquoted column; other spellings
+  need an alias to be answered here.
+* conds: at least one series-key column `= 'text'` or `= integer` (or `IN` with one value) and
+  comparisons of the time column with timestamp strings (`TIMESTAMP '2026-11-03 10:00'`, `'…'`,
+  `TIMESTAMPTZ '…'`; dates and times without an offset, read as UTC as the sessions are),
+  `BETWEEN` included.
+
+The results are those DuckDB gives: the same column names and types, NULL aggregates over no
+rows (count 0), NaN ordered above every number in min/max as DuckDB orders it. Sums and averages
+of floating-point values may differ from DuckDB's in the last bits (SQL leaves the order of
+summation open; DuckDB's own varies with its threads).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _core
+from ._capsules import SchemaCapsule, read_stream
+
+# Tests and benchmarks turn the path off to compare it with DuckDB's answers; ANSWERED counts the
+# statements answered here, and LAST_READ is what the last one read (files, row groups, pages).
+ENABLED = True
+ANSWERED = 0
+LAST_READ: Dict[str, int] = {}
+
+# DuckDB's reserved words (duckdb_keywords(), category 'reserved'): never a bare name.
+_RESERVED = frozenset(
+    "all analyse analyze and any array as asc asymmetric both case cast check collate column "
+    "constraint create default deferrable desc describe distinct do else end except false fetch "
+    "for foreign from group having in initially intersect into lambda lateral leading limit not "
+    "null offset on only or order pivot pivot_longer pivot_wider placing primary qualify "
+    "references returning select show some summarize symmetric table then to trailing true union "
+    "unique unpivot using variadic when where window with".split()
+)
+_AGGREGATES = frozenset({"count", "min", "max", "avg", "sum"})
+_PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TIME_TEXT = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?$"
+)
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
+_INTEGER_RANGES = {
+    pa.int8(): (-(2**7), 2**7 - 1), pa.int16(): (-(2**15), 2**15 - 1),
+    pa.int32(): (-(2**31), 2**31 - 1), pa.int64(): (-(2**63), 2**63 - 1),
+}
+
+
+@dataclass
+class _Item:
+    function: Optional[str]  # None: a plain column
+    column: Optional[str]  # as written (None for count(*) and *)
+    alias: Optional[str]
+    written_plain: bool = False  # the column was written as a lower-case unquoted identifier
+
+
+@dataclass
+class _Shape:
+    items: List[_Item]
+    star: bool
+    namespace: Optional[str]
+    table: str
+    keys: List[Tuple[str, Any]] = field(default_factory=list)  # (column as written, str | int)
+    times: List[Tuple[str, str, int]] = field(default_factory=list)  # (column, op, microseconds)
+    order: Optional[Tuple[str, bool]] = None  # (column as written, descending)
+    limit: Optional[int] = None
+
+
+class _NotSimple(Exception):
+    """The statement is not of the shape answered here."""
+
+
+class _Tokens:
+    def __init__(self, query: str) -> None:
+        raw = duckdb.tokenize(query)
+        self.items: List[Tuple[str, str]] = []
+        for (start, kind), following in zip(raw, raw[1:] + [(len(query), None)]):
+            if kind.name == "comment":
+                continue
+            self.items.append((query[start:following[0]].rstrip(), kind.name))
+        self.at = 0
+
+    def peek(self) -> Tuple[str, str]:
+        return self.items[self.at] if self.at < len(self.items) else ("", "end")
+
+    def take(self) -> Tuple[str, str]:
+        token = self.peek()
+        self.at += 1
+        return token
+
+    def word(self, *words: str) -> Optional[str]:
+        """Takes the next token if it is one of the (keyword) words; returns it lower-cased."""
+        text, kind = self.peek()
+        if kind in ("keyword", "identifier") and text.lower() in words:
+            self.at += 1
+            return text.lower()
+        return None
+
+    def expect(self, *words: str) -> str:
+        found = self.word(*words)
+        if found is None:
+            raise _NotSimple
+        return found
+
+    def symbol(self, text: str) -> bool:
+        token, kind = self.peek()
+        if kind == "operator" and token == text:
+            self.at += 1
+            return True
+        return False
+
+    def name(self) -> Tuple[str, bool]:
+        """An identifier: (name, written as a plain lower-case unquoted identifier)."""
+        text, kind = self.take()
+        if kind == "identifier" and text.startswith('"'):
+            if len(text) < 3 or not text.endswith('"'):
+                raise _NotSimple
+            return text[1:-1].replace('""', '"'), False
+        if kind in ("identifier", "keyword") and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", text):
+            if text.lower() in _RESERVED:
+                raise _NotSimple
+            return text, kind == "identifier" and _PLAIN_NAME.match(text) is not None
+        raise _NotSimple
+
+
+def _string(token: Tuple[str, str]) -> str:
+    text, kind = token
+    if kind != "string_const" or len(text) < 2 or not text.startswith("'") or not text.endswith("'"):
+        raise _NotSimple
+    inner = text[1:-1]
+    if "'" in inner.replace("''", ""):
+        raise _NotSimple
+    return inner.replace("''", "'")
+
+
+def _micros(text: str) -> int:
+    """A timestamp string as DuckDB reads it in a UTC session, in microseconds since the epoch."""
+    m = _TIME_TEXT.match(text)
+    if m is None:
+        raise _NotSimple
+    year, month, day, hour, minute, second, fraction = m.groups()
+    try:
+        date = dt.date(int(year), int(month), int(day))
+        clock = dt.time(int(hour or 0), int(minute or 0), int(second or 0))
+    except ValueError:
+        raise _NotSimple from None
+    seconds = (date.toordinal() - _EPOCH_ORDINAL) * 86_400 + clock.hour * 3600 + clock.minute * 60 + clock.second
+    return seconds * 1_000_000 + int((fraction or "0").ljust(6, "0"))
+
+
+def _time_constant(tokens: _Tokens) -> int:
+    tokens.word("timestamp", "timestamptz")
+    return _micros(_string(tokens.take()))
+
+
+def _parse(query: str) -> _Shape:
+    tokens = _Tokens(query)
+    tokens.expect("select")
+    items: List[_Item] = []
+    star = False
+    if tokens.symbol("*"):
+        star = True
+    else:
+        while True:
+            items.append(_item(tokens))
+            if not tokens.symbol(","):
+                break
+    tokens.expect("from")
+    first, _ = tokens.name()
+    namespace, table = (None, first)
+    if tokens.symbol("."):
+        namespace, (table, _) = first, tokens.name()
+    shape = _Shape(items, star, namespace, table)
+    if tokens.word("where") is None:
+        raise _NotSimple  # no series key fixed: DuckDB scans better
+    while True:
+        _condition(tokens, shape)
+        if tokens.word("and") is None:
+            break
+    if tokens.word("order"):
+        tokens.expect("by")
+        column, _ = tokens.name()
+        descending = tokens.word("asc", "desc") == "desc"
+        shape.order = (column, descending)
+    if tokens.word("limit"):
+        text, kind = tokens.take()
+        if kind != "numeric_const" or not text.isdigit():
+            raise _NotSimple
+        shape.limit = int(text)
+    tokens.symbol(";")
+    if tokens.peek()[1] != "end":
+        raise _NotSimple
+    return shape
+
+
+def _item(tokens: _Tokens) -> _Item:
+    text, kind = tokens.peek()
+    following = tokens.items[tokens.at + 1] if tokens.at + 1 < len(tokens.items) else ("", "end")
+    if kind == "identifier" and text.lower() in _AGGREGATES and following == ("(", "operator"):
+        function = text.lower()
+        tokens.take()
+        tokens.take()
+        if tokens.symbol("*"):
+            if function != "count":
+                raise _NotSimple
+            column, plain = None, True
+        else:
+            column, plain = tokens.name()
+        if not tokens.symbol(")"):
+            raise _NotSimple
+        item = _Item(function, column, None, plain)
+    else:
+        column, plain = tokens.name()
+        item = _Item(None, column, None, plain)
+    if tokens.word("as"):
+        item.alias = tokens.name()[0]
+    elif tokens.peek()[1] == "identifier" and tokens.peek()[0].lower() not in _RESERVED:
+        item.alias = tokens.name()[0]
+    return item
+
+
+def _condition(tokens: _Tokens, shape: _Shape) -> None:
+    column, _ = tokens.name()
+    if tokens.word("between"):
+        low = _time_constant(tokens)
+        tokens.expect("and")
+        high = _time_constant(tokens)
+        shape.times += [(column, ">=", low), (column, "<=", high)]
+        return
+    if tokens.word("in"):
+        if not tokens.symbol("("):
+            raise _NotSimple
+        shape.keys.append((column, _literal(tokens)))
+        if not tokens.symbol(")"):
+            raise _NotSimple
+        return
+    op, kind = tokens.take()
+    if kind != "operator" or op not in ("=", "<", "<=", ">", ">="):
+        raise _NotSimple
+    text, kind = tokens.peek()
+    if kind == "keyword" or kind == "identifier":
+        shape.times.append((column, op, _time_constant(tokens)))
+    elif op == "=":
+        # A key's value; or a time as a plain string, told apart once the columns are known.
+        shape.keys.append((column, _literal(tokens)))
+    elif kind == "string_const":
+        shape.times.append((column, op, _micros(_string(tokens.take()))))
+    else:
+        raise _NotSimple
+
+
+def _literal(tokens: _Tokens) -> Any:
+    negative = tokens.symbol("-")
+    text, kind = tokens.take()
+    if kind == "numeric_const" and text.isdigit():
+        value = int(text)
+        return -value if negative else value
+    if negative:
+        raise _NotSimple
+    return _string((text, kind))
+
+
+# Query text -> its shape (None: not simple). Bounded, least recently used first out.
+_SHAPES: "OrderedDict[str, Optional[_Shape]]" = OrderedDict()
+_SHAPES_SIZE = 512
+_SHAPES_LOCK = threading.Lock()
+
+
+def _shape(query: str) -> Optional[_Shape]:
+    with _SHAPES_LOCK:
+        if query in _SHAPES:
+            _SHAPES.move_to_end(query)
+            return _SHAPES[query]
+    try:
+        shape: Optional[_Shape] = _parse(query)
+    except (_NotSimple, RuntimeError, duckdb.Error):
+        shape = None
+    with _SHAPES_LOCK:
+        _SHAPES[query] = shape
+        if len(_SHAPES) > _SHAPES_SIZE:
+            _SHAPES.popitem(last=False)
+    return shape
+
+
+def _column(declared: pa.Schema, written: str) -> pa.Field:
+    """The declared column a name binds to (names bind ignoring case, as in DuckDB)."""
+    found = [f for f in declared if f.name.lower() == written.lower()]
+    if len(found) != 1:
+        raise _NotSimple
+    return found[0]
+
+
+def _plain_type(t: pa.DataType) -> bool:
+    """Types DuckDB gives back unchanged (so a selection's rows need no conversion)."""
+    return (
+        pa.types.is_boolean(t)
+        or t in _INTEGER_RANGES
+        or pa.types.is_float32(t)
+        or pa.types.is_float64(t)
+        or pa.types.is_date32(t)
+        or pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or (pa.types.is_timestamp(t) and t.unit == "us" and t.tz in (None, "UTC"))
+    )
+
+
+def answer(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
+    """The statement's result if it is a simple selection the core can read, else None (the
+    caller asks DuckDB)."""
+    if not ENABLED:
+        return None
+    shape = _shape(query)
+    if shape is None:
+        return None
+    try:
+        return _answer(lake, shape, namespace)
+    except _NotSimple:
+        return None
+
+
+def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
+    ns = shape.namespace if shape.namespace is not None else namespace
+    wanted = (ns.lower(), shape.table.lower())
+    found = [q for q in lake.tables() if tuple(q.lower().split(".", 1)) == wanted]
+    if len(found) != 1:
+        raise _NotSimple  # unknown (DuckDB words the error) or ambiguous
+    handle = lake._snapshot(found[0])
+    contract = handle.contract
+    time_name = contract.get("time_column")
+    series_key = contract.get("series_key") or []
+    if not time_name or not series_key:
+        raise _NotSimple
+    declared = pa.schema(SchemaCapsule(handle.schema_capsule()))
+    time_field = declared.field(time_name)
+    if not (pa.types.is_timestamp(time_field.type) and time_field.type.unit == "us"
+            and time_field.type.tz in (None, "UTC")):
+        raise _NotSimple
+
+    # The filter: key equalities and time bounds (inclusive microseconds).
+    key_equals: Dict[str, Any] = {}
+    low, high = None, None
+    times = list(shape.times)
+    for written, value in shape.keys:
+        f = _column(declared, written)
+        if f.name == time_name and isinstance(value, str):
+            times.append((written, "=", _micros(value)))
+            continue
+        if f.name not in series_key:
+            raise _NotSimple
+        if isinstance(value, str) != pa.types.is_string(f.type):
+            raise _NotSimple
+        if isinstance(value, int):
+            bounds = _INTEGER_RANGES.get(f.type)
+            if bounds is None or not bounds[0] <= value <= bounds[1]:
+                raise _NotSimple
+        if key_equals.get(f.name, value) != value:
+            raise _NotSimple  # contradicting equalities: left to DuckDB
+        key_equals[f.name] = value
+    if not key_equals:
+        raise _NotSimple
+    for written, op, micros in times:
+        if _column(declared, written).name != time_name:
+            raise _NotSimple
+        if op in (">=", ">", "="):
+            bound = micros + 1 if op == ">" else micros
+            low = bound if low is None else max(low, bound)
+        if op in ("<=", "<", "="):
+            bound = micros - 1 if op == "<" else micros
+            high = bound if high is None else min(high, bound)
+
+    # What to read and give back.
+    if shape.star:
+        outputs = [(f.name, f, None) for f in declared]
+    else:
+        outputs = []
+        aggregates = {item.function is not None for item in shape.items}
+        if len(aggregates) != 1:
+            raise _NotSimple  # columns beside aggregates need a GROUP BY
+        for item in shape.items:
+            f = _column(declared, item.column) if item.column is not None else None
+            if item.function is None:
+                outputs.append((item.alias or f.name, f, None))
+            else:
+                if item.alias is None and not item.written_plain:
+                    raise _NotSimple
+                name = item.alias or ("count_star()" if f is None else f"{item.function}({item.column})")
+                outputs.append((name, f, item.function))
+    if len({name.lower() for name, _, _ in outputs}) != len(outputs):
+        raise _NotSimple
+    aggregate = any(function is not None for _, _, function in outputs)
+    if aggregate and (shape.order is not None or shape.limit is not None):
+        raise _NotSimple
+    if shape.order is not None and _column(declared, shape.order[0]).name != time_name:
+        raise _NotSimple
+    for _, f, function in outputs:
+        if f is not None and not _plain_type(f.type):
+            raise _NotSimple
+        if function in ("avg",) and not (f.type in (pa.int8(), pa.int16(), pa.int32())
+                                         or pa.types.is_floating(f.type)):
+            raise _NotSimple
+        if function == "sum" and not pa.types.is_float64(f.type):
+            raise _NotSimple
+        if function in ("min", "max") and not (f.type in _INTEGER_RANGES or pa.types.is_floating(f.type)
+                                               or pa.types.is_timestamp(f.type) or pa.types.is_date32(f.type)):
+            raise _NotSimple
+    columns = []
+    for _, f, _ in outputs:
+        if f is not None and f.name not in columns:
+            columns.append(f.name)
+    if time_name not in columns:  # for ORDER BY, and so that count(*) has a column to count
+        columns.append(time_name)
+
+    plan = handle.scan(min_time=low, max_time=high, key_equals=key_equals)
+    pin = None
+    paths: List[str] = []
+    if lake._core.cache_directory is not None:
+        paths, pin = lake._core.local_copies(plan)
+    try:
+        got = _core.read_selection(plan, paths, columns)
+    finally:
+        if pin is not None:
+            pin.release()
+    if got is None:
+        raise _NotSimple
+    rows = read_stream(got[0])
+    global ANSWERED, LAST_READ
+    ANSWERED += 1
+    LAST_READ = got[1]
+
+    if aggregate:
+        names, arrays = [], []
+        for name, f, function in outputs:
+            names.append(name)
+            arrays.append(_aggregate(function, rows.column(f.name) if f is not None else None, rows.num_rows))
+        return pa.Table.from_arrays(arrays, names=names)
+    if shape.order is not None:
+        order = "descending" if shape.order[1] else "ascending"
+        rows = rows.take(pc.sort_indices(rows, sort_keys=[(time_name, order)]))
+    if shape.limit is not None:
+        rows = rows.slice(0, shape.limit)
+    fields = [pa.field(name, f.type) for name, f, _ in outputs]
+    return pa.Table.from_arrays([rows.column(f.name) for _, f, _ in outputs], schema=pa.schema(fields))
+
+
+def _aggregate(function: str, values: Optional[pa.ChunkedArray], count: int) -> pa.Array:
+    """One aggregate over the selection's values, as DuckDB computes it (a one-value array)."""
+    if values is None:  # count(*)
+        return pa.array([count], pa.int64())
+    if function == "count":
+        return pa.array([pc.count(values).as_py()], pa.int64())
+    if function == "avg":
+        return pa.array([pc.mean(values).as_py()], pa.float64())
+    if function == "sum":
+        return pa.array([pc.sum(values).as_py()], pa.float64())
+    # min / max. DuckDB orders NaN above every number.
+    if pa.types.is_floating(values.type):
+        nan = pc.is_nan(values)
+        if pc.any(nan).as_py():
+            numbers = pc.filter(values, pc.invert(nan))
+            if function == "max" or pc.count(numbers).as_py() == 0:
+                return pa.array([float("nan")], values.type)
+            values = numbers
+    ends = pc.min_max(values)
+    return pa.array([ends[function].as_py()], values.type)

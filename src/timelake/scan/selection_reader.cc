@@ -1,0 +1,693 @@
+#include "timelake/scan/selection_reader.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include <arrow/array/builder_base.h>
+#include <arrow/array/builder_binary.h>
+#include <arrow/array/builder_primitive.h>
+#include <arrow/array/util.h>
+#include <arrow/io/file.h>
+#include <parquet/column_reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
+#include <parquet/page_index.h>
+#include <parquet/schema.h>
+#include <parquet/statistics.h>
+
+#include "timelake/store/parquet_object.h"
+
+namespace timelake {
+namespace {
+
+// Rows of a row group, as sorted disjoint [first, end) runs.
+using Runs = std::vector<std::pair<int64_t, int64_t>>;
+
+Runs Intersect(const Runs& a, const Runs& b) {
+  Runs out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first);
+    const int64_t hi = std::min(a[i].second, b[j].second);
+    if (lo < hi) out.emplace_back(lo, hi);
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return out;
+}
+
+Runs RunsOf(const std::vector<int64_t>& rows) {
+  Runs out;
+  for (const int64_t row : rows) {
+    if (!out.empty() && out.back().second == row) {
+      ++out.back().second;
+    } else {
+      out.emplace_back(row, row + 1);
+    }
+  }
+  return out;
+}
+
+// One condition of the filter on one column: the values it admits.
+struct Condition {
+  std::string column;
+  int leaf = -1;
+  parquet::Type::type physical = parquet::Type::UNDEFINED;
+  // Integers (keys) and times: lo <= v <= hi. Strings: v == text.
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+  std::optional<std::string> text;
+
+  bool Admits(int64_t v) const { return v >= lo && v <= hi; }
+  bool Admits(const parquet::ByteArray& v) const {
+    return text && v.len == text->size() && std::equal(text->begin(), text->end(), v.ptr);
+  }
+  // Could a page or row group whose values lie in [min, max] hold an admitted value?
+  bool Overlaps(int64_t min, int64_t max) const { return max >= lo && min <= hi; }
+  bool Overlaps(const parquet::ByteArray& min, const parquet::ByteArray& max) const {
+    if (!text) return false;
+    const std::string_view v(*text);
+    const std::string_view a(reinterpret_cast<const char*>(min.ptr), min.len);
+    const std::string_view b(reinterpret_cast<const char*>(max.ptr), max.len);
+    // Parquet orders UTF-8 and binary statistics as unsigned bytes, as string_view compares.
+    return a <= v && v <= b;
+  }
+};
+
+const parquet::ColumnDescriptor* TopLevelLeaf(const parquet::SchemaDescriptor& schema,
+                                              const std::string& name, int* leaf) {
+  for (int i = 0; i < schema.num_columns(); ++i) {
+    const parquet::ColumnDescriptor* descr = schema.Column(i);
+    if (descr->max_repetition_level() == 0 && descr->path()->ToDotVector().size() == 1 &&
+        descr->name() == name) {
+      *leaf = i;
+      return descr;
+    }
+  }
+  return nullptr;
+}
+
+// Does the column chunk's statistics allow a value the condition admits? (true when unknown)
+bool ChunkMayMatch(const parquet::ColumnChunkMetaData& chunk, const Condition& cond) {
+  if (!chunk.is_stats_set()) return true;
+  const std::shared_ptr<parquet::Statistics> stats = chunk.statistics();
+  if (!stats) return true;
+  if (stats->HasNullCount() && stats->null_count() == chunk.num_values()) return false;
+  if (!stats->HasMinMax()) return true;
+  switch (cond.physical) {
+    case parquet::Type::INT32: {
+      const auto& s = static_cast<const parquet::Int32Statistics&>(*stats);
+      return cond.Overlaps(s.min(), s.max());
+    }
+    case parquet::Type::INT64: {
+      const auto& s = static_cast<const parquet::Int64Statistics&>(*stats);
+      return cond.Overlaps(s.min(), s.max());
+    }
+    case parquet::Type::BYTE_ARRAY: {
+      const auto& s = static_cast<const parquet::ByteArrayStatistics&>(*stats);
+      return cond.Overlaps(s.min(), s.max());
+    }
+    default:
+      return true;
+  }
+}
+
+// The offset index's pages, if they are a well-formed cover of the row group's rows: the first
+// starts at row 0 and each starts after the one before, inside the row group.
+bool CoversRows(const parquet::OffsetIndex* offsets, int64_t rows) {
+  if (offsets == nullptr) return false;
+  const auto& locations = offsets->page_locations();
+  if (locations.empty() || locations.front().first_row_index != 0) return false;
+  for (size_t page = 1; page < locations.size(); ++page) {
+    const int64_t first = locations[page].first_row_index;
+    if (first <= locations[page - 1].first_row_index || first >= rows) return false;
+  }
+  return true;
+}
+
+// The rows of a row group whose pages may hold a value the condition admits, from the page index
+// (the column index's per-page min/max and null pages, the offset index's first rows). All rows
+// when the index is missing.
+Runs PagesMayMatch(parquet::RowGroupPageIndexReader* index, const Condition& cond, int64_t rows,
+                   bool stats_trusted) {
+  const Runs all{{0, rows}};
+  if (index == nullptr || !stats_trusted) return all;
+  std::shared_ptr<parquet::ColumnIndex> column_index = index->GetColumnIndex(cond.leaf);
+  std::shared_ptr<parquet::OffsetIndex> offset_index = index->GetOffsetIndex(cond.leaf);
+  if (!column_index || !CoversRows(offset_index.get(), rows)) return all;
+  const auto& locations = offset_index->page_locations();
+  const std::vector<bool>& null_pages = column_index->null_pages();
+  if (locations.empty() || null_pages.size() != locations.size()) return all;
+  auto admitted = [&](size_t page) -> bool {
+    if (null_pages[page]) return false;
+    switch (cond.physical) {
+      case parquet::Type::INT32: {
+        const auto& ci = static_cast<const parquet::Int32ColumnIndex&>(*column_index);
+        return cond.Overlaps(ci.min_values()[page], ci.max_values()[page]);
+      }
+      case parquet::Type::INT64: {
+        const auto& ci = static_cast<const parquet::Int64ColumnIndex&>(*column_index);
+        return cond.Overlaps(ci.min_values()[page], ci.max_values()[page]);
+      }
+      case parquet::Type::BYTE_ARRAY: {
+        const auto& ci = static_cast<const parquet::ByteArrayColumnIndex&>(*column_index);
+        return cond.Overlaps(ci.min_values()[page], ci.max_values()[page]);
+      }
+      default:
+        return true;
+    }
+  };
+  Runs out;
+  for (size_t page = 0; page < locations.size(); ++page) {
+    const int64_t first = locations[page].first_row_index;
+    const int64_t end = page + 1 < locations.size() ? locations[page + 1].first_row_index : rows;
+    if (first >= end || !admitted(page)) continue;
+    if (!out.empty() && out.back().second == first) {
+      out.back().second = end;
+    } else {
+      out.emplace_back(first, end);
+    }
+  }
+  return out;
+}
+
+// One row group of one open file.
+struct Group {
+  parquet::ParquetFileReader* file = nullptr;
+  std::shared_ptr<parquet::RowGroupPageIndexReader> index;
+  int ordinal = 0;
+  int64_t rows = 0;
+};
+
+// Reads a flat column's values at `runs` (rows of the row group), decoding only the pages that
+// hold them: visit(row, value*) for every row of the runs in order, a null pointer for nulls.
+template <typename DType, typename Visit>
+arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, SelectionCounters* counters,
+                       Visit&& visit) {
+  using T = typename DType::c_type;
+  if (runs.empty()) return arrow::Status::OK();
+  std::shared_ptr<parquet::RowGroupReader> row_group = group.file->RowGroup(group.ordinal);
+  const parquet::ColumnDescriptor* descr = group.file->metadata()->schema()->Column(leaf);
+  // The pages the runs touch, from the offset index; without one, every page is read.
+  std::vector<std::pair<int64_t, int64_t>> spans;  // kept pages' rows, in order
+  std::vector<bool> keep;
+  std::shared_ptr<parquet::OffsetIndex> offsets = group.index ? group.index->GetOffsetIndex(leaf) : nullptr;
+  if (CoversRows(offsets.get(), group.rows)) {
+    const auto& locations = offsets->page_locations();
+    size_t r = 0;
+    for (size_t page = 0; page < locations.size(); ++page) {
+      const int64_t first = locations[page].first_row_index;
+      const int64_t end = page + 1 < locations.size() ? locations[page + 1].first_row_index : group.rows;
+      while (r < runs.size() && runs[r].second <= first) ++r;
+      const bool wanted = r < runs.size() && runs[r].first < end;
+      keep.push_back(wanted);
+      if (wanted) spans.emplace_back(first, end);
+    }
+  } else {
+    spans.emplace_back(0, group.rows);
+  }
+  std::unique_ptr<parquet::PageReader> pages = row_group->GetColumnPageReader(leaf);
+  if (!keep.empty()) {
+    if (counters != nullptr) {
+      const auto kept = static_cast<int64_t>(spans.size());
+      counters->pages += kept;
+      counters->pages_skipped += static_cast<int64_t>(keep.size()) - kept;
+    }
+    auto ordinal = std::make_shared<size_t>(0);
+    pages->set_data_page_filter([ordinal, keep](const parquet::DataPageStats&) {
+      const size_t page = (*ordinal)++;
+      return page < keep.size() && !keep[page];
+    });
+  } else if (counters != nullptr) {
+    counters->pages += 1;  // no offset index: the page count is unknown, counted as one
+  }
+  std::shared_ptr<parquet::ColumnReader> base = parquet::ColumnReader::Make(descr, std::move(pages));
+  auto* reader = static_cast<parquet::TypedColumnReader<DType>*>(base.get());
+  const int16_t max_def = descr->max_definition_level();
+
+  constexpr int64_t kBatch = 4096;
+  auto values = std::make_unique<T[]>(kBatch);  // not a vector: vector<bool> has no data()
+  std::vector<int16_t> defs(max_def > 0 ? kBatch : 0);
+  int64_t delivered = 0;  // levels the reader has given (or skipped) so far
+  int64_t before = 0;     // levels of the kept spans before span s
+  size_t s = 0;
+  for (const auto& [first, end] : runs) {
+    int64_t row = first;
+    while (row < end) {
+      while (s < spans.size() && spans[s].second <= row) {
+        before += spans[s].second - spans[s].first;
+        ++s;
+      }
+      if (s == spans.size() || spans[s].first > row) {
+        return arrow::Status::IOError("a page index does not cover row ", row, " of column '",
+                                      descr->name(), "'");
+      }
+      const int64_t piece_end = std::min(end, spans[s].second);
+      const int64_t at = before + (row - spans[s].first);
+      while (delivered < at) {
+        const int64_t skipped = reader->Skip(at - delivered);
+        if (skipped <= 0) return arrow::Status::IOError("column '", descr->name(), "' ends early");
+        delivered += skipped;
+      }
+      while (row < piece_end) {
+        int64_t values_read = 0;
+        const int64_t levels = reader->ReadBatch(std::min(kBatch, piece_end - row),
+                                                 max_def > 0 ? defs.data() : nullptr, nullptr,
+                                                 values.get(), &values_read);
+        if (levels <= 0) return arrow::Status::IOError("column '", descr->name(), "' ends early");
+        int64_t v = 0;
+        for (int64_t i = 0; i < levels; ++i) {
+          if (max_def > 0 && defs[i] < max_def) {
+            visit(row + i, static_cast<const T*>(nullptr));
+          } else {
+            visit(row + i, &values[v++]);
+          }
+        }
+        row += levels;
+        delivered += levels;
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
+// Keeps the rows of `runs` whose value of the condition's column it admits; `times`, when
+// given, gets the kept rows' values (the time column's), in order.
+arrow::Status FilterRuns(const Group& group, const Condition& cond, Runs* runs, std::vector<int64_t>* times,
+                         SelectionCounters* counters) {
+  Runs kept;
+  auto keep = [&kept](int64_t row) {
+    if (!kept.empty() && kept.back().second == row) {
+      ++kept.back().second;
+    } else {
+      kept.emplace_back(row, row + 1);
+    }
+  };
+  switch (cond.physical) {
+    case parquet::Type::INT32:
+      ARROW_RETURN_NOT_OK(ReadRuns<parquet::Int32Type>(group, cond.leaf, *runs, counters,
+                                                       [&](int64_t row, const int32_t* v) {
+                                                         if (v && cond.Admits(*v)) keep(row);
+                                                       }));
+      break;
+    case parquet::Type::INT64:
+      ARROW_RETURN_NOT_OK(ReadRuns<parquet::Int64Type>(group, cond.leaf, *runs, counters,
+                                                       [&](int64_t row, const int64_t* v) {
+                                                         if (v && cond.Admits(*v)) {
+                                                           keep(row);
+                                                           if (times) times->push_back(*v);
+                                                         }
+                                                       }));
+      break;
+    case parquet::Type::BYTE_ARRAY:
+      ARROW_RETURN_NOT_OK(ReadRuns<parquet::ByteArrayType>(
+          group, cond.leaf, *runs, counters, [&](int64_t row, const parquet::ByteArray* v) {
+            if (v && cond.Admits(*v)) keep(row);
+          }));
+      break;
+    default:
+      return arrow::Status::NotImplemented("a filter on a column stored as ",
+                                           parquet::TypeToString(cond.physical));
+  }
+  *runs = std::move(kept);
+  return arrow::Status::OK();
+}
+
+// An output column: the Arrow builder of its storage type and how each physical value enters it.
+class Output {
+ public:
+  static arrow::Result<Output> Make(const std::shared_ptr<arrow::Field>& field,
+                                    const parquet::ColumnDescriptor& descr) {
+    Output out;
+    out.type_ = field->type();
+    ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), out.type_, &out.builder_));
+    const arrow::Type::type id = out.type_->id();
+    const parquet::Type::type physical = descr.physical_type();
+    const auto& logical = descr.logical_type();
+    bool fits = false;
+    switch (id) {
+      case arrow::Type::BOOL:
+        fits = physical == parquet::Type::BOOLEAN;
+        break;
+      case arrow::Type::INT8:
+      case arrow::Type::INT16:
+      case arrow::Type::INT32:
+      case arrow::Type::DATE32:
+        fits = physical == parquet::Type::INT32;
+        break;
+      case arrow::Type::INT64:
+        fits = physical == parquet::Type::INT64 && (!logical || logical->is_none() || logical->is_int());
+        break;
+      case arrow::Type::TIMESTAMP:
+        fits = physical == parquet::Type::INT64 && logical && logical->is_timestamp() &&
+               static_cast<const parquet::TimestampLogicalType&>(*logical).time_unit() ==
+                   parquet::LogicalType::TimeUnit::MICROS &&
+               static_cast<const arrow::TimestampType&>(*out.type_).unit() == arrow::TimeUnit::MICRO;
+        break;
+      case arrow::Type::FLOAT:
+        fits = physical == parquet::Type::FLOAT;
+        break;
+      case arrow::Type::DOUBLE:
+        fits = physical == parquet::Type::DOUBLE;
+        break;
+      case arrow::Type::STRING:
+      case arrow::Type::BINARY:
+      case arrow::Type::LARGE_STRING:
+      case arrow::Type::LARGE_BINARY:
+        fits = physical == parquet::Type::BYTE_ARRAY;
+        break;
+      default:
+        break;
+    }
+    if (!fits) {
+      return arrow::Status::NotImplemented("column '", field->name(), "' of type ", out.type_->ToString(),
+                                           " stored as ", parquet::TypeToString(physical));
+    }
+    out.physical_ = physical;
+    return out;
+  }
+
+  arrow::Status Read(const Group& group, int leaf, const Runs& runs, SelectionCounters* counters) {
+    const parquet::ColumnDescriptor* descr = group.file->metadata()->schema()->Column(leaf);
+    if (descr->physical_type() != physical_) {
+      return arrow::Status::NotImplemented("files that store column '", descr->name(), "' differently");
+    }
+    switch (physical_) {
+      case parquet::Type::BOOLEAN:
+        return ReadRuns<parquet::BooleanType>(group, leaf, runs, counters, [&](int64_t, const bool* v) {
+          status_ &= v ? static_cast<arrow::BooleanBuilder&>(*builder_).Append(*v) : builder_->AppendNull();
+        });
+      case parquet::Type::INT32:
+        return ReadRuns<parquet::Int32Type>(group, leaf, runs, counters, [&](int64_t, const int32_t* v) {
+          status_ &= v ? AppendInteger(*v) : builder_->AppendNull();
+        });
+      case parquet::Type::INT64:
+        return ReadRuns<parquet::Int64Type>(group, leaf, runs, counters, [&](int64_t, const int64_t* v) {
+          status_ &= v ? AppendInteger(*v) : builder_->AppendNull();
+        });
+      case parquet::Type::FLOAT:
+        return ReadRuns<parquet::FloatType>(group, leaf, runs, counters, [&](int64_t, const float* v) {
+          status_ &= v ? static_cast<arrow::FloatBuilder&>(*builder_).Append(*v) : builder_->AppendNull();
+        });
+      case parquet::Type::DOUBLE:
+        return ReadRuns<parquet::DoubleType>(group, leaf, runs, counters, [&](int64_t, const double* v) {
+          status_ &= v ? static_cast<arrow::DoubleBuilder&>(*builder_).Append(*v) : builder_->AppendNull();
+        });
+      case parquet::Type::BYTE_ARRAY:
+        return ReadRuns<parquet::ByteArrayType>(
+            group, leaf, runs, counters, [&](int64_t, const parquet::ByteArray* v) {
+              status_ &= v ? AppendBytes(std::string_view(reinterpret_cast<const char*>(v->ptr), v->len))
+                           : builder_->AppendNull();
+            });
+      default:
+        return arrow::Status::NotImplemented("physical type ", parquet::TypeToString(physical_));
+    }
+  }
+
+  arrow::Result<std::shared_ptr<arrow::Array>> Finish() {
+    ARROW_RETURN_NOT_OK(status_);
+    return builder_->Finish();
+  }
+
+ private:
+  arrow::Status AppendInteger(int64_t v) {
+    switch (type_->id()) {
+      case arrow::Type::INT8:
+        return static_cast<arrow::Int8Builder&>(*builder_).Append(static_cast<int8_t>(v));
+      case arrow::Type::INT16:
+        return static_cast<arrow::Int16Builder&>(*builder_).Append(static_cast<int16_t>(v));
+      case arrow::Type::INT32:
+        return static_cast<arrow::Int32Builder&>(*builder_).Append(static_cast<int32_t>(v));
+      case arrow::Type::DATE32:
+        return static_cast<arrow::Date32Builder&>(*builder_).Append(static_cast<int32_t>(v));
+      case arrow::Type::INT64:
+        return static_cast<arrow::Int64Builder&>(*builder_).Append(v);
+      case arrow::Type::TIMESTAMP:
+        return static_cast<arrow::TimestampBuilder&>(*builder_).Append(v);
+      default:
+        return arrow::Status::NotImplemented("integer into ", type_->ToString());
+    }
+  }
+
+  arrow::Status AppendBytes(std::string_view v) {
+    switch (type_->id()) {
+      case arrow::Type::STRING:
+        return static_cast<arrow::StringBuilder&>(*builder_).Append(v);
+      case arrow::Type::BINARY:
+        return static_cast<arrow::BinaryBuilder&>(*builder_).Append(v);
+      case arrow::Type::LARGE_STRING:
+        return static_cast<arrow::LargeStringBuilder&>(*builder_).Append(v);
+      case arrow::Type::LARGE_BINARY:
+        return static_cast<arrow::LargeBinaryBuilder&>(*builder_).Append(v);
+      default:
+        return arrow::Status::NotImplemented("bytes into ", type_->ToString());
+    }
+  }
+
+  std::shared_ptr<arrow::DataType> type_;
+  std::unique_ptr<arrow::ArrayBuilder> builder_;
+  parquet::Type::type physical_ = parquet::Type::UNDEFINED;
+  arrow::Status status_;
+};
+
+// The matching rows of one row group: positions in the row group and their times.
+struct Matches {
+  size_t file = 0;
+  Group group;
+  std::vector<int64_t> rows;
+  std::vector<int64_t> times;
+};
+
+arrow::Status Supported(const ScanPlan& plan, const std::vector<std::string>& columns) {
+  if (plan.contract.time_column.empty()) return arrow::Status::NotImplemented("a table without a time column");
+  if (!plan.physical_names.empty()) return arrow::Status::NotImplemented("column mapping");
+  if (plan.evolved || plan.read_by_name || !plan.widened.empty()) {
+    return arrow::Status::NotImplemented("files that differ in their columns");
+  }
+  if (!plan.partition_columns.empty()) return arrow::Status::NotImplemented("partition columns");
+  for (const std::string& name : columns) {
+    if (std::find(plan.restored.begin(), plan.restored.end(), name) != plan.restored.end()) {
+      return arrow::Status::NotImplemented("column '", name, "' is restored to its declared type");
+    }
+  }
+  const bool any_dedup = std::any_of(plan.files.begin(), plan.files.end(),
+                                     [](const ScanFile& f) { return f.dedup; });
+  if (any_dedup) {
+    for (const std::string& key : plan.contract.series_key) {
+      if (!plan.filter.key_equals.count(key)) {
+        return arrow::Status::NotImplemented("read-time dedup over more than one series");
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
+// Builds the conditions of the filter for one file's schema.
+arrow::Result<std::vector<Condition>> ConditionsFor(const ScanPlan& plan, const parquet::SchemaDescriptor& schema,
+                                                    int* time_leaf) {
+  std::vector<Condition> out;
+  for (const auto& [column, value] : plan.filter.key_equals) {
+    Condition cond;
+    cond.column = column;
+    const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, column, &cond.leaf);
+    if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", column, "'");
+    cond.physical = descr->physical_type();
+    const auto& logical = descr->logical_type();
+    if (std::holds_alternative<std::string>(value)) {
+      if (cond.physical != parquet::Type::BYTE_ARRAY) {
+        return arrow::Status::NotImplemented("a text value for column '", column, "'");
+      }
+      cond.text = std::get<std::string>(value);
+    } else {
+      const bool signed_int = !logical || logical->is_none() ||
+                              (logical->is_int() && static_cast<const parquet::IntLogicalType&>(*logical).is_signed());
+      if ((cond.physical != parquet::Type::INT32 && cond.physical != parquet::Type::INT64) || !signed_int) {
+        return arrow::Status::NotImplemented("an integer value for column '", column, "'");
+      }
+      cond.lo = cond.hi = std::get<int64_t>(value);
+    }
+    out.push_back(std::move(cond));
+  }
+  Condition time;
+  time.column = plan.contract.time_column;
+  const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, time.column, &time.leaf);
+  if (descr == nullptr) return arrow::Status::NotImplemented("a file without the time column");
+  const auto& logical = descr->logical_type();
+  if (descr->physical_type() != parquet::Type::INT64 || !logical || !logical->is_timestamp() ||
+      static_cast<const parquet::TimestampLogicalType&>(*logical).time_unit() !=
+          parquet::LogicalType::TimeUnit::MICROS) {
+    return arrow::Status::NotImplemented("a time column not stored as microseconds");
+  }
+  time.physical = parquet::Type::INT64;
+  if (plan.filter.min_time) time.lo = *plan.filter.min_time;
+  if (plan.filter.max_time) time.hi = *plan.filter.max_time;
+  *time_leaf = time.leaf;
+  out.push_back(std::move(time));  // last: its values are kept for dedup
+  return out;
+}
+
+// Among the matches of files marked dedup, keeps one row per time (the filter fixes the whole
+// series key): the first by the files' (seq, order) and the row's position, all ascending under
+// dedup "first" and all descending under "last".
+void Deduplicate(const ScanPlan& plan, std::vector<Matches>* matches) {
+  struct Candidate {
+    int64_t time, seq, order, position;
+    size_t match, index;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t m = 0; m < matches->size(); ++m) {
+    const Matches& found = (*matches)[m];
+    const ScanFile& file = plan.files[found.file];
+    if (!file.dedup) continue;
+    int64_t group_first = 0;
+    const auto* meta = found.group.file->metadata().get();
+    for (int g = 0; g < found.group.ordinal; ++g) group_first += meta->RowGroup(g)->num_rows();
+    for (size_t i = 0; i < found.rows.size(); ++i) {
+      candidates.push_back({found.times[i], file.seq, file.order, group_first + found.rows[i], m, i});
+    }
+  }
+  if (candidates.empty()) return;
+  const bool newest = plan.dedup_order.newest_first;
+  std::sort(candidates.begin(), candidates.end(), [newest](const Candidate& a, const Candidate& b) {
+    if (a.time != b.time) return a.time < b.time;
+    auto rank = std::make_tuple(a.seq, a.order, a.position);
+    auto other = std::make_tuple(b.seq, b.order, b.position);
+    return newest ? rank > other : rank < other;
+  });
+  std::vector<std::vector<bool>> dropped(matches->size());
+  for (size_t m = 0; m < matches->size(); ++m) dropped[m].assign((*matches)[m].rows.size(), false);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (candidates[i].time == candidates[i - 1].time) dropped[candidates[i].match][candidates[i].index] = true;
+  }
+  for (size_t m = 0; m < matches->size(); ++m) {
+    Matches& found = (*matches)[m];
+    size_t out = 0;
+    for (size_t i = 0; i < found.rows.size(); ++i) {
+      if (dropped[m][i]) continue;
+      found.rows[out] = found.rows[i];
+      found.times[out] = found.times[i];
+      ++out;
+    }
+    found.rows.resize(out);
+    found.times.resize(out);
+  }
+}
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan& plan,
+                                                                  const std::vector<std::string>& paths,
+                                                                  const std::vector<std::string>& columns,
+                                                                  SelectionCounters* counters) {
+  ARROW_RETURN_NOT_OK(Supported(plan, columns));
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  for (const std::string& name : columns) {
+    auto field = plan.storage->GetFieldByName(name);
+    if (!field) return arrow::Status::KeyError("no column '", name, "'");
+    fields.push_back(field);
+  }
+  std::vector<std::unique_ptr<parquet::ParquetFileReader>> files;
+  std::vector<Matches> matches;
+  for (size_t f = 0; f < plan.files.size(); ++f) {
+    const std::string& path = paths.empty() ? plan.files[f].path : paths[f];
+    if (path.empty() || path.front() != '/') return arrow::Status::NotImplemented("a file that is not local");
+    ARROW_ASSIGN_OR_RAISE(auto input, arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ));
+    files.push_back(parquet::ParquetFileReader::Open(input, VerifyingReaderProperties()));
+    if (counters) ++counters->files;
+    parquet::ParquetFileReader* file = files.back().get();
+    const std::shared_ptr<parquet::FileMetaData> meta = file->metadata();
+    int time_leaf = -1;
+    ARROW_ASSIGN_OR_RAISE(std::vector<Condition> conditions, ConditionsFor(plan, *meta->schema(), &time_leaf));
+    std::shared_ptr<parquet::PageIndexReader> index = file->GetPageIndexReader();
+    const std::vector<uint64_t>& deleted = plan.files[f].deleted_rows;
+    int64_t group_first = 0;
+    for (int g = 0; g < meta->num_row_groups(); ++g) {
+      const std::unique_ptr<parquet::RowGroupMetaData> rg = meta->RowGroup(g);
+      const int64_t rows = rg->num_rows();
+      const int64_t first = group_first;
+      group_first += rows;
+      bool may = rows > 0;
+      for (const Condition& cond : conditions) {
+        may = may && ChunkMayMatch(*rg->ColumnChunk(cond.leaf), cond);
+      }
+      if (!may) continue;
+      Group group{file, index ? index->RowGroup(g) : nullptr, g, rows};
+      Runs candidates{{0, rows}};
+      for (const Condition& cond : conditions) {
+        candidates = Intersect(candidates, PagesMayMatch(group.index.get(), cond, rows,
+                                                         rg->ColumnChunk(cond.leaf)->is_stats_set()));
+      }
+      if (candidates.empty()) continue;
+      if (counters) ++counters->row_groups;
+      Matches found{f, group, {}, {}};
+      for (const Condition& cond : conditions) {
+        const bool is_time = cond.leaf == time_leaf && &cond == &conditions.back();
+        ARROW_RETURN_NOT_OK(FilterRuns(group, cond, &candidates, is_time ? &found.times : nullptr, counters));
+        if (candidates.empty()) break;
+      }
+      for (const auto& [a, b] : candidates) {
+        for (int64_t row = a; row < b; ++row) found.rows.push_back(row);
+      }
+      if (!deleted.empty() && !found.rows.empty()) {
+        size_t out = 0;
+        for (size_t i = 0; i < found.rows.size(); ++i) {
+          const auto position = static_cast<uint64_t>(first + found.rows[i]);
+          if (std::binary_search(deleted.begin(), deleted.end(), position)) continue;
+          found.rows[out] = found.rows[i];
+          found.times[out] = found.times[i];
+          ++out;
+        }
+        found.rows.resize(out);
+        found.times.resize(out);
+      }
+      if (!found.rows.empty()) matches.push_back(std::move(found));
+    }
+  }
+  Deduplicate(plan, &matches);
+
+  std::vector<Output> outputs;
+  std::vector<std::shared_ptr<arrow::Array>> arrays;
+  for (size_t c = 0; c < fields.size(); ++c) {
+    std::optional<Output> output;
+    for (const Matches& found : matches) {
+      const parquet::SchemaDescriptor& schema = *found.group.file->metadata()->schema();
+      int leaf = -1;
+      const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, fields[c]->name(), &leaf);
+      if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", fields[c]->name(), "'");
+      if (!output) {
+        ARROW_ASSIGN_OR_RAISE(auto made, Output::Make(fields[c], *descr));
+        output.emplace(std::move(made));
+      }
+      ARROW_RETURN_NOT_OK(output->Read(found.group, leaf, RunsOf(found.rows), counters));
+    }
+    if (!output) {
+      ARROW_ASSIGN_OR_RAISE(auto empty, arrow::MakeEmptyArray(fields[c]->type()));
+      arrays.push_back(std::move(empty));
+    } else {
+      ARROW_ASSIGN_OR_RAISE(auto array, output->Finish());
+      arrays.push_back(std::move(array));
+    }
+  }
+  int64_t total = 0;
+  for (const Matches& found : matches) total += static_cast<int64_t>(found.rows.size());
+  return arrow::Table::Make(arrow::schema(fields), arrays, total);
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<arrow::Table>> ReadSelection(const ScanPlan& plan,
+                                                           const std::vector<std::string>& paths,
+                                                           const std::vector<std::string>& columns,
+                                                           SelectionCounters* counters) {
+  if (!paths.empty() && paths.size() != plan.files.size()) {
+    return arrow::Status::Invalid("ReadSelection: ", paths.size(), " paths for ", plan.files.size(), " files");
+  }
+  try {
+    return ReadSelectionOrThrow(plan, paths, columns, counters);
+  } catch (const parquet::ParquetException& e) {
+    return arrow::Status::IOError("cannot read a data file of the selection: ", e.what());
+  }
+}
+
+}  // namespace timelake

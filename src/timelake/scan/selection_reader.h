@@ -1,0 +1,54 @@
+// Reading the rows a scan plan's filter admits inside the core, without a query engine.
+//
+// A dashboard's most frequent question is one series over a time range: a few hundred rows out
+// of files of millions. A query engine reads whole row groups of the series-key column to find
+// them; this reader uses what the files already carry to read only the pages that can hold them:
+// row-group statistics, then the page index (each page's min/max of the series key and the time,
+// and its first row), then only the matching rows' values of the columns asked for. Files are
+// sorted by (series key, time) inside each chunk, so one series is one run of rows and touches a
+// page or two of each column.
+//
+// Semantics are the scan's (scan_planner.h): the rows of the plan's files whose series-key
+// columns equal the filter's values (null never equals) and whose time lies in the filter's
+// range (both ends inclusive, microseconds), minus the rows deletion vectors delete, and among
+// the files marked `dedup` one row per (series key, time), ranked as `plan.dedup_order` says.
+// Every page read is checked against its CRC where the writer stored one.
+//
+// What it does not do (Status::NotImplemented, so that the caller asks its query engine
+// instead): tables without a time column, column mapping, added or widened columns, partition
+// columns, columns whose results are restored to another type, nested or decimal columns,
+// timestamps not stored as microseconds, and read-time dedup unless the filter fixes every
+// series-key column (then the rows of one (series, time) are those of one time).
+//
+// Thread safety: no shared state; concurrent calls are fine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/result.h>
+#include <arrow/table.h>
+
+#include "timelake/scan/scan_planner.h"
+
+namespace timelake {
+
+/// What a selection read, for tests and benchmarks.
+struct SelectionCounters {
+  int64_t files = 0;        // files opened
+  int64_t row_groups = 0;   // row groups whose pages were read
+  int64_t pages = 0;          // data pages decoded (all columns; a chunk without an offset index counts one)
+  int64_t pages_skipped = 0;  // data pages of the columns read that were left undecoded
+};
+
+/// The rows of the plan's files that `plan.filter` admits, with the columns named in `columns`
+/// (declared names, in that order) in their storage types, file by file in the plan's order and
+/// row by row in each file's order. `paths`: the file to open for each plan file (local copies
+/// of a lake in an object store), or empty to open the plan's own paths (local lakes).
+arrow::Result<std::shared_ptr<arrow::Table>> ReadSelection(const ScanPlan& plan,
+                                                           const std::vector<std::string>& paths,
+                                                           const std::vector<std::string>& columns,
+                                                           SelectionCounters* counters = nullptr);
+
+}  // namespace timelake
