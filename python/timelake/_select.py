@@ -5,21 +5,21 @@ AS hi FROM ns.t WHERE device = 'd7' AND time >= TIMESTAMP '…' AND time < TIMES
 rows themselves `ORDER BY time`. A query engine pays a fixed cost per statement and reads whole row
 groups of the series-key column to find a few hundred rows; the core's selection reader
 (scan/selection_reader.h) reads only the pages that can hold them (row-group statistics, then the
-page index), and this module computes the few aggregates such queries ask with pyarrow.compute.
+page index), and computes the few aggregates such queries ask (or orders the rows by time) as
+DuckDB does. Nothing here imports pyarrow.compute (~50 ms, paid by a first query otherwise).
 
 Only statements of exactly this shape are answered here; anything else (a word more, a function,
-an expression, a join, time travel) goes to DuckDB, as does a table the reader does not handle
-(it says so: see selection_reader.h). Recognised, from the tokens (no DuckDB database needed, so a
-new process's first such query does not wait for one):
+an expression, a join, time travel, a comment) goes to DuckDB, as does a table the reader does not
+handle (it says so: see selection_reader.h). Recognised by a lexer of its own, narrower than
+DuckDB's (no DuckDB needed, so a new process's first such query waits for no database):
 
     SELECT item [, item …] FROM [ns.]table WHERE cond [AND cond …]
         [ORDER BY <time column> [ASC | DESC]] [LIMIT n] [;]
 
-* items: all columns (`*`) or plain columns, each optionally aliased (rows); or aggregates only:
+* items: all columns (`*`) or plain columns, each optionally aliased with AS (rows); or aggregates only:
   count(*), count(col), min/max(col) of numbers and times, avg(col) of numbers up to 32-bit
-  integers and floats, sum(col) of doubles. An aggregate without an alias is named as DuckDB
-  names it only in the plain form `fn(col)` with a lower-case unquoted column; other spellings
-  need an alias to be answered here.
+  integers and floats, sum(col) of doubles, each with an alias (`AS name`; DuckDB's own names
+  for unaliased aggregates quote the column when it is one of its keywords).
 * conds: at least one series-key column `= 'text'` or `= integer` (or `IN` with one value) and
   comparisons of the time column with timestamp strings (`TIMESTAMP '2026-11-03 10:00'`, `'…'`,
   `TIMESTAMPTZ '…'`; dates and times without an offset, read as UTC as the sessions are),
@@ -40,9 +40,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import _core
 from ._capsules import SchemaCapsule, read_stream
@@ -63,7 +61,6 @@ _RESERVED = frozenset(
     "unique unpivot using variadic when where window with".split()
 )
 _AGGREGATES = frozenset({"count", "min", "max", "avg", "sum"})
-_PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _TIME_TEXT = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?$"
 )
@@ -79,7 +76,6 @@ class _Item:
     function: Optional[str]  # None: a plain column
     column: Optional[str]  # as written (None for count(*) and *)
     alias: Optional[str]
-    written_plain: bool = False  # the column was written as a lower-case unquoted identifier
 
 
 @dataclass
@@ -98,14 +94,39 @@ class _NotSimple(Exception):
     """The statement is not of the shape answered here."""
 
 
+# The lexer: deliberately narrower than DuckDB's. Words, quoted names, strings without escapes
+# other than '', unsigned integers and a few operators; anything else (comments, E'' strings,
+# dollar quoting, decimals, other characters) makes the statement not simple.
+_LEX = re.compile(
+    r"""\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>"(?:[^"]|"")+")|(?P<string>'(?:[^']|'')*')"""
+    r"""|(?P<number>[0-9]+(?![A-Za-z0-9_.]))|(?P<op>>=|<=|<>|!=|[=<>(),.*;-]))"""
+)
+
+
 class _Tokens:
     def __init__(self, query: str) -> None:
-        raw = duckdb.tokenize(query)
         self.items: List[Tuple[str, str]] = []
-        for (start, kind), following in zip(raw, raw[1:] + [(len(query), None)]):
-            if kind.name == "comment":
-                continue
-            self.items.append((query[start:following[0]].rstrip(), kind.name))
+        at = 0
+        while True:
+            m = _LEX.match(query, at)
+            if m is None:
+                if query[at:].strip():
+                    raise _NotSimple
+                break
+            at = m.end()
+            kind = m.lastgroup
+            text = m.group(kind)
+            if kind == "word":
+                kind = "keyword" if text.lower() in _RESERVED else "identifier"
+            elif kind == "quoted":
+                kind = "identifier"
+            elif kind == "string":
+                kind = "string_const"
+            elif kind == "number":
+                kind = "numeric_const"
+            else:
+                kind = "operator"
+            self.items.append((text, kind))
         self.at = 0
 
     def peek(self) -> Tuple[str, str]:
@@ -137,18 +158,12 @@ class _Tokens:
             return True
         return False
 
-    def name(self) -> Tuple[str, bool]:
-        """An identifier: (name, written as a plain lower-case unquoted identifier)."""
+    def name(self) -> str:
+        """An identifier, quoted or not (never a reserved word)."""
         text, kind = self.take()
-        if kind == "identifier" and text.startswith('"'):
-            if len(text) < 3 or not text.endswith('"'):
-                raise _NotSimple
-            return text[1:-1].replace('""', '"'), False
-        if kind in ("identifier", "keyword") and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", text):
-            if text.lower() in _RESERVED:
-                raise _NotSimple
-            return text, kind == "identifier" and _PLAIN_NAME.match(text) is not None
-        raise _NotSimple
+        if kind != "identifier":
+            raise _NotSimple
+        return text[1:-1].replace('""', '"') if text.startswith('"') else text
 
 
 def _string(token: Tuple[str, str]) -> str:
@@ -194,10 +209,10 @@ def _parse(query: str) -> _Shape:
             if not tokens.symbol(","):
                 break
     tokens.expect("from")
-    first, _ = tokens.name()
+    first = tokens.name()
     namespace, table = (None, first)
     if tokens.symbol("."):
-        namespace, (table, _) = first, tokens.name()
+        namespace, table = first, tokens.name()
     shape = _Shape(items, star, namespace, table)
     if tokens.word("where") is None:
         raise _NotSimple  # no series key fixed: DuckDB scans better
@@ -207,7 +222,7 @@ def _parse(query: str) -> _Shape:
             break
     if tokens.word("order"):
         tokens.expect("by")
-        column, _ = tokens.name()
+        column = tokens.name()
         descending = tokens.word("asc", "desc") == "desc"
         shape.order = (column, descending)
     if tokens.word("limit"):
@@ -231,24 +246,21 @@ def _item(tokens: _Tokens) -> _Item:
         if tokens.symbol("*"):
             if function != "count":
                 raise _NotSimple
-            column, plain = None, True
+            column = None
         else:
-            column, plain = tokens.name()
+            column = tokens.name()
         if not tokens.symbol(")"):
             raise _NotSimple
-        item = _Item(function, column, None, plain)
+        item = _Item(function, column, None)
     else:
-        column, plain = tokens.name()
-        item = _Item(None, column, None, plain)
-    if tokens.word("as"):
-        item.alias = tokens.name()[0]
-    elif tokens.peek()[1] == "identifier" and tokens.peek()[0].lower() not in _RESERVED:
-        item.alias = tokens.name()[0]
+        item = _Item(None, tokens.name(), None)
+    if tokens.word("as"):  # an alias without AS is left to DuckDB (which words it may be)
+        item.alias = tokens.name()
     return item
 
 
 def _condition(tokens: _Tokens, shape: _Shape) -> None:
-    column, _ = tokens.name()
+    column = tokens.name()
     if tokens.word("between"):
         low = _time_constant(tokens)
         tokens.expect("and")
@@ -301,7 +313,7 @@ def _shape(query: str) -> Optional[_Shape]:
             return _SHAPES[query]
     try:
         shape: Optional[_Shape] = _parse(query)
-    except (_NotSimple, RuntimeError, duckdb.Error):
+    except _NotSimple:
         shape = None
     with _SHAPES_LOCK:
         _SHAPES[query] = shape
@@ -409,10 +421,9 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
             if item.function is None:
                 outputs.append((item.alias or f.name, f, None))
             else:
-                if item.alias is None and not item.written_plain:
-                    raise _NotSimple
-                name = item.alias or ("count_star()" if f is None else f"{item.function}({item.column})")
-                outputs.append((name, f, item.function))
+                if item.alias is None:
+                    raise _NotSimple  # DuckDB's own names for it depend on its keyword list
+                outputs.append((item.alias, f, item.function))
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
@@ -439,12 +450,14 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
         columns.append(time_name)
 
     plan = handle.scan(min_time=low, max_time=high, key_equals=key_equals)
+    order = "file" if shape.order is None else ("desc" if shape.order[1] else "asc")
+    folds = [(function, f.name if f is not None else "", name) for name, f, function in outputs] if aggregate else []
     pin = None
     paths: List[str] = []
     if lake._core.cache_directory is not None:
         paths, pin = lake._core.local_copies(plan)
     try:
-        got = _core.read_selection(plan, paths, columns)
+        got = _core.read_selection(plan, paths, columns, order=order, limit=shape.limit, aggregates=folds)
     finally:
         if pin is not None:
             pin.release()
@@ -454,39 +467,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     global ANSWERED, LAST_READ
     ANSWERED += 1
     LAST_READ = got[1]
-
     if aggregate:
-        names, arrays = [], []
-        for name, f, function in outputs:
-            names.append(name)
-            arrays.append(_aggregate(function, rows.column(f.name) if f is not None else None, rows.num_rows))
-        return pa.Table.from_arrays(arrays, names=names)
-    if shape.order is not None:
-        order = "descending" if shape.order[1] else "ascending"
-        rows = rows.take(pc.sort_indices(rows, sort_keys=[(time_name, order)]))
-    if shape.limit is not None:
-        rows = rows.slice(0, shape.limit)
+        return rows
     fields = [pa.field(name, f.type) for name, f, _ in outputs]
     return pa.Table.from_arrays([rows.column(f.name) for _, f, _ in outputs], schema=pa.schema(fields))
-
-
-def _aggregate(function: str, values: Optional[pa.ChunkedArray], count: int) -> pa.Array:
-    """One aggregate over the selection's values, as DuckDB computes it (a one-value array)."""
-    if values is None:  # count(*)
-        return pa.array([count], pa.int64())
-    if function == "count":
-        return pa.array([pc.count(values).as_py()], pa.int64())
-    if function == "avg":
-        return pa.array([pc.mean(values).as_py()], pa.float64())
-    if function == "sum":
-        return pa.array([pc.sum(values).as_py()], pa.float64())
-    # min / max. DuckDB orders NaN above every number.
-    if pa.types.is_floating(values.type):
-        nan = pc.is_nan(values)
-        if pc.any(nan).as_py():
-            numbers = pc.filter(values, pc.invert(nan))
-            if function == "max" or pc.count(numbers).as_py() == 0:
-                return pa.array([float("nan")], values.type)
-            values = numbers
-    ends = pc.min_max(values)
-    return pa.array([ends[function].as_py()], values.type)

@@ -25,6 +25,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
@@ -393,13 +394,26 @@ NB_MODULE(_core, m) {
   // counters), or None when the plan needs what only the query engine does.
   m.def(
       "read_selection",
-      [](const ScanPlan& plan, const std::vector<std::string>& paths,
-         const std::vector<std::string>& columns) -> nb::object {
+      [](const ScanPlan& plan, const std::vector<std::string>& paths, const std::vector<std::string>& columns,
+         const std::string& order, std::optional<int64_t> limit,
+         const std::vector<std::tuple<std::string, std::string, std::string>>& aggregates) -> nb::object {
+        SelectionShape shape;
+        if (order == "asc") {
+          shape.order = SelectionShape::Order::kTimeAscending;
+        } else if (order == "desc") {
+          shape.order = SelectionShape::Order::kTimeDescending;
+        } else if (order != "file") {
+          throw nb::value_error("order must be 'file', 'asc' or 'desc'");
+        }
+        shape.limit = limit;
+        std::vector<SelectionAggregate> folds;
+        for (const auto& [function, column, name] : aggregates) folds.push_back({function, column, name});
         SelectionCounters counters;
         arrow::Result<std::shared_ptr<arrow::Table>> rows;
         {
           nb::gil_scoped_release release;
-          rows = ReadSelection(plan, paths, columns, &counters);
+          rows = ReadSelection(plan, paths, columns, shape, &counters);
+          if (rows.ok() && !folds.empty()) rows = AggregateSelection(**rows, folds);
         }
         if (!rows.ok() && rows.status().IsNotImplemented()) return nb::none();
         if (!rows.ok()) Raise(rows.status());
@@ -410,7 +424,8 @@ NB_MODULE(_core, m) {
         read["pages_skipped"] = counters.pages_skipped;
         return nb::make_tuple(ExportTableCapsule(*rows), read);
       },
-      "plan"_a, "paths"_a, "columns"_a);
+      "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
+      "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string>>{});
 
   // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);

@@ -7,6 +7,8 @@
 #include "timelake/scan/selection_reader.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <tuple>
@@ -195,15 +197,73 @@ TEST(SelectionReaderTest, MatchesAFullReadOfRandomFiles) {
         filter.key_equals.count("unit") ? std::vector<std::string>{"device", "unit"} : std::vector<std::string>{"device"};
     ScanPlan plan = PlanOf(scan_files, filter, key, rng() % 2 == 0);
     SelectionCounters counters;
-    auto got = ReadSelection(plan, {}, AllColumns(), &counters);
+    auto got = ReadSelection(plan, {}, AllColumns(), {}, &counters);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     const auto expected = ToTable(Expected(files, plan));
     auto combined = (*got)->CombineChunks().ValueOrDie();
     ASSERT_TRUE(combined->Equals(*expected->CombineChunks().ValueOrDie()))
         << "round " << round << ": " << combined->num_rows() << " rows, expected " << expected->num_rows();
     pages_skipped += counters.pages_skipped;
+
+    // Ordered by time (stable: rows of one time keep file order), and cut.
+    std::vector<Row> sorted_rows = Expected(files, plan);
+    const bool descending = rng() % 2 == 0;
+    std::stable_sort(sorted_rows.begin(), sorted_rows.end(), [descending](const Row& a, const Row& b) {
+      return descending ? a.time > b.time : a.time < b.time;
+    });
+    SelectionShape shape;
+    shape.order = descending ? SelectionShape::Order::kTimeDescending : SelectionShape::Order::kTimeAscending;
+    if (rng() % 2 == 0) {
+      shape.limit = static_cast<int64_t>(rng() % 40);
+      if (sorted_rows.size() > static_cast<size_t>(*shape.limit)) sorted_rows.resize(*shape.limit);
+    }
+    auto ordered = ReadSelection(plan, {}, AllColumns(), shape);
+    ASSERT_TRUE(ordered.ok()) << ordered.status().ToString();
+    ASSERT_TRUE((*ordered)->CombineChunks().ValueOrDie()->Equals(*ToTable(sorted_rows)->CombineChunks().ValueOrDie()))
+        << "round " << round << " ordered";
   }
   EXPECT_GT(pages_skipped, 0);  // the page index was used somewhere
+}
+
+TEST(SelectionReaderTest, AggregatesAsDuckDBComputesThem) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto table = [](std::vector<std::optional<double>> values) {
+    std::vector<Row> rows;
+    for (size_t i = 0; i < values.size(); ++i) rows.push_back({int64_t(i), "d", int32_t(i) - 2, values[i], true, std::nullopt});
+    return ToTable(rows);
+  };
+  auto one = [](const std::shared_ptr<arrow::Table>& rows, const std::string& function, const std::string& column) {
+    auto got = AggregateSelection(*rows, {{function, column, "x"}});
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return (*got)->column(0)->GetScalar(0).ValueOrDie();
+  };
+  auto values = table({1.5, std::nullopt, 4.0, -2.0});
+  EXPECT_EQ(one(values, "count", "")->ToString(), "4");
+  EXPECT_EQ(one(values, "count", "value")->ToString(), "3");
+  EXPECT_EQ(one(values, "sum", "value")->ToString(), "3.5");
+  EXPECT_DOUBLE_EQ(std::static_pointer_cast<arrow::DoubleScalar>(one(values, "avg", "value"))->value, 3.5 / 3);
+  EXPECT_EQ(one(values, "min", "value")->ToString(), "-2");
+  EXPECT_EQ(one(values, "max", "value")->ToString(), "4");
+  EXPECT_EQ(one(values, "min", "unit")->ToString(), "-2");  // int32 stays int32
+  EXPECT_EQ(one(values, "min", "unit")->type->id(), arrow::Type::INT32);
+  EXPECT_DOUBLE_EQ(std::static_pointer_cast<arrow::DoubleScalar>(one(values, "avg", "unit"))->value, -0.5);
+  EXPECT_EQ(one(values, "max", "time")->type->id(), arrow::Type::TIMESTAMP);
+  // NaN is above every number: max is NaN, min ignores it unless nothing else is there.
+  auto with_nan = table({1.0, nan, -3.0});
+  EXPECT_TRUE(std::isnan(std::static_pointer_cast<arrow::DoubleScalar>(one(with_nan, "max", "value"))->value));
+  EXPECT_EQ(one(with_nan, "min", "value")->ToString(), "-3");
+  EXPECT_TRUE(std::isnan(std::static_pointer_cast<arrow::DoubleScalar>(one(table({nan}), "min", "value"))->value));
+  EXPECT_TRUE(std::isnan(std::static_pointer_cast<arrow::DoubleScalar>(one(with_nan, "avg", "value"))->value));
+  // Over no value: NULL, count 0.
+  auto none = table({std::nullopt});
+  EXPECT_FALSE(one(none, "sum", "value")->is_valid);
+  EXPECT_FALSE(one(none, "avg", "value")->is_valid);
+  EXPECT_FALSE(one(none, "max", "value")->is_valid);
+  EXPECT_EQ(one(none, "count", "value")->ToString(), "0");
+  EXPECT_EQ(one(table({}), "count", "")->ToString(), "0");
+  // Not handled: strings, sums of integers (DuckDB gives HUGEINT).
+  EXPECT_TRUE(AggregateSelection(*values, {{"max", "note", "x"}}).status().IsNotImplemented());
+  EXPECT_TRUE(AggregateSelection(*values, {{"sum", "unit", "x"}}).status().IsNotImplemented());
 }
 
 TEST(SelectionReaderTest, ReadsOnlyThePagesOfOneSeries) {
@@ -221,7 +281,7 @@ TEST(SelectionReaderTest, ReadsOnlyThePagesOfOneSeries) {
   filter.min_time = 100 * 1000000;
   filter.max_time = 199 * 1000000;
   SelectionCounters counters;
-  auto got = ReadSelection(PlanOf({file}, filter, {"device"}, false), {}, {"value"}, &counters);
+  auto got = ReadSelection(PlanOf({file}, filter, {"device"}, false), {}, {"value"}, {}, &counters);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ((*got)->num_rows(), 100);
   // 50 pages per column: the series' rows lie in one page of each of the three columns read.

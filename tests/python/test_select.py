@@ -109,8 +109,8 @@ def random_query(rng: random.Random, table: str, by_site: bool) -> tuple[str, bo
         aggs = rng.sample(
             ["avg(temp) AS a", "min(temp) AS lo", "max(temp) AS hi", "sum(temp) AS s", "count(*) AS c",
              "count(temp) AS ct", "avg(hum) AS ah", "max(hum) AS mh", "min(n) AS mn", "avg(n) AS an",
-             "max(time) AS last_t", "min(time) AS first_t", "count(note) AS notes", "count(*)", "max(n)",
-             "MIN(temp) lo2"],
+             "max(time) AS last_t", "min(time) AS first_t", "count(note) AS notes", "count(*) AS \"Count\"",
+             "MIN(temp) AS lo2"],
             rng.randrange(1, 5),
         )
         return f"SELECT {', '.join(aggs)} FROM {table} WHERE {where}", True
@@ -188,6 +188,10 @@ def test_a_one_series_read_decodes_few_pages(lake_path):
         "SELECT avg(note) AS a FROM q.r WHERE device_id = 'dev-01'",
         "SELECT sum(n) AS s FROM q.r WHERE device_id = 'dev-01'",
         "SELECT avg(temp) FROM q.r WHERE device_id = 'dev-01'",  # DuckDB names it avg("temp")
+        "SELECT max(n) FROM q.r WHERE device_id = 'dev-01'",
+        "SELECT avg(temp) a FROM q.r WHERE device_id = 'dev-01'",
+        "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' -- a comment",
+        "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' AND time >= TIMESTAMP '2026-03-01 00:00:00.1234567'",
         "SELECT temp, temp FROM q.r WHERE device_id = 'dev-01'",
         "SELECT time, temp FROM q.r WHERE device_id = 'dev-01' ORDER BY temp",
         "SELECT count(*) AS c FROM q.r WHERE device_id = 'dev-01' LIMIT 0",

@@ -1,6 +1,8 @@
 #include "timelake/scan/selection_reader.h"
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -9,7 +11,9 @@
 #include <arrow/array/builder_base.h>
 #include <arrow/array/builder_binary.h>
 #include <arrow/array/builder_primitive.h>
+#include <arrow/array/concatenate.h>
 #include <arrow/array/util.h>
+#include <arrow/scalar.h>
 #include <arrow/io/file.h>
 #include <parquet/column_reader.h>
 #include <parquet/exception.h>
@@ -576,9 +580,20 @@ void Deduplicate(const ScanPlan& plan, std::vector<Matches>* matches) {
   }
 }
 
+// The rows of `array` at `order`, in that order.
+arrow::Result<std::shared_ptr<arrow::Array>> Permute(const arrow::Array& array, const std::vector<int64_t>& order) {
+  std::unique_ptr<arrow::ArrayBuilder> builder;
+  ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), array.type(), &builder));
+  ARROW_RETURN_NOT_OK(builder->Reserve(static_cast<int64_t>(order.size())));
+  const arrow::ArraySpan span(*array.data());
+  for (const int64_t row : order) ARROW_RETURN_NOT_OK(builder->AppendArraySlice(span, row, 1));
+  return builder->Finish();
+}
+
 arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan& plan,
                                                                   const std::vector<std::string>& paths,
                                                                   const std::vector<std::string>& columns,
+                                                                  const SelectionShape& shape,
                                                                   SelectionCounters* counters) {
   ARROW_RETURN_NOT_OK(Supported(plan, columns));
   std::vector<std::shared_ptr<arrow::Field>> fields;
@@ -669,22 +684,140 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
       arrays.push_back(std::move(array));
     }
   }
-  int64_t total = 0;
-  for (const Matches& found : matches) total += static_cast<int64_t>(found.rows.size());
+  std::vector<int64_t> times;
+  for (const Matches& found : matches) times.insert(times.end(), found.times.begin(), found.times.end());
+  auto total = static_cast<int64_t>(times.size());
+  const bool by_time = shape.order != SelectionShape::Order::kFile;
+  if (by_time || (shape.limit && *shape.limit < total)) {
+    std::vector<int64_t> order(times.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    if (shape.order == SelectionShape::Order::kTimeAscending) {
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return times[a] < times[b]; });
+    } else if (shape.order == SelectionShape::Order::kTimeDescending) {
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return times[a] > times[b]; });
+    }
+    if (shape.limit && *shape.limit < total) order.resize(static_cast<size_t>(std::max<int64_t>(0, *shape.limit)));
+    for (auto& array : arrays) {
+      ARROW_ASSIGN_OR_RAISE(array, Permute(*array, order));
+    }
+    total = static_cast<int64_t>(order.size());
+  }
   return arrow::Table::Make(arrow::schema(fields), arrays, total);
+}
+
+// Sum, count, min and max of one numeric column's non-null values, in row order.
+template <typename ArrowType>
+arrow::Result<std::shared_ptr<arrow::Scalar>> Fold(const arrow::Array& values, const std::string& function,
+                                                   const std::shared_ptr<arrow::DataType>& type) {
+  using ArrayType = typename arrow::TypeTraits<ArrowType>::ArrayType;
+  using T = typename ArrowType::c_type;
+  const auto& array = static_cast<const ArrayType&>(values);
+  constexpr bool kFloating = std::is_floating_point_v<T>;
+  int64_t count = 0;
+  double sum = 0;         // floats: in row order, as DuckDB adds them
+  int64_t exact = 0;      // integers (up to 32 bits: no overflow below 2^31 rows)
+  std::optional<T> low, high;
+  bool nan = false;
+  for (int64_t i = 0; i < array.length(); ++i) {
+    if (array.IsNull(i)) continue;
+    const T v = array.Value(i);
+    ++count;
+    if constexpr (kFloating) {
+      sum += static_cast<double>(v);
+      if (std::isnan(v)) {
+        nan = true;
+        continue;
+      }
+    } else {
+      exact += static_cast<int64_t>(v);
+    }
+    if (!low || v < *low) low = v;
+    if (!high || v > *high) high = v;
+  }
+  if (function == "sum" || function == "avg") {
+    if (count == 0) return arrow::MakeNullScalar(arrow::float64());
+    const double total = kFloating ? sum : static_cast<double>(exact);
+    return arrow::MakeScalar(function == "sum" ? total : total / static_cast<double>(count));
+  }
+  // min / max: NaN orders above every number (as in DuckDB).
+  if (count == 0) return arrow::MakeNullScalar(type);
+  std::optional<T> pick = function == "min" ? low : high;
+  if constexpr (kFloating) {
+    if (nan && (function == "max" || !pick)) pick = std::numeric_limits<T>::quiet_NaN();
+  }
+  return arrow::MakeScalar(type, *pick);
+}
+
+arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateOne(const arrow::Table& rows, const SelectionAggregate& agg) {
+  if (agg.function == "count" && agg.column.empty()) return arrow::MakeScalar(rows.num_rows());
+  auto column = rows.GetColumnByName(agg.column);
+  if (!column) return arrow::Status::KeyError("no column '", agg.column, "' in the selection");
+  ARROW_ASSIGN_OR_RAISE(auto values, arrow::Concatenate(column->chunks()));
+  if (agg.function == "count") return arrow::MakeScalar(values->length() - values->null_count());
+  const auto& type = values->type();
+  const arrow::Type::type id = type->id();
+  const bool sums = agg.function == "sum" || agg.function == "avg";
+  const bool ends = agg.function == "min" || agg.function == "max";
+  if (sums && (id == arrow::Type::DOUBLE || (agg.function == "avg" && id == arrow::Type::FLOAT))) {
+    return id == arrow::Type::DOUBLE ? Fold<arrow::DoubleType>(*values, agg.function, type)
+                                     : Fold<arrow::FloatType>(*values, agg.function, type);
+  }
+  if (agg.function == "avg" || ends) {
+    switch (id) {
+      case arrow::Type::INT8:
+        return Fold<arrow::Int8Type>(*values, agg.function, type);
+      case arrow::Type::INT16:
+        return Fold<arrow::Int16Type>(*values, agg.function, type);
+      case arrow::Type::INT32:
+        return Fold<arrow::Int32Type>(*values, agg.function, type);
+      default:
+        break;
+    }
+  }
+  if (ends) {
+    switch (id) {
+      case arrow::Type::INT64:
+        return Fold<arrow::Int64Type>(*values, agg.function, type);
+      case arrow::Type::FLOAT:
+        return Fold<arrow::FloatType>(*values, agg.function, type);
+      case arrow::Type::DOUBLE:
+        return Fold<arrow::DoubleType>(*values, agg.function, type);
+      case arrow::Type::DATE32:
+        return Fold<arrow::Date32Type>(*values, agg.function, type);
+      case arrow::Type::TIMESTAMP:
+        return Fold<arrow::TimestampType>(*values, agg.function, type);
+      default:
+        break;
+    }
+  }
+  return arrow::Status::NotImplemented(agg.function, " of ", type->ToString());
 }
 
 }  // namespace
 
+arrow::Result<std::shared_ptr<arrow::Table>> AggregateSelection(const arrow::Table& rows,
+                                                                const std::vector<SelectionAggregate>& aggregates) {
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  std::vector<std::shared_ptr<arrow::Array>> arrays;
+  for (const SelectionAggregate& agg : aggregates) {
+    ARROW_ASSIGN_OR_RAISE(auto scalar, AggregateOne(rows, agg));
+    ARROW_ASSIGN_OR_RAISE(auto array, arrow::MakeArrayFromScalar(*scalar, 1));
+    fields.push_back(arrow::field(agg.name, scalar->type));
+    arrays.push_back(std::move(array));
+  }
+  return arrow::Table::Make(arrow::schema(fields), arrays, 1);
+}
+
 arrow::Result<std::shared_ptr<arrow::Table>> ReadSelection(const ScanPlan& plan,
                                                            const std::vector<std::string>& paths,
                                                            const std::vector<std::string>& columns,
+                                                           const SelectionShape& shape,
                                                            SelectionCounters* counters) {
   if (!paths.empty() && paths.size() != plan.files.size()) {
     return arrow::Status::Invalid("ReadSelection: ", paths.size(), " paths for ", plan.files.size(), " files");
   }
   try {
-    return ReadSelectionOrThrow(plan, paths, columns, counters);
+    return ReadSelectionOrThrow(plan, paths, columns, shape, counters);
   } catch (const parquet::ParquetException& e) {
     return arrow::Status::IOError("cannot read a data file of the selection: ", e.what());
   }

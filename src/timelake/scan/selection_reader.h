@@ -24,6 +24,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,13 +43,39 @@ struct SelectionCounters {
   int64_t pages_skipped = 0;  // data pages of the columns read that were left undecoded
 };
 
+/// The order and number of the rows a selection gives.
+struct SelectionShape {
+  enum class Order { kFile, kTimeAscending, kTimeDescending };
+  /// kFile: file by file in the plan's order, row by row in each file's order. By time: rows of
+  /// equal time keep that order (a stable sort).
+  Order order = Order::kFile;
+  std::optional<int64_t> limit;  // the first rows only (after ordering)
+};
+
 /// The rows of the plan's files that `plan.filter` admits, with the columns named in `columns`
-/// (declared names, in that order) in their storage types, file by file in the plan's order and
-/// row by row in each file's order. `paths`: the file to open for each plan file (local copies
-/// of a lake in an object store), or empty to open the plan's own paths (local lakes).
+/// (declared names, in that order) in their storage types, ordered and cut as `shape` says.
+/// `paths`: the file to open for each plan file (local copies of a lake in an object store), or
+/// empty to open the plan's own paths (local lakes).
 arrow::Result<std::shared_ptr<arrow::Table>> ReadSelection(const ScanPlan& plan,
                                                            const std::vector<std::string>& paths,
                                                            const std::vector<std::string>& columns,
+                                                           const SelectionShape& shape = {},
                                                            SelectionCounters* counters = nullptr);
+
+/// One aggregate over a selection's rows, computed as DuckDB computes it over the same rows read
+/// in the same order: count(*) (empty `column`) and count(col) as int64; sum of doubles and avg
+/// of floats, doubles and integers up to 32 bits as double (sums in row order; integers summed
+/// exactly); min and max of integers, floats, dates and timestamps in the column's type, NaN
+/// above every number. Over no (non-null) value: NULL, except count, which is 0.
+struct SelectionAggregate {
+  std::string function;  // "count", "sum", "avg", "min" or "max"
+  std::string column;
+  std::string name;  // the result column's name
+};
+
+/// One row: each aggregate over `rows`. Status::NotImplemented for an aggregate of a type listed
+/// as not handled above.
+arrow::Result<std::shared_ptr<arrow::Table>> AggregateSelection(const arrow::Table& rows,
+                                                                const std::vector<SelectionAggregate>& aggregates);
 
 }  // namespace timelake
