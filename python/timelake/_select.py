@@ -65,6 +65,16 @@ _TIME_TEXT = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?$"
 )
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
+_INT64_MAX = 2**63 - 1
+# Names DuckDB keeps for its own catalogs and schemas: a lake namespace of that name is left to
+# the DuckDB path (which refuses it).
+_DUCKDB_NAMES = frozenset({"information_schema", "pg_catalog", "temp", "system", "memory"})
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _fold(name: str) -> str:
+    """A name as DuckDB compares names: ASCII letters case-folded, nothing else."""
+    return name.translate(_ASCII_LOWER)
 _INTEGER_RANGES = {
     pa.int8(): (-(2**7), 2**7 - 1), pa.int16(): (-(2**15), 2**15 - 1),
     pa.int32(): (-(2**31), 2**31 - 1), pa.int64(): (-(2**63), 2**63 - 1),
@@ -94,11 +104,12 @@ class _NotSimple(Exception):
     """The statement is not of the shape answered here."""
 
 
-# The lexer: deliberately narrower than DuckDB's. Words, quoted names, strings without escapes
-# other than '', unsigned integers and a few operators; anything else (comments, E'' strings,
-# dollar quoting, decimals, other characters) makes the statement not simple.
+# The lexer: deliberately narrower than DuckDB's. ASCII spaces, words, quoted names, strings
+# without escapes other than '', unsigned integers and a few operators; anything else (comments,
+# E'' strings, dollar quoting, decimals, other characters, Unicode spaces) makes the statement
+# not simple.
 _LEX = re.compile(
-    r"""\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>"(?:[^"]|"")+")|(?P<string>'(?:[^']|'')*')"""
+    r"""[ \t\n\r\v\f]*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>"(?:[^"]|"")+")|(?P<string>'(?:[^']|'')*')"""
     r"""|(?P<number>[0-9]+(?![A-Za-z0-9_.]))|(?P<op>>=|<=|<>|!=|[=<>(),.*;-]))"""
 )
 
@@ -110,8 +121,8 @@ class _Tokens:
         while True:
             m = _LEX.match(query, at)
             if m is None:
-                if query[at:].strip():
-                    raise _NotSimple
+                if query[at:].strip(" \t\n\r\v\f"):
+                    raise _NotSimple  # other characters, or spaces DuckDB may not take as such
                 break
             at = m.end()
             kind = m.lastgroup
@@ -227,8 +238,8 @@ def _parse(query: str) -> _Shape:
         shape.order = (column, descending)
     if tokens.word("limit"):
         text, kind = tokens.take()
-        if kind != "numeric_const" or not text.isdigit():
-            raise _NotSimple
+        if kind != "numeric_const" or not text.isdigit() or int(text) > _INT64_MAX:
+            raise _NotSimple  # DuckDB words the error for a LIMIT out of range
         shape.limit = int(text)
     tokens.symbol(";")
     if tokens.peek()[1] != "end":
@@ -324,7 +335,7 @@ def _shape(query: str) -> Optional[_Shape]:
 
 def _column(declared: pa.Schema, written: str) -> pa.Field:
     """The declared column a name binds to (names bind ignoring case, as in DuckDB)."""
-    found = [f for f in declared if f.name.lower() == written.lower()]
+    found = [f for f in declared if _fold(f.name) == _fold(written)]
     if len(found) != 1:
         raise _NotSimple
     return found[0]
@@ -360,8 +371,10 @@ def answer(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
 
 def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     ns = shape.namespace if shape.namespace is not None else namespace
-    wanted = (ns.lower(), shape.table.lower())
-    found = [q for q in lake.tables() if tuple(q.lower().split(".", 1)) == wanted]
+    if _fold(ns) in _DUCKDB_NAMES:
+        raise _NotSimple
+    wanted = (_fold(ns), _fold(shape.table))
+    found = [q for q in lake.tables() if tuple(_fold(q).split(".", 1)) == wanted]
     if len(found) != 1:
         raise _NotSimple  # unknown (DuckDB words the error) or ambiguous
     handle = lake._snapshot(found[0])
@@ -429,8 +442,13 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     aggregate = any(function is not None for _, _, function in outputs)
     if aggregate and (shape.order is not None or shape.limit is not None):
         raise _NotSimple
-    if shape.order is not None and _column(declared, shape.order[0]).name != time_name:
-        raise _NotSimple
+    if shape.order is not None:
+        # ORDER BY binds to a result column of that name first (an alias may be called "time").
+        for name, f, _ in outputs:
+            if _fold(name) == _fold(shape.order[0]) and (f is None or f.name != time_name):
+                raise _NotSimple
+        if _column(declared, shape.order[0]).name != time_name:
+            raise _NotSimple
     for _, f, function in outputs:
         if f is not None and not _plain_type(f.type):
             raise _NotSimple
