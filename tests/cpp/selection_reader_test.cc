@@ -66,9 +66,11 @@ std::shared_ptr<arrow::Table> ToTable(const std::vector<Row>& rows) {
 }
 
 void Write(const std::string& path, const std::vector<Row>& rows, int64_t rows_per_page, int64_t group_rows,
-           bool page_index) {
+           bool page_index, int64_t dictionary_bytes = 1 << 20) {
   parquet::WriterProperties::Builder props;
+  // A small dictionary limit makes the writer fall back to plain pages in mid-chunk.
   props.max_rows_per_page(rows_per_page)->write_batch_size(std::min<int64_t>(rows_per_page, 1024));
+  props.dictionary_pagesize_limit(dictionary_bytes);
   props.enable_page_checksum();
   if (page_index) props.enable_write_page_index();
   auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
@@ -175,7 +177,7 @@ TEST(SelectionReaderTest, MatchesAFullReadOfRandomFiles) {
       const int64_t page_rows[] = {7, 100, 1000, 20000};
       const int64_t group_rows[] = {500, 4000, 1000000};
       const std::string path = dir.path() + "/f" + std::to_string(f) + ".parquet";
-      Write(path, rows, page_rows[rng() % 4], group_rows[rng() % 3], rng() % 5 != 0);
+      Write(path, rows, page_rows[rng() % 4], group_rows[rng() % 3], rng() % 5 != 0, rng() % 3 == 0 ? 64 : 1 << 20);
       ScanFile file;
       file.path = path;
       file.seq = static_cast<int64_t>(rng() % 3);

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <type_traits>
 #include <functional>
+#include <list>
+#include <mutex>
+#include <unordered_map>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -15,7 +18,9 @@
 #include <arrow/array/concatenate.h>
 #include <arrow/array/util.h>
 #include <arrow/scalar.h>
+#include <arrow/buffer.h>
 #include <arrow/io/file.h>
+#include <arrow/io/memory.h>
 #include <parquet/column_reader.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
@@ -194,7 +199,48 @@ struct Group {
   std::shared_ptr<parquet::RowGroupPageIndexReader> index;
   int ordinal = 0;
   int64_t rows = 0;
+  arrow::io::RandomAccessFile* source = nullptr;  // the file's bytes
 };
+
+// A page reader over the column chunk's dictionary page (if any) and its data pages `first`
+// to `last` only, so that the pages before `first` are not even parsed: their bytes are never
+// read. `*values` gets the number of values (rows: the columns are flat) those pages hold.
+// Null when the chunk's layout does not allow it (the caller then reads the whole chunk).
+std::unique_ptr<parquet::PageReader> PagesFrom(const Group& group, int leaf, const parquet::OffsetIndex& offsets,
+                                               size_t first, size_t last, int64_t* values) {
+  if (group.source == nullptr) return nullptr;
+  const auto& locations = offsets.page_locations();
+  const std::unique_ptr<parquet::ColumnChunkMetaData> chunk =
+      group.file->metadata()->RowGroup(group.ordinal)->ColumnChunk(leaf);
+  if (chunk->crypto_metadata() != nullptr) return nullptr;  // encrypted: the whole chunk, as Parquet reads it
+  const int64_t data_start = locations[first].offset;
+  const int64_t data_end = locations[last].offset + locations[last].compressed_page_size;
+  int64_t dictionary_start = locations[0].offset, dictionary_end = locations[0].offset;
+  if (chunk->has_dictionary_page()) {
+    dictionary_start = chunk->dictionary_page_offset();
+    if (dictionary_start <= 0 || dictionary_start >= dictionary_end) return nullptr;
+  } else if (chunk->data_page_offset() != locations[0].offset) {
+    return nullptr;  // something between the chunk's start and its first data page
+  }
+  auto size = group.source->GetSize();
+  if (!size.ok() || data_start < dictionary_end || data_end <= data_start || data_end > *size) return nullptr;
+  auto buffer = arrow::AllocateResizableBuffer((dictionary_end - dictionary_start) + (data_end - data_start));
+  if (!buffer.ok()) return nullptr;
+  uint8_t* out = (*buffer)->mutable_data();
+  auto dictionary = group.source->ReadAt(dictionary_start, dictionary_end - dictionary_start);
+  auto data = group.source->ReadAt(data_start, data_end - data_start);
+  if (!dictionary.ok() || !data.ok() || (*dictionary)->size() != dictionary_end - dictionary_start ||
+      (*data)->size() != data_end - data_start) {
+    return nullptr;
+  }
+  std::memcpy(out, (*dictionary)->data(), (*dictionary)->size());
+  std::memcpy(out + (*dictionary)->size(), (*data)->data(), (*data)->size());
+  const int64_t end_row = last + 1 < locations.size() ? locations[last + 1].first_row_index : group.rows;
+  *values = end_row - locations[first].first_row_index;
+  auto stream = std::make_shared<arrow::io::BufferReader>(std::shared_ptr<arrow::Buffer>(std::move(*buffer)));
+  return parquet::PageReader::Open(stream, *values, chunk->compression(), VerifyingReaderProperties(),
+                                   *group.file->metadata()->schema()->Column(leaf));
+}
 
 // Reads a flat column's values at `runs` (rows of the row group), decoding only the pages that
 // hold them: visit(row, value*) for every row of the runs in order, a null pointer for nulls.
@@ -203,7 +249,6 @@ arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, Selection
                        Visit&& visit) {
   using T = typename DType::c_type;
   if (runs.empty()) return arrow::Status::OK();
-  std::shared_ptr<parquet::RowGroupReader> row_group = group.file->RowGroup(group.ordinal);
   const parquet::ColumnDescriptor* descr = group.file->metadata()->schema()->Column(leaf);
   // The pages the runs touch, from the offset index; without one, every page is read.
   std::vector<std::pair<int64_t, int64_t>> spans;  // kept pages' rows, in order
@@ -223,14 +268,24 @@ arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, Selection
   } else {
     spans.emplace_back(0, group.rows);
   }
-  std::unique_ptr<parquet::PageReader> pages = row_group->GetColumnPageReader(leaf);
+  std::unique_ptr<parquet::PageReader> pages;
+  size_t first_page = 0;
+  if (!keep.empty()) {
+    // From the first page wanted to the last: the pages before are never parsed.
+    first_page = static_cast<size_t>(std::find(keep.begin(), keep.end(), true) - keep.begin());
+    const size_t last_page = keep.size() - 1 - static_cast<size_t>(std::find(keep.rbegin(), keep.rend(), true) - keep.rbegin());
+    int64_t values = 0;
+    pages = PagesFrom(group, leaf, *offsets, first_page, last_page, &values);
+    if (!pages) first_page = 0;
+  }
+  if (!pages) pages = group.file->RowGroup(group.ordinal)->GetColumnPageReader(leaf);
   if (!keep.empty()) {
     if (counters != nullptr) {
       const auto kept = static_cast<int64_t>(spans.size());
       counters->pages += kept;
       counters->pages_skipped += static_cast<int64_t>(keep.size()) - kept;
     }
-    auto ordinal = std::make_shared<size_t>(0);
+    auto ordinal = std::make_shared<size_t>(first_page);
     pages->set_data_page_filter([ordinal, keep](const parquet::DataPageStats&) {
       const size_t page = (*ordinal)++;
       return page < keep.size() && !keep[page];
@@ -467,6 +522,51 @@ class Output {
   arrow::Status status_;
 };
 
+// Footers of the data files selections read, process-wide: a data file never changes once
+// written (its name is new, and it is only ever deleted), so its parsed footer stays right for
+// as long as a file of that name and size exists. Bounded; the least recently used go first.
+class FooterCache {
+ public:
+  std::shared_ptr<parquet::FileMetaData> Get(const std::string& path, int64_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(path);
+    if (it == entries_.end() || it->second.size != size) return nullptr;
+    order_.splice(order_.begin(), order_, it->second.position);
+    return it->second.footer;
+  }
+
+  void Put(const std::string& path, int64_t size, std::shared_ptr<parquet::FileMetaData> footer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(path);
+    if (it != entries_.end()) {
+      order_.erase(it->second.position);
+      entries_.erase(it);
+    }
+    order_.push_front(path);
+    entries_[path] = Entry{size, std::move(footer), order_.begin()};
+    while (entries_.size() > kEntries) {
+      entries_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+
+ private:
+  static constexpr size_t kEntries = 1024;
+  struct Entry {
+    int64_t size;
+    std::shared_ptr<parquet::FileMetaData> footer;
+    std::list<std::string>::iterator position;
+  };
+  std::mutex mutex_;
+  std::list<std::string> order_;  // most recently used first
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+FooterCache& Footers() {
+  static FooterCache* cache = new FooterCache();  // never destroyed: used until exit
+  return *cache;
+}
+
 // The matching rows of one row group: positions in the row group and their times.
 struct Matches {
   size_t file = 0;
@@ -618,7 +718,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
     const std::string& path = paths.empty() ? plan.files[f].path : paths[f];
     if (path.empty() || path.front() != '/') return arrow::Status::NotImplemented("a file that is not local");
     ARROW_ASSIGN_OR_RAISE(auto input, arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ));
-    files.push_back(parquet::ParquetFileReader::Open(input, VerifyingReaderProperties()));
+    // Footers are kept only for the lake's own files (a local copy of a remote file may be
+    // replaced by a copy of other row groups under the same name), checked by the log's size.
+    const int64_t size = plan.files[f].size;
+    const bool keep_footer = paths.empty() && size >= 0;
+    ARROW_ASSIGN_OR_RAISE(const int64_t actual, input->GetSize());
+    std::shared_ptr<parquet::FileMetaData> footer =
+        keep_footer && actual == size ? Footers().Get(path, size) : nullptr;
+    files.push_back(parquet::ParquetFileReader::Open(input, VerifyingReaderProperties(), footer));
+    if (keep_footer && actual == size && !footer) Footers().Put(path, size, files.back()->metadata());
     if (counters) ++counters->files;
     parquet::ParquetFileReader* file = files.back().get();
     const std::shared_ptr<parquet::FileMetaData> meta = file->metadata();
@@ -632,12 +740,20 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
       const int64_t rows = rg->num_rows();
       const int64_t first = group_first;
       group_first += rows;
+      if (!plan.filter.min_time && !plan.filter.max_time) {
+        // Without a time range a row of null time matches too (other engines may write one):
+        // this reader keeps only rows with a time, so it answers only when none can be null.
+        const auto stats = rg->ColumnChunk(time_leaf)->statistics();
+        if (rows > 0 && (!stats || !stats->HasNullCount() || stats->null_count() != 0)) {
+          return arrow::Status::NotImplemented("a time column that may hold nulls, and no time range");
+        }
+      }
       bool may = rows > 0;
       for (const Condition& cond : conditions) {
         may = may && ChunkMayMatch(*rg->ColumnChunk(cond.leaf), cond);
       }
       if (!may) continue;
-      Group group{file, index ? index->RowGroup(g) : nullptr, g, rows};
+      Group group{file, index ? index->RowGroup(g) : nullptr, g, rows, input.get()};
       Runs candidates{{0, rows}};
       for (const Condition& cond : conditions) {
         candidates = Intersect(candidates, PagesMayMatch(group.index.get(), cond, rows,
@@ -674,6 +790,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
   std::vector<Output> outputs;
   std::vector<std::shared_ptr<arrow::Array>> arrays;
   for (size_t c = 0; c < fields.size(); ++c) {
+    if (fields[c]->name() == plan.contract.time_column && fields[c]->type()->id() == arrow::Type::TIMESTAMP &&
+        static_cast<const arrow::TimestampType&>(*fields[c]->type()).unit() == arrow::TimeUnit::MICRO) {
+      // The time column's values were read by the filter (checked as microseconds there).
+      arrow::TimestampBuilder times(fields[c]->type(), arrow::default_memory_pool());
+      for (const Matches& found : matches) ARROW_RETURN_NOT_OK(times.AppendValues(found.times));
+      ARROW_ASSIGN_OR_RAISE(auto array, times.Finish());
+      arrays.push_back(std::move(array));
+      continue;
+    }
     std::optional<Output> output;
     for (const Matches& found : matches) {
       const parquet::SchemaDescriptor& schema = *found.group.file->metadata()->schema();
