@@ -15,6 +15,8 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
 
     SELECT item [, item …] FROM [ns.]table WHERE cond [AND cond …]
         [ORDER BY <time column> [ASC | DESC]] [LIMIT n] [;]
+    SELECT time_bucket(INTERVAL 'n unit', <time column>) AS b, aggregate [, …] FROM … WHERE …
+        GROUP BY 1 | b [ORDER BY 1 | b [ASC | DESC]] [LIMIT n] [;]
 
 * items: all columns (`*`) or plain columns, each optionally aliased with AS (rows); or aggregates only:
   count(*), count(col), min/max(col) of numbers and times, avg(col) of numbers up to 32-bit
@@ -22,8 +24,10 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
   for unaliased aggregates quote the column when it is one of its keywords).
 * conds: at least one series-key column `= 'text'` or `= integer` (or `IN` with one value) and
   comparisons of the time column with timestamp strings (`TIMESTAMP '2026-11-03 10:00'`, `'…'`,
-  `TIMESTAMPTZ '…'`; dates and times without an offset, read as UTC as the sessions are),
-  `BETWEEN` included.
+  `TIMESTAMPTZ '…'`; dates and times without an offset or with a zero one, read as UTC as the
+  sessions are), `BETWEEN` included.
+* time_bucket: widths of whole units below a month, DuckDB's origin (2000-01-03 00:00 UTC), the
+  alias not a column's name (GROUP BY and ORDER BY would bind it differently).
 
 The results are those DuckDB gives: the same column names and types, NULL aggregates over no
 rows (count 0), NaN ordered above every number in min/max as DuckDB orders it. Sums and averages
@@ -62,7 +66,7 @@ _RESERVED = frozenset(
 )
 _AGGREGATES = frozenset({"count", "min", "max", "avg", "sum"})
 _TIME_TEXT = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?$"
+    r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?(?:Z|[+-]00(?::?00)?)?$"
 )
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _INT64_MAX = 2**63 - 1
@@ -83,9 +87,10 @@ _INTEGER_RANGES = {
 
 @dataclass
 class _Item:
-    function: Optional[str]  # None: a plain column
+    function: Optional[str]  # None: a plain column; "time_bucket": the grouping
     column: Optional[str]  # as written (None for count(*) and *)
     alias: Optional[str]
+    width: int = 0  # time_bucket's width in microseconds
 
 
 @dataclass
@@ -96,8 +101,9 @@ class _Shape:
     table: str
     keys: List[Tuple[str, Any]] = field(default_factory=list)  # (column as written, str | int)
     times: List[Tuple[str, str, int]] = field(default_factory=list)  # (column, op, microseconds)
-    order: Optional[Tuple[str, bool]] = None  # (column as written, descending)
+    order: Optional[Tuple[str, bool]] = None  # (column as written or "#<position>", descending)
     limit: Optional[int] = None
+    group: Optional[str] = None  # GROUP BY's one key (a name as written or "#<position>")
 
 
 class _NotSimple(Exception):
@@ -231,9 +237,12 @@ def _parse(query: str) -> _Shape:
         _condition(tokens, shape)
         if tokens.word("and") is None:
             break
+    if tokens.word("group"):
+        tokens.expect("by")
+        shape.group = _key(tokens)
     if tokens.word("order"):
         tokens.expect("by")
-        column = tokens.name()
+        column = _key(tokens)
         descending = tokens.word("asc", "desc") == "desc"
         shape.order = (column, descending)
     if tokens.word("limit"):
@@ -247,9 +256,44 @@ def _parse(query: str) -> _Shape:
     return shape
 
 
+def _key(tokens: _Tokens) -> str:
+    """A GROUP BY or ORDER BY key: a name, or "#n" for the n-th result column."""
+    text, kind = tokens.peek()
+    if kind == "numeric_const":
+        tokens.take()
+        return f"#{int(text)}"
+    return tokens.name()
+
+
+# time_bucket widths this path takes (whole units below a month; DuckDB's origin for them is
+# 2000-01-03 00:00 UTC, a Monday).
+_UNITS = {"microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
+          "hour": 3_600_000_000, "day": 86_400_000_000, "week": 604_800_000_000}
+_WIDTH = re.compile(r"^\s*([0-9]{1,9})\s+([a-z]+?)s?\s*$")
+_BUCKET_ORIGIN = 946_857_600_000_000
+
+
+def _width(text: str) -> int:
+    m = _WIDTH.match(text.lower())
+    if m is None or m.group(2) not in _UNITS or int(m.group(1)) == 0:
+        raise _NotSimple
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
 def _item(tokens: _Tokens) -> _Item:
     text, kind = tokens.peek()
     following = tokens.items[tokens.at + 1] if tokens.at + 1 < len(tokens.items) else ("", "end")
+    if kind == "identifier" and text.lower() == "time_bucket" and following == ("(", "operator"):
+        tokens.take()
+        tokens.take()
+        tokens.expect("interval")
+        width = _width(_string(tokens.take()))
+        if not tokens.symbol(","):
+            raise _NotSimple
+        column = tokens.name()
+        if not tokens.symbol(")") or not tokens.word("as"):
+            raise _NotSimple  # the two-argument form, with an alias
+        return _Item("time_bucket", column, tokens.name(), width)
     if kind == "identifier" and text.lower() in _AGGREGATES and following == ("(", "operator"):
         function = text.lower()
         tokens.take()
@@ -440,9 +484,31 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
-    if aggregate and (shape.order is not None or shape.limit is not None):
+    buckets = [i for i, item in enumerate(shape.items) if item.function == "time_bucket"]
+    if buckets or shape.group is not None:
+        # GROUP BY the one time_bucket: named by its position or its alias (an alias that is
+        # also a column's name would bind differently in GROUP BY and ORDER BY: left to DuckDB).
+        if len(buckets) != 1 or shape.group is None:
+            raise _NotSimple
+        position = buckets[0]
+        bucket = shape.items[position]
+        if _column(declared, bucket.column).name != time_name:
+            raise _NotSimple
+        if any(_fold(f.name) == _fold(bucket.alias) for f in declared):
+            raise _NotSimple
+
+        def names_bucket(key: str) -> bool:
+            return key == f"#{position + 1}" or (not key.startswith("#") and _fold(key) == _fold(bucket.alias))
+
+        if not names_bucket(shape.group):
+            raise _NotSimple
+        if shape.order is not None and not names_bucket(shape.order[0]):
+            raise _NotSimple
+    elif aggregate and (shape.order is not None or shape.limit is not None):
         raise _NotSimple
-    if shape.order is not None:
+    elif shape.order is not None and shape.order[0].startswith("#"):
+        raise _NotSimple
+    if shape.order is not None and not buckets:
         # ORDER BY binds to a result column of that name first (an alias may be called "time").
         for name, f, _ in outputs:
             if _fold(name) == _fold(shape.order[0]) and (f is None or f.name != time_name):
@@ -450,6 +516,8 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
         if _column(declared, shape.order[0]).name != time_name:
             raise _NotSimple
     for _, f, function in outputs:
+        if function == "time_bucket":
+            continue
         if f is not None and not _plain_type(f.type):
             raise _NotSimple
         if function in ("avg",) and not (f.type in (pa.int8(), pa.int16(), pa.int32())
@@ -461,15 +529,20 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
                                                or pa.types.is_timestamp(f.type) or pa.types.is_date32(f.type)):
             raise _NotSimple
     columns = []
-    for _, f, _ in outputs:
-        if f is not None and f.name not in columns:
+    for _, f, function in outputs:
+        if f is not None and f.name not in columns and function != "time_bucket":
             columns.append(f.name)
     if time_name not in columns:  # for ORDER BY, and so that count(*) has a column to count
         columns.append(time_name)
 
     plan = handle.scan(min_time=low, max_time=high, key_equals=key_equals)
     order = "file" if shape.order is None else ("desc" if shape.order[1] else "asc")
-    folds = [(function, f.name if f is not None else "", name) for name, f, function in outputs] if aggregate else []
+    widths = {item.alias: item.width for item in shape.items if item.function == "time_bucket"}
+    folds = [
+        (function, f.name if f is not None else "", name, widths.get(name, 0) if function == "time_bucket" else 0,
+         _BUCKET_ORIGIN)
+        for name, f, function in outputs
+    ] if aggregate else []
     pin = None
     paths: List[str] = []
     if lake._core.cache_directory is not None:

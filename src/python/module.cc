@@ -6,6 +6,7 @@
 // Cancelled -> KeyboardInterrupt (or whatever the signal handler raised), anything else ->
 // RuntimeError. Long calls (append, maintain) get an InterruptCheck that runs Python's signal
 // handlers between batches, so Ctrl-C stops them.
+#include <algorithm>
 #include <Python.h>
 
 #include <chrono>
@@ -396,7 +397,8 @@ NB_MODULE(_core, m) {
       "read_selection",
       [](const ScanPlan& plan, const std::vector<std::string>& paths, const std::vector<std::string>& columns,
          const std::string& order, std::optional<int64_t> limit,
-         const std::vector<std::tuple<std::string, std::string, std::string>>& aggregates) -> nb::object {
+         const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates)
+          -> nb::object {
         SelectionShape shape;
         if (order == "asc") {
           shape.order = SelectionShape::Order::kTimeAscending;
@@ -407,13 +409,22 @@ NB_MODULE(_core, m) {
         }
         shape.limit = limit;
         std::vector<SelectionAggregate> folds;
-        for (const auto& [function, column, name] : aggregates) folds.push_back({function, column, name});
+        for (const auto& [function, column, name, width, origin] : aggregates) {
+          folds.push_back({function, column, name, width, origin});
+        }
+        const bool grouped = std::any_of(folds.begin(), folds.end(),
+                                         [](const SelectionAggregate& a) { return a.function == "time_bucket"; });
+        // Grouped: the rows come in file order and the buckets are ordered after folding.
+        SelectionShape read_shape = grouped ? SelectionShape{} : shape;
         SelectionCounters counters;
         arrow::Result<std::shared_ptr<arrow::Table>> rows;
         {
           nb::gil_scoped_release release;
-          rows = ReadSelection(plan, paths, columns, shape, &counters);
-          if (rows.ok() && !folds.empty()) rows = AggregateSelection(**rows, folds);
+          rows = ReadSelection(plan, paths, columns, read_shape, &counters);
+          if (rows.ok() && !folds.empty()) {
+            rows = AggregateSelection(**rows, folds, shape.order == SelectionShape::Order::kTimeDescending,
+                                      grouped ? shape.limit : std::nullopt);
+          }
         }
         if (!rows.ok() && rows.status().IsNotImplemented()) return nb::none();
         if (!rows.ok()) Raise(rows.status());
@@ -425,7 +436,7 @@ NB_MODULE(_core, m) {
         return nb::make_tuple(ExportTableCapsule(*rows), read);
       },
       "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
-      "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string>>{});
+      "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{});
 
   // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);

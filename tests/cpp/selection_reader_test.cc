@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <tuple>
@@ -266,6 +267,43 @@ TEST(SelectionReaderTest, AggregatesAsDuckDBComputesThem) {
   // Not handled: strings, sums of integers (DuckDB gives HUGEINT).
   EXPECT_TRUE(AggregateSelection(*values, {{"max", "note", "x"}}).status().IsNotImplemented());
   EXPECT_TRUE(AggregateSelection(*values, {{"sum", "unit", "x"}}).status().IsNotImplemented());
+}
+
+TEST(SelectionReaderTest, TimeBucketsCountFromDuckDBsOrigin) {
+  // Buckets start at 2000-01-03 00:00 UTC plus whole widths, before that date too.
+  const int64_t origin = 946857600000000;
+  const int64_t hour = int64_t{3600} * 1000000;
+  std::vector<Row> rows;
+  const std::vector<int64_t> times = {origin - 1, origin, origin + hour - 1, origin + 5 * hour + 7, -1, 0};
+  for (size_t i = 0; i < times.size(); ++i) rows.push_back({times[i], "d", 1, 1.0 * i, true, std::nullopt});
+  auto table = ToTable(rows);
+  const int64_t width = 7 * hour;  // does not divide a day: the origin matters
+  SelectionAggregate bucket{"time_bucket", "time", "b", width, origin};
+  auto got = AggregateSelection(*table, {bucket, {"count", "", "c"}, {"max", "value", "m"}});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::map<int64_t, std::pair<int64_t, double>> expected;  // bucket -> count, max
+  for (size_t i = 0; i < times.size(); ++i) {
+    const int64_t offset = times[i] - origin;
+    const int64_t start = origin + (offset >= 0 ? offset / width : -((-offset + width - 1) / width)) * width;
+    auto& e = expected[start];
+    e.first += 1;
+    e.second = std::max(e.second, 1.0 * i);
+  }
+  auto combined = (*got)->CombineChunks().ValueOrDie();
+  ASSERT_EQ(combined->num_rows(), static_cast<int64_t>(expected.size()));
+  int64_t r = 0;
+  for (const auto& [start, e] : expected) {
+    EXPECT_EQ(std::static_pointer_cast<arrow::TimestampScalar>(combined->column(0)->GetScalar(r).ValueOrDie())->value, start);
+    EXPECT_EQ(std::static_pointer_cast<arrow::Int64Scalar>(combined->column(1)->GetScalar(r).ValueOrDie())->value, e.first);
+    EXPECT_EQ(std::static_pointer_cast<arrow::DoubleScalar>(combined->column(2)->GetScalar(r).ValueOrDie())->value, e.second);
+    ++r;
+  }
+  // Descending, cut to two.
+  auto last = AggregateSelection(*table, {bucket, {"count", "", "c"}}, true, 2);
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ((*last)->num_rows(), 2);
+  EXPECT_EQ(std::static_pointer_cast<arrow::TimestampScalar>((*last)->column(0)->GetScalar(0).ValueOrDie())->value,
+            expected.rbegin()->first);
 }
 
 TEST(SelectionReaderTest, ReadsOnlyThePagesOfOneSeries) {

@@ -105,6 +105,16 @@ def random_query(rng: random.Random, table: str, by_site: bool) -> tuple[str, bo
         conds.append(f"time = {ts(T0 + timedelta(minutes=rng.randrange(0, 300)), form)}")
     rng.shuffle(conds)
     where = " AND ".join(conds)
+    if rng.random() < 0.25:
+        width = rng.choice(["1 minute", "5 minutes", "1 hour", "90 seconds", "1 day", "7 minutes", "1 week",
+                            "250 milliseconds"])
+        aggs = rng.sample(["avg(temp) AS a", "max(temp) AS hi", "count(*) AS c", "min(n) AS mn", "sum(temp) AS s",
+                           "count(hum) AS ch", "max(time) AS last_t"], rng.randrange(1, 4))
+        key = rng.choice(["1", "b"])
+        order = rng.choice(["", f" ORDER BY {key}", f" ORDER BY {key} DESC", f" ORDER BY {key} ASC"])
+        limit = f" LIMIT {rng.randrange(0, 20)}" if order and rng.random() < 0.4 else ""
+        return (f"SELECT time_bucket(INTERVAL '{width}', time) AS b, {', '.join(aggs)} FROM {table} "
+                f"WHERE {where} GROUP BY {key}{order}{limit}"), bool(order)
     if rng.random() < 0.5:
         aggs = rng.sample(
             ["avg(temp) AS a", "min(temp) AS lo", "max(temp) AS hi", "sum(temp) AS s", "count(*) AS c",
@@ -198,6 +208,17 @@ def test_a_one_series_read_decodes_few_pages(lake_path):
         "SELECT avg(temp) AS a FROM q.r x WHERE x.device_id = 'dev-01'",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01'; SELECT 1",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = E'dev-01'",
+        "SELECT time_bucket(INTERVAL '1 hour', time) AS time, max(temp) AS m FROM q.r WHERE device_id = 'dev-01' GROUP BY 1",
+        "SELECT time_bucket(INTERVAL '1 month', time) AS b, max(temp) AS m FROM q.r WHERE device_id = 'dev-01' GROUP BY 1",
+        "SELECT time_bucket(INTERVAL '1 hour', time, TIMESTAMP '2000-01-01') AS b, max(temp) AS m FROM q.r "
+        "WHERE device_id = 'dev-01' GROUP BY 1",
+        "SELECT time_bucket(INTERVAL '1 hour', time) AS b, max(temp) AS m FROM q.r WHERE device_id = 'dev-01' GROUP BY 2",
+        "SELECT time_bucket(INTERVAL '1 hour', time) AS b, max(temp) AS m FROM q.r WHERE device_id = 'dev-01' "
+        "GROUP BY 1 ORDER BY m",
+        "SELECT time_bucket(INTERVAL '1 hour', time) AS b, temp FROM q.r WHERE device_id = 'dev-01' GROUP BY 1",
+        "SELECT max(temp) AS m FROM q.r WHERE device_id = 'dev-01' GROUP BY device_id",
+        "SELECT time_bucket(INTERVAL '1 hour 30 minutes', time) AS b, max(temp) AS m FROM q.r "
+        "WHERE device_id = 'dev-01' GROUP BY 1",
     ],
 )
 def test_other_statements_go_to_duckdb(lake_path, query):

@@ -193,12 +193,17 @@ def test_time_travel_and_other_shapes_go_to_duckdb(small):
                       ("SELECT * FROM s.r WHERE device_id = 'a' LIMIT 1 OFFSET 1", {}),
                       ("SELECT * FROM s.r WHERE device_id = 'a' AND time > '2026-03-01 24:00:00'", {}),
                       ("SELECT * FROM s.r WHERE device_id = 'a' AND time >= 'infinity'", {}),
-                      ("SELECT * FROM s.r WHERE device_id = 'a' AND time >= TIMESTAMP '2026-03-01 00:00:00Z'", {}),
+                      ("SELECT * FROM s.r WHERE device_id = 'a' AND time >= TIMESTAMP '2026-03-01 00:00:00+01'", {}),
                       ("SELECT count(*) AS c FROM s.r WHERE device_id = 'a' AND time > '2023-02-29'", {}),
                       ("SELECT count(*) AS c FROM s.r WHERE device_id = 1", {}),
                       ("SELECT max(device_id) AS m FROM s.r WHERE device_id = 'a'", {})]:
         assert_like_duckdb(small, query, ordered=False, **kw)
     assert _select.ANSWERED == before
+    # A zero offset (Z, +00, +00:00) names the same instant either way: answered, and alike.
+    for suffix in ("Z", "+00", "+00:00", "-00:00"):
+        assert_like_duckdb(small, f"SELECT * FROM s.r WHERE device_id = 'a' AND time >= TIMESTAMP '2026-03-01 00:00:00{suffix}'",
+                           ordered=False)
+    assert _select.ANSWERED == before + 4
 
 
 @pytest.mark.parametrize("dedup", ["last", "first", "none"])

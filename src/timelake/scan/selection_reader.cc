@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <limits>
@@ -932,8 +933,93 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateOne(const arrow::Table& r
 
 }  // namespace
 
+namespace {
+
+// floor((t - origin) / width) * width + origin, without overflow for any time and width.
+int64_t BucketOf(int64_t t, int64_t width, int64_t origin) {
+  const __int128 offset = static_cast<__int128>(t) - origin;
+  __int128 q = offset / width;
+  if (offset % width != 0 && offset < 0) --q;
+  return static_cast<int64_t>(q * width + origin);
+}
+
+// One row per time bucket that holds rows, in bucket order (descending if asked), cut to
+// `limit`: the bucket (the time column's type) and each aggregate over the bucket's rows, which
+// are folded in the order `rows` holds them.
+arrow::Result<std::shared_ptr<arrow::Table>> AggregateByBucket(const arrow::Table& rows,
+                                                               const std::vector<SelectionAggregate>& aggregates,
+                                                               const SelectionAggregate& bucket, bool descending,
+                                                               std::optional<int64_t> limit) {
+  if (bucket.width <= 0) return arrow::Status::Invalid("a time bucket of width ", bucket.width);
+  auto column = rows.GetColumnByName(bucket.column);
+  if (!column || column->type()->id() != arrow::Type::TIMESTAMP) {
+    return arrow::Status::NotImplemented("time buckets of a column that is not a timestamp");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto times, arrow::Concatenate(column->chunks()));
+  const auto& time_array = static_cast<const arrow::TimestampArray&>(*times);
+  std::map<int64_t, std::vector<int64_t>> groups;  // bucket -> rows, in row order
+  for (int64_t i = 0; i < time_array.length(); ++i) {
+    if (time_array.IsNull(i)) return arrow::Status::NotImplemented("time buckets of null times");
+    groups[BucketOf(time_array.Value(i), bucket.width, bucket.origin)].push_back(i);
+  }
+  std::vector<const std::pair<const int64_t, std::vector<int64_t>>*> order;
+  for (const auto& group : groups) order.push_back(&group);
+  if (descending) std::reverse(order.begin(), order.end());
+  if (limit && *limit < static_cast<int64_t>(order.size())) order.resize(static_cast<size_t>(std::max<int64_t>(0, *limit)));
+
+  std::vector<std::shared_ptr<arrow::Array>> wholes;
+  for (const auto& chunked : rows.columns()) {
+    ARROW_ASSIGN_OR_RAISE(auto whole, arrow::Concatenate(chunked->chunks()));
+    wholes.push_back(std::move(whole));
+  }
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  std::vector<std::shared_ptr<arrow::Array>> arrays;
+  for (const SelectionAggregate& agg : aggregates) {
+    if (agg.function == "time_bucket") {
+      arrow::TimestampBuilder starts(column->type(), arrow::default_memory_pool());
+      for (const auto* group : order) ARROW_RETURN_NOT_OK(starts.Append(group->first));
+      ARROW_ASSIGN_OR_RAISE(auto array, starts.Finish());
+      fields.push_back(arrow::field(agg.name, column->type()));
+      arrays.push_back(std::move(array));
+      continue;
+    }
+    std::shared_ptr<arrow::DataType> type;
+    std::unique_ptr<arrow::ArrayBuilder> builder;
+    for (const auto* group : order) {
+      std::vector<std::shared_ptr<arrow::Array>> picked;
+      for (const auto& whole : wholes) {
+        ARROW_ASSIGN_OR_RAISE(auto part, Permute(*whole, group->second));
+        picked.push_back(std::move(part));
+      }
+      auto subset = arrow::Table::Make(rows.schema(), picked, static_cast<int64_t>(group->second.size()));
+      ARROW_ASSIGN_OR_RAISE(auto scalar, AggregateOne(*subset, agg));
+      if (!builder) {
+        type = scalar->type;
+        ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type, &builder));
+      }
+      ARROW_RETURN_NOT_OK(builder->AppendScalar(*scalar));
+    }
+    if (!builder) {
+      // No bucket: the aggregate's type from an empty fold.
+      ARROW_ASSIGN_OR_RAISE(auto scalar, AggregateOne(*rows.Slice(0, 0), agg));
+      type = scalar->type;
+      ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type, &builder));
+    }
+    ARROW_ASSIGN_OR_RAISE(auto array, builder->Finish());
+    fields.push_back(arrow::field(agg.name, type));
+    arrays.push_back(std::move(array));
+  }
+  return arrow::Table::Make(arrow::schema(fields), arrays, static_cast<int64_t>(order.size()));
+}
+
+}  // namespace
+
 arrow::Result<std::shared_ptr<arrow::Table>> AggregateSelection(const arrow::Table& rows,
-                                                                const std::vector<SelectionAggregate>& aggregates) {
+                                                                const std::vector<SelectionAggregate>& aggregates,
+                                                                bool descending, std::optional<int64_t> limit) {
+  for (const SelectionAggregate& agg : aggregates) {
+    if (agg.function == "time_bucket") return AggregateByBucket(rows, aggregates, agg, descending, limit);
+  }
   std::vector<std::shared_ptr<arrow::Field>> fields;
   std::vector<std::shared_ptr<arrow::Array>> arrays;
   for (const SelectionAggregate& agg : aggregates) {

@@ -67,15 +67,26 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelection(const ScanPlan& plan,
 /// of floats, doubles and integers up to 32 bits as double (sums in row order; integers summed
 /// exactly); min and max of integers, floats, dates and timestamps in the column's type, NaN
 /// above every number. Over no (non-null) value: NULL, except count, which is 0.
+///
+/// "time_bucket" is the grouping instead: rows are grouped by the start of the bucket of
+/// `width` microseconds their `column` (a timestamp) falls in, buckets counted from `origin`
+/// (DuckDB's time_bucket: 2000-01-03 00:00 UTC for widths under a month), and every other
+/// aggregate is computed per bucket.
 struct SelectionAggregate {
-  std::string function;  // "count", "sum", "avg", "min" or "max"
+  std::string function;  // "count", "sum", "avg", "min", "max" or "time_bucket"
   std::string column;
   std::string name;  // the result column's name
+  int64_t width = 0;   // time_bucket only
+  int64_t origin = 0;  // time_bucket only
 };
 
-/// One row: each aggregate over `rows`. Status::NotImplemented for an aggregate of a type listed
-/// as not handled above.
+/// Without a time_bucket: one row, each aggregate over `rows`. With one: a row per bucket that
+/// holds rows, ordered by bucket (`descending` if asked), the first `limit` only. Columns in the
+/// order of `aggregates`. Status::NotImplemented for an aggregate of a type listed as not handled
+/// above.
 arrow::Result<std::shared_ptr<arrow::Table>> AggregateSelection(const arrow::Table& rows,
-                                                                const std::vector<SelectionAggregate>& aggregates);
+                                                                const std::vector<SelectionAggregate>& aggregates,
+                                                                bool descending = false,
+                                                                std::optional<int64_t> limit = std::nullopt);
 
 }  // namespace timelake
