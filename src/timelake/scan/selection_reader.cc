@@ -841,10 +841,12 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
   return arrow::Table::Make(arrow::schema(fields), arrays, total);
 }
 
-// Sum, count, min and max of one numeric column's non-null values, in row order.
+// Sum, count, min and max of one numeric column's non-null values, in row order: of all its rows,
+// or of the rows listed in `subset`.
 template <typename ArrowType>
 arrow::Result<std::shared_ptr<arrow::Scalar>> Fold(const arrow::Array& values, const std::string& function,
-                                                   const std::shared_ptr<arrow::DataType>& type) {
+                                                   const std::shared_ptr<arrow::DataType>& type,
+                                                   const std::vector<int64_t>* subset) {
   using ArrayType = typename arrow::TypeTraits<ArrowType>::ArrayType;
   using T = typename ArrowType::c_type;
   const auto& array = static_cast<const ArrayType&>(values);
@@ -854,7 +856,9 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> Fold(const arrow::Array& values, c
   int64_t exact = 0;      // integers (up to 32 bits: no overflow below 2^31 rows)
   std::optional<T> low, high;
   bool nan = false;
-  for (int64_t i = 0; i < array.length(); ++i) {
+  const int64_t n = subset ? static_cast<int64_t>(subset->size()) : array.length();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = subset ? (*subset)[k] : k;
     if (array.IsNull(i)) continue;
     const T v = array.Value(i);
     ++count;
@@ -886,28 +890,34 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> Fold(const arrow::Array& values, c
   return arrow::MakeScalar(type, *pick);
 }
 
-arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateOne(const arrow::Table& rows, const SelectionAggregate& agg) {
-  if (agg.function == "count" && agg.column.empty()) return arrow::MakeScalar(rows.num_rows());
-  auto column = rows.GetColumnByName(agg.column);
-  if (!column) return arrow::Status::KeyError("no column '", agg.column, "' in the selection");
-  ARROW_ASSIGN_OR_RAISE(auto values, arrow::Concatenate(column->chunks()));
-  if (agg.function == "count") return arrow::MakeScalar(values->length() - values->null_count());
+// One aggregate over `values` (null for count(*)), of all `rows` rows or of those in `subset`.
+arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateValues(const std::shared_ptr<arrow::Array>& values,
+                                                              const SelectionAggregate& agg,
+                                                              const std::vector<int64_t>* subset, int64_t rows) {
+  if (agg.function == "count" && agg.column.empty()) return arrow::MakeScalar(rows);
+  if (!values) return arrow::Status::KeyError("no column '", agg.column, "' in the selection");
+  if (agg.function == "count") {
+    if (!subset) return arrow::MakeScalar(values->length() - values->null_count());
+    int64_t valid = 0;
+    for (const int64_t i : *subset) valid += values->IsValid(i) ? 1 : 0;
+    return arrow::MakeScalar(valid);
+  }
   const auto& type = values->type();
   const arrow::Type::type id = type->id();
   const bool sums = agg.function == "sum" || agg.function == "avg";
   const bool ends = agg.function == "min" || agg.function == "max";
   if (sums && (id == arrow::Type::DOUBLE || (agg.function == "avg" && id == arrow::Type::FLOAT))) {
-    return id == arrow::Type::DOUBLE ? Fold<arrow::DoubleType>(*values, agg.function, type)
-                                     : Fold<arrow::FloatType>(*values, agg.function, type);
+    return id == arrow::Type::DOUBLE ? Fold<arrow::DoubleType>(*values, agg.function, type, subset)
+                                     : Fold<arrow::FloatType>(*values, agg.function, type, subset);
   }
   if (agg.function == "avg" || ends) {
     switch (id) {
       case arrow::Type::INT8:
-        return Fold<arrow::Int8Type>(*values, agg.function, type);
+        return Fold<arrow::Int8Type>(*values, agg.function, type, subset);
       case arrow::Type::INT16:
-        return Fold<arrow::Int16Type>(*values, agg.function, type);
+        return Fold<arrow::Int16Type>(*values, agg.function, type, subset);
       case arrow::Type::INT32:
-        return Fold<arrow::Int32Type>(*values, agg.function, type);
+        return Fold<arrow::Int32Type>(*values, agg.function, type, subset);
       default:
         break;
     }
@@ -915,20 +925,33 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateOne(const arrow::Table& r
   if (ends) {
     switch (id) {
       case arrow::Type::INT64:
-        return Fold<arrow::Int64Type>(*values, agg.function, type);
+        return Fold<arrow::Int64Type>(*values, agg.function, type, subset);
       case arrow::Type::FLOAT:
-        return Fold<arrow::FloatType>(*values, agg.function, type);
+        return Fold<arrow::FloatType>(*values, agg.function, type, subset);
       case arrow::Type::DOUBLE:
-        return Fold<arrow::DoubleType>(*values, agg.function, type);
+        return Fold<arrow::DoubleType>(*values, agg.function, type, subset);
       case arrow::Type::DATE32:
-        return Fold<arrow::Date32Type>(*values, agg.function, type);
+        return Fold<arrow::Date32Type>(*values, agg.function, type, subset);
       case arrow::Type::TIMESTAMP:
-        return Fold<arrow::TimestampType>(*values, agg.function, type);
+        return Fold<arrow::TimestampType>(*values, agg.function, type, subset);
       default:
         break;
     }
   }
   return arrow::Status::NotImplemented(agg.function, " of ", type->ToString());
+}
+
+// The concatenated values of the aggregate's column (null for count(*)).
+arrow::Result<std::shared_ptr<arrow::Array>> ValuesOf(const arrow::Table& rows, const SelectionAggregate& agg) {
+  if (agg.function == "count" && agg.column.empty()) return nullptr;
+  auto column = rows.GetColumnByName(agg.column);
+  if (!column) return arrow::Status::KeyError("no column '", agg.column, "' in the selection");
+  return arrow::Concatenate(column->chunks());
+}
+
+arrow::Result<std::shared_ptr<arrow::Scalar>> AggregateOne(const arrow::Table& rows, const SelectionAggregate& agg) {
+  ARROW_ASSIGN_OR_RAISE(auto values, ValuesOf(rows, agg));
+  return AggregateValues(values, agg, nullptr, rows.num_rows());
 }
 
 }  // namespace
@@ -967,11 +990,6 @@ arrow::Result<std::shared_ptr<arrow::Table>> AggregateByBucket(const arrow::Tabl
   if (descending) std::reverse(order.begin(), order.end());
   if (limit && *limit < static_cast<int64_t>(order.size())) order.resize(static_cast<size_t>(std::max<int64_t>(0, *limit)));
 
-  std::vector<std::shared_ptr<arrow::Array>> wholes;
-  for (const auto& chunked : rows.columns()) {
-    ARROW_ASSIGN_OR_RAISE(auto whole, arrow::Concatenate(chunked->chunks()));
-    wholes.push_back(std::move(whole));
-  }
   std::vector<std::shared_ptr<arrow::Field>> fields;
   std::vector<std::shared_ptr<arrow::Array>> arrays;
   for (const SelectionAggregate& agg : aggregates) {
@@ -985,14 +1003,10 @@ arrow::Result<std::shared_ptr<arrow::Table>> AggregateByBucket(const arrow::Tabl
     }
     std::shared_ptr<arrow::DataType> type;
     std::unique_ptr<arrow::ArrayBuilder> builder;
+    ARROW_ASSIGN_OR_RAISE(auto values, ValuesOf(rows, agg));
     for (const auto* group : order) {
-      std::vector<std::shared_ptr<arrow::Array>> picked;
-      for (const auto& whole : wholes) {
-        ARROW_ASSIGN_OR_RAISE(auto part, Permute(*whole, group->second));
-        picked.push_back(std::move(part));
-      }
-      auto subset = arrow::Table::Make(rows.schema(), picked, static_cast<int64_t>(group->second.size()));
-      ARROW_ASSIGN_OR_RAISE(auto scalar, AggregateOne(*subset, agg));
+      ARROW_ASSIGN_OR_RAISE(auto scalar, AggregateValues(values, agg, &group->second,
+                                                         static_cast<int64_t>(group->second.size())));
       if (!builder) {
         type = scalar->type;
         ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type, &builder));
