@@ -309,9 +309,9 @@ TEST_F(IngestorTest, ChunksThatDoNotDivideAmongTheCoresAreCutBySeries) {
 }
 
 // Values reach Parquet's column writers in batches of a page (write_batch_size), which must not
-// change the pages: each holds at most 20,000 rows (max_rows_per_page), and together they hold
-// every row of their row group.
-TEST_F(IngestorTest, DataPagesHoldAtMostTwentyThousandRowsEach) {
+// change the pages: each holds at most kRowsPerPage rows (max_rows_per_page), and together they
+// hold every row of their row group.
+TEST_F(IngestorTest, DataPagesHoldAtMostAPagesRowsEach) {
   constexpr int64_t kRows = 300'000;  // two row groups (256k rows at most each)
   arrow::TimestampBuilder times(kUtcMicros, arrow::default_memory_pool());
   arrow::StringBuilder sensors;
@@ -336,12 +336,12 @@ TEST_F(IngestorTest, DataPagesHoldAtMostTwentyThousandRowsEach) {
         if (page->type() == parquet::PageType::DICTIONARY_PAGE) continue;
         ASSERT_EQ(page->type(), parquet::PageType::DATA_PAGE);
         const auto& data = static_cast<const parquet::DataPageV1&>(*page);
-        EXPECT_LE(data.num_values(), 20'000) << "row group " << rg << ", column " << c;
+        EXPECT_LE(data.num_values(), kRowsPerPage) << "row group " << rg << ", column " << c;
         rows += data.num_values();
         ++data_pages;
       }
       EXPECT_EQ(rows, group_rows) << "row group " << rg << ", column " << c;
-      EXPECT_EQ(data_pages, (group_rows + 19'999) / 20'000) << "row group " << rg << ", column " << c;
+      EXPECT_EQ(data_pages, (group_rows + kRowsPerPage - 1) / kRowsPerPage) << "row group " << rg << ", column " << c;
     }
   }
 }

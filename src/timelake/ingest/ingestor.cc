@@ -91,13 +91,6 @@ bool SnappyPays(const arrow::ChunkedArray& column) {
 
 namespace {
 
-// Rows per data page (Parquet's default is 20,000). One series over a time range is a run of a
-// few hundred rows in a file sorted by (series key, time); the core's selection reader
-// (scan/selection_reader.h) reads and decodes only the pages that hold it, so a page's size is
-// what a one-series read costs per column (bytes, CRC, decoding): 4,096 rows made a week of one
-// series 2x faster to read, for +0.4 % in file size (bench/README.md, "Page size").
-constexpr int64_t kRowsPerPage = 4096;
-
 // Values handed to Parquet's column writers at a time. Each batch updates statistics, encodes
 // levels and checks the page and dictionary sizes (1 MiB): the default of 1,024 values made that
 // work ~15 % of encoding narrow columns. A batch is as many values as fill kBatchBytes in the

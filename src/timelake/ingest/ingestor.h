@@ -31,6 +31,14 @@ struct ChunkRun;
 /// on a thread of its own while the next file is encoded.
 constexpr size_t kMaxFilesClosing = 16;
 
+/// Rows per data page (Parquet's default is 20,000). One series over a time range is a run of a
+/// few hundred rows in a file sorted by (series key, time); the core's selection reader
+/// (scan/selection_reader.h) reads and decodes only the pages that hold it, so a page's size is
+/// what a one-series read costs per column (bytes, CRC, decoding): 4,096 rows made a week of one
+/// series 1.5-2x faster to read than 20,000, for +0.4 % in file size and ~4 % on full scans
+/// (bench/README.md, "Page size").
+constexpr int64_t kRowsPerPage = 4096;
+
 struct IngestOptions {
   int64_t buffer_bytes = 256LL << 20;  // flush when this much aligned data is buffered
   int64_t row_group_rows = 256 * 1024;
