@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 import uuid
 import weakref
 from typing import Iterable, Optional, Set, Tuple
@@ -19,6 +20,7 @@ from urllib.parse import unquote
 
 import duckdb
 
+from . import _core
 from ._sql_text import glob_literal, literal
 
 
@@ -109,6 +111,10 @@ class _Spares:
     def _make(self) -> None:
         pid = os.getpid()
         try:
+            global _WARMED
+            if not _WARMED:
+                _WARMED = True
+                _core._warm()  # the core's first-use initialisation, off the caller's path
             while True:
                 with self._lock:
                     if self._pid != pid or len(self._ready) >= self._keep:
@@ -134,6 +140,14 @@ class _Spares:
             self._pid = os.getpid()
             self._filling = False
 
+    def _before_fork(self) -> None:
+        # A child must not inherit a database (or the core's initialisation) half made by a
+        # thread that does not exist there: a fork waits for the spare being made (bounded).
+        with self._made:
+            deadline = time.monotonic() + 10
+            while self._filling and self._pid == os.getpid() and time.monotonic() < deadline:
+                self._made.wait(0.05)
+
     def _after_fork_in_child(self) -> None:
         # The lock may have been held by a thread of the parent that does not exist here.
         self._lock = threading.Lock()
@@ -142,6 +156,7 @@ class _Spares:
             self._forget_parents_locked()
 
 
+_WARMED = False  # _core._warm() ran in this process (on the spare-making thread)
 _ABANDONED: list = []  # databases inherited from a parent process, never used nor closed
 # Every database made in this process, so that a forked child can keep its parent's ones from
 # ever being closed: closing one waits for worker threads that do not exist in the child (it
@@ -166,6 +181,7 @@ _SPARES = _Spares()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_keep_parents_databases)
     os.register_at_fork(after_in_child=_SPARES._after_fork_in_child)
+    os.register_at_fork(before=_SPARES._before_fork)
 
 
 def warm() -> None:

@@ -32,6 +32,8 @@
 
 #include "timelake/lake.h"
 #include "timelake/log/schema.h"
+#include <arrow/compute/initialize.h>
+
 #include "timelake/scan/file_cache.h"
 #include "timelake/scan/selection_reader.h"
 #include "timelake/table/table.h"
@@ -243,6 +245,13 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     DrainEveryUpkeep();
   }, "Waits for the background upkeep of every live Lake's handles (registered with atexit).");
+
+  m.def("_warm", [] {
+    nb::gil_scoped_release release;
+    // Arrow's compute kernels register on first use (~4 ms): paid here, on the thread that
+    // makes the spare DuckDB database at import, rather than by a process's first Lake.
+    (void)arrow::compute::Initialize();
+  }, "Initialises what the core would initialise on its first use.");
 
   m.def("storage_schema", [](nb::handle schema_capsule) {
     auto declared = ImportSchemaCapsule(schema_capsule);
