@@ -26,6 +26,8 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
   comparisons of the time column with timestamp strings (`TIMESTAMP '2026-11-03 10:00'`, `'…'`,
   `TIMESTAMPTZ '…'`; dates and times without an offset or with a zero one, read as UTC as the
   sessions are), `BETWEEN` included.
+* value conditions: a double column compared with a number, an integer column with an
+  integer (=, <>, !=, <, <=, >, >=), evaluated in the core with DuckDB's NULL and NaN rules.
 * time_bucket: widths of whole units below a month, DuckDB's origin (2000-01-03 00:00 UTC), the
   alias not a column's name (GROUP BY and ORDER BY would bind it differently).
 
@@ -100,6 +102,7 @@ class _Shape:
     namespace: Optional[str]
     table: str
     keys: List[Tuple[str, Any]] = field(default_factory=list)  # (column as written, str | int)
+    values: List[Tuple[str, str, str]] = field(default_factory=list)  # (column, op, number as written)
     times: List[Tuple[str, str, int]] = field(default_factory=list)  # (column, op, microseconds)
     order: Optional[Tuple[str, bool]] = None  # (column as written or "#<position>", descending)
     limit: Optional[int] = None
@@ -116,7 +119,7 @@ class _NotSimple(Exception):
 # not simple.
 _LEX = re.compile(
     r"""[ \t\n\r\v\f]*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>"(?:[^"]|"")+")|(?P<string>'(?:[^']|'')*')"""
-    r"""|(?P<number>[0-9]+(?![A-Za-z0-9_.]))|(?P<op>>=|<=|<>|!=|[=<>(),.*;-]))"""
+    r"""|(?P<number>[0-9]+(?:\.[0-9]+)?(?![A-Za-z0-9_.]))|(?P<op>>=|<=|<>|!=|[=<>(),.*;-]))"""
 )
 
 
@@ -260,6 +263,8 @@ def _key(tokens: _Tokens) -> str:
     """A GROUP BY or ORDER BY key: a name, or "#n" for the n-th result column."""
     text, kind = tokens.peek()
     if kind == "numeric_const":
+        if not text.isdigit():
+            raise _NotSimple
         tokens.take()
         return f"#{int(text)}"
     return tokens.name()
@@ -330,10 +335,20 @@ def _condition(tokens: _Tokens, shape: _Shape) -> None:
             raise _NotSimple
         return
     op, kind = tokens.take()
-    if kind != "operator" or op not in ("=", "<", "<=", ">", ">="):
+    if kind != "operator" or op not in ("=", "<", "<=", ">", ">=", "<>", "!="):
         raise _NotSimple
+    op = "<>" if op == "!=" else op
     text, kind = tokens.peek()
-    if kind == "keyword" or kind == "identifier":
+    if kind == "numeric_const" or (kind == "operator" and text == "-"):
+        # A number: a key's value (=) or a condition on a numeric column, told apart later.
+        negative = tokens.symbol("-")
+        number, kind = tokens.take()
+        if kind != "numeric_const":
+            raise _NotSimple
+        shape.values.append((column, op, ("-" if negative else "") + number))
+    elif op == "<>":
+        raise _NotSimple
+    elif kind == "keyword" or kind == "identifier":
         shape.times.append((column, op, _time_constant(tokens)))
     elif op == "=":
         # A key's value; or a time as a plain string, told apart once the columns are known.
@@ -453,6 +468,24 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
         if key_equals.get(f.name, value) != value:
             raise _NotSimple  # contradicting equalities: left to DuckDB
         key_equals[f.name] = value
+    where = []  # (column, op, number, integer, is_integer) for the core
+    for written, op, text in shape.values:
+        f = _column(declared, written)
+        integral = "." not in text
+        if f.name == time_name or len(text.lstrip("-").replace(".", "")) > 15:
+            raise _NotSimple
+        if op == "=" and integral and f.name in series_key:
+            value = int(text)
+            bounds = _INTEGER_RANGES.get(f.type)
+            if bounds is None or not bounds[0] <= value <= bounds[1] or key_equals.get(f.name, value) != value:
+                raise _NotSimple
+            key_equals[f.name] = value
+        elif pa.types.is_float64(f.type):
+            where.append((f.name, op, float(text), 0, False))
+        elif f.type in _INTEGER_RANGES and integral:
+            where.append((f.name, op, 0.0, int(text), True))
+        else:
+            raise _NotSimple  # float32 against a decimal, an integer against a fraction, ...
     if not key_equals:
         raise _NotSimple
     for written, op, micros in times:
@@ -534,6 +567,9 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
             columns.append(f.name)
     if time_name not in columns:  # for ORDER BY, and so that count(*) has a column to count
         columns.append(time_name)
+    for name, _, _, _, _ in where:  # the conditions' columns are read too
+        if name not in columns:
+            columns.append(name)
 
     plan = handle.scan(min_time=low, max_time=high, key_equals=key_equals)
     order = "file" if shape.order is None else ("desc" if shape.order[1] else "asc")
@@ -548,7 +584,8 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     if lake._core.cache_directory is not None:
         paths, pin = lake._core.local_copies(plan)
     try:
-        got = _core.read_selection(plan, paths, columns, order=order, limit=shape.limit, aggregates=folds)
+        got = _core.read_selection(plan, paths, columns, order=order, limit=shape.limit, aggregates=folds,
+                                   where=where)
     finally:
         if pin is not None:
             pin.release()

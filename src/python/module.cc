@@ -406,8 +406,8 @@ NB_MODULE(_core, m) {
       "read_selection",
       [](const ScanPlan& plan, const std::vector<std::string>& paths, const std::vector<std::string>& columns,
          const std::string& order, std::optional<int64_t> limit,
-         const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates)
-          -> nb::object {
+         const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates,
+         const std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>& where) -> nb::object {
         SelectionShape shape;
         if (order == "asc") {
           shape.order = SelectionShape::Order::kTimeAscending;
@@ -417,6 +417,12 @@ NB_MODULE(_core, m) {
           throw nb::value_error("order must be 'file', 'asc' or 'desc'");
         }
         shape.limit = limit;
+        for (const auto& [column, op, number, integer, is_integer] : where) {
+          if (op != "=" && op != "<>" && op != "<" && op != "<=" && op != ">" && op != ">=") {
+            throw nb::value_error("unknown comparison");
+          }
+          shape.where.push_back({column, op, number, integer, is_integer});
+        }
         std::vector<SelectionAggregate> folds;
         for (const auto& [function, column, name, width, origin] : aggregates) {
           folds.push_back({function, column, name, width, origin});
@@ -424,7 +430,11 @@ NB_MODULE(_core, m) {
         const bool grouped = std::any_of(folds.begin(), folds.end(),
                                          [](const SelectionAggregate& a) { return a.function == "time_bucket"; });
         // Grouped: the rows come in file order and the buckets are ordered after folding.
-        SelectionShape read_shape = grouped ? SelectionShape{} : shape;
+        SelectionShape read_shape = shape;
+        if (grouped) {
+          read_shape.order = SelectionShape::Order::kFile;
+          read_shape.limit.reset();
+        }
         SelectionCounters counters;
         arrow::Result<std::shared_ptr<arrow::Table>> rows;
         {
@@ -445,7 +455,8 @@ NB_MODULE(_core, m) {
         return nb::make_tuple(ExportTableCapsule(*rows), read);
       },
       "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
-      "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{});
+      "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{},
+      "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{});
 
   // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);

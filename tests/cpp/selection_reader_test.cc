@@ -306,6 +306,38 @@ TEST(SelectionReaderTest, TimeBucketsCountFromDuckDBsOrigin) {
             expected.rbegin()->first);
 }
 
+TEST(SelectionReaderTest, ValueConditionsFollowDuckDBsNullAndNaNRules) {
+  TempDir dir;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::optional<double>> values = {1.0, nan, std::nullopt, 5.0, -0.0};
+  std::vector<Row> rows;
+  for (size_t i = 0; i < values.size(); ++i) rows.push_back({int64_t(i), "d", int32_t(i) - 1, values[i], true, std::nullopt});
+  const std::string path = dir.path() + "/f.parquet";
+  Write(path, rows, 100, 100, true);
+  ScanFile file;
+  file.path = path;
+  ScanFilter filter;
+  filter.key_equals["device"] = std::string("d");
+  auto times_where = [&](std::vector<ValueCondition> where) {
+    SelectionShape shape;
+    shape.where = std::move(where);
+    auto got = ReadSelection(PlanOf({file}, filter, {"device"}, false), {}, {"time", "value", "unit"}, shape);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    std::vector<int64_t> out;
+    auto column = (*got)->CombineChunks().ValueOrDie()->column(0)->chunk(0);
+    for (int64_t i = 0; i < column->length(); ++i) out.push_back(std::static_pointer_cast<arrow::TimestampArray>(column)->Value(i));
+    return out;
+  };
+  EXPECT_EQ(times_where({{"value", ">", 2.0}}), (std::vector<int64_t>{1, 3}));      // NaN is above every number
+  EXPECT_EQ(times_where({{"value", "<", 2.0}}), (std::vector<int64_t>{0, 4}));      // NULL never passes
+  EXPECT_EQ(times_where({{"value", "=", 0.0}}), (std::vector<int64_t>{4}));         // -0.0 = 0.0
+  EXPECT_EQ(times_where({{"value", "<>", 5.0}}), (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_EQ(times_where({{"value", ">=", nan}}), (std::vector<int64_t>{1}));        // NaN equals itself
+  ValueCondition unit{"unit", ">=", 0, 1, true};
+  EXPECT_EQ(times_where({unit}), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(times_where({unit, {"value", ">", 2.0}}), (std::vector<int64_t>{3}));
+}
+
 TEST(SelectionReaderTest, ReadsOnlyThePagesOfOneSeries) {
   TempDir dir;
   std::vector<Row> rows;

@@ -701,6 +701,65 @@ arrow::Result<std::shared_ptr<arrow::Array>> Permute(const arrow::Array& array, 
   return builder->Finish();
 }
 
+// Three-way comparison as DuckDB orders numbers: NaN above all, equal to itself.
+template <typename T>
+int Compare(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const bool an = std::isnan(a), bn = std::isnan(b);
+    if (an || bn) return an == bn ? 0 : (an ? 1 : -1);
+  }
+  return a < b ? -1 : (a > b ? 1 : 0);
+}
+
+bool Passes(int c, const std::string& op) {
+  if (op == "=") return c == 0;
+  if (op == "<>") return c != 0;
+  if (op == "<") return c < 0;
+  if (op == "<=") return c <= 0;
+  if (op == ">") return c > 0;
+  return c >= 0;  // ">="
+}
+
+template <typename ArrowType, typename Constant>
+void HoldsTyped(const arrow::Array& values, const ValueCondition& cond, Constant constant, std::vector<bool>* pass) {
+  using ArrayType = typename arrow::TypeTraits<ArrowType>::ArrayType;
+  const auto& array = static_cast<const ArrayType&>(values);
+  for (int64_t i = 0; i < array.length(); ++i) {
+    if (!(*pass)[static_cast<size_t>(i)]) continue;
+    (*pass)[static_cast<size_t>(i)] =
+        array.IsValid(i) && Passes(Compare<Constant>(static_cast<Constant>(array.Value(i)), constant), cond.op);
+  }
+}
+
+// Clears `pass` for the rows of `values` the condition does not hold for.
+arrow::Status Holds(const arrow::Array& values, const ValueCondition& cond, std::vector<bool>* pass) {
+  switch (values.type_id()) {
+    case arrow::Type::DOUBLE:
+      if (cond.is_integer) return arrow::Status::NotImplemented("a double column against an integer");
+      HoldsTyped<arrow::DoubleType, double>(values, cond, cond.number, pass);
+      return arrow::Status::OK();
+    case arrow::Type::INT8:
+      if (!cond.is_integer) break;
+      HoldsTyped<arrow::Int8Type, int64_t>(values, cond, cond.integer, pass);
+      return arrow::Status::OK();
+    case arrow::Type::INT16:
+      if (!cond.is_integer) break;
+      HoldsTyped<arrow::Int16Type, int64_t>(values, cond, cond.integer, pass);
+      return arrow::Status::OK();
+    case arrow::Type::INT32:
+      if (!cond.is_integer) break;
+      HoldsTyped<arrow::Int32Type, int64_t>(values, cond, cond.integer, pass);
+      return arrow::Status::OK();
+    case arrow::Type::INT64:
+      if (!cond.is_integer) break;
+      HoldsTyped<arrow::Int64Type, int64_t>(values, cond, cond.integer, pass);
+      return arrow::Status::OK();
+    default:
+      break;
+  }
+  return arrow::Status::NotImplemented("a condition on column '", cond.column, "' of type ", values.type()->ToString());
+}
+
 arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan& plan,
                                                                   const std::vector<std::string>& paths,
                                                                   const std::vector<std::string>& columns,
@@ -823,6 +882,28 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
   std::vector<int64_t> times;
   for (const Matches& found : matches) times.insert(times.end(), found.times.begin(), found.times.end());
   auto total = static_cast<int64_t>(times.size());
+  if (!shape.where.empty()) {
+    std::vector<bool> pass(static_cast<size_t>(total), true);
+    for (const ValueCondition& cond : shape.where) {
+      auto at = std::find(columns.begin(), columns.end(), cond.column);
+      if (at == columns.end()) return arrow::Status::Invalid("a condition on column '", cond.column, "', not read");
+      ARROW_RETURN_NOT_OK(Holds(*arrays[static_cast<size_t>(at - columns.begin())], cond, &pass));
+    }
+    std::vector<int64_t> kept;
+    std::vector<int64_t> kept_times;
+    for (int64_t i = 0; i < total; ++i) {
+      if (!pass[static_cast<size_t>(i)]) continue;
+      kept.push_back(i);
+      kept_times.push_back(times[static_cast<size_t>(i)]);
+    }
+    if (static_cast<int64_t>(kept.size()) != total) {
+      for (auto& array : arrays) {
+        ARROW_ASSIGN_OR_RAISE(array, Permute(*array, kept));
+      }
+      times = std::move(kept_times);
+      total = static_cast<int64_t>(times.size());
+    }
+  }
   const bool by_time = shape.order != SelectionShape::Order::kFile;
   if (by_time || (shape.limit && *shape.limit < total)) {
     std::vector<int64_t> order(times.size());

@@ -44,7 +44,20 @@ struct SelectionCounters {
 };
 
 /// The order and number of the rows a selection gives.
+/// A comparison of a numeric column with a constant, as DuckDB evaluates it: NULL never passes,
+/// NaN is above every number and equal to itself. Integer columns compare with `integer`,
+/// floating-point ones with `number`.
+struct ValueCondition {
+  std::string column;
+  std::string op;  // "=", "<>", "<", "<=", ">", ">="
+  double number = 0;
+  int64_t integer = 0;
+  bool is_integer = false;  // the constant is `integer` (else `number`)
+};
+
 struct SelectionShape {
+  /// Only rows for which every condition holds (the columns must be among those read).
+  std::vector<ValueCondition> where;
   enum class Order { kFile, kTimeAscending, kTimeDescending };
   /// kFile: file by file in the plan's order, row by row in each file's order. By time: rows of
   /// equal time keep that order (a stable sort).
