@@ -161,6 +161,19 @@ def test_a_new_lake_takes_the_spare_made_in_the_background(lake, readings):
         other.sql(f"SELECT * FROM read_text({str(__file__)!r})")
 
 
+def _expect_child_to_succeed(pid: int) -> None:
+    """Waits (at most a minute) for a forked child that reports through its exit status."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    pytest.fail("the forked child hung")
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
 def test_a_forked_child_never_uses_a_spare_made_by_its_parent(lake_path):
     lake = timelake.Lake(str(lake_path))
@@ -177,16 +190,7 @@ def test_a_forked_child_never_uses_a_spare_made_by_its_parent(lake_path):
                   and child._catalog().con is not parents)
         finally:
             os._exit(0 if ok else 1)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the forked child hung")
+    _expect_child_to_succeed(pid)
     # The parent still has its spare.
     assert _wait_for_spare() is parents
 
@@ -224,16 +228,7 @@ def test_a_forked_child_never_closes_its_parents_databases(lake_path):
                 os._exit(0 if ok else 1)
     finally:
         gc.enable()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the forked child hung")
+    _expect_child_to_succeed(pid)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX-only")
