@@ -15,6 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from timelake import _select
+
 from helpers import IOT_SCHEMA, NO_BACKGROUND, T0, iot_series, iot_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.local_only]
@@ -257,6 +259,18 @@ def test_deletion_vectors_on_a_timelake_dedup_table(spark, lake, lake_path):
     assert _ours(lake, "readings", COLUMNS) == _normalized(iot_table(expected), COLUMNS)
     assert _ours(lake, "readings", COLUMNS) == _spark_rows(spark, path, COLUMNS)
     assert {r["device_id"]: r["temp"] for r in lake.latest("readings").to_pylist()} == {"a": 1.0, "b": 2.0, "c": 4.0}
+    # One series at a time, read by the core (vectors, then read-time dedup), as DuckDB reads it.
+    for device, temps in (("a", [1.0]), ("b", [2.0]), ("c", [4.0])):
+        query = f"SELECT time, temp FROM readings WHERE device_id = '{device}' ORDER BY time"
+        before = _select.ANSWERED
+        fast = lake.sql(query)
+        assert _select.ANSWERED == before + 1
+        _select.ENABLED = False
+        try:
+            assert lake.sql(query) == fast
+        finally:
+            _select.ENABLED = True
+        assert fast.column("temp").to_pylist() == temps
     with pytest.raises(RuntimeError, match="deletionVectors"):
         t.append(iot_table([(T0 + 5 * HOUR, "d", 5.0)]))
 
