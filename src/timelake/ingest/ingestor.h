@@ -35,8 +35,8 @@ constexpr size_t kMaxFilesClosing = 16;
 /// few hundred rows in a file sorted by (series key, time); the core's selection reader
 /// (scan/selection_reader.h) reads and decodes only the pages that hold it, so a page's size is
 /// what a one-series read costs per column (bytes, CRC, decoding): 4,096 rows made a week of one
-/// series 1.5-2x faster to read than 20,000, for +0.4 % in file size and ~4 % on full scans
-/// (bench/README.md, "Page size").
+/// series 1.5-2x faster to read than 20,000, for +0.4 % in file size, ~4 % on full scans and
+/// ~10 % on a bulk append (bench/README.md, "Page size").
 constexpr int64_t kRowsPerPage = 4096;
 
 struct IngestOptions {
