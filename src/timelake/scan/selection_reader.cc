@@ -572,6 +572,7 @@ FooterCache& Footers() {
 struct Matches {
   size_t file = 0;
   Group group;
+  int64_t first_row = 0;  // the row group's first row in the file (deletion vectors, dedup rank)
   std::vector<int64_t> rows;
   std::vector<int64_t> times;
 };
@@ -657,11 +658,8 @@ void Deduplicate(const ScanPlan& plan, std::vector<Matches>* matches) {
     const Matches& found = (*matches)[m];
     const ScanFile& file = plan.files[found.file];
     if (!file.dedup) continue;
-    int64_t group_first = 0;
-    const auto* meta = found.group.file->metadata().get();
-    for (int g = 0; g < found.group.ordinal; ++g) group_first += meta->RowGroup(g)->num_rows();
     for (size_t i = 0; i < found.rows.size(); ++i) {
-      candidates.push_back({found.times[i], file.seq, file.order, group_first + found.rows[i], m, i});
+      candidates.push_back({found.times[i], file.seq, file.order, found.first_row + found.rows[i], m, i});
     }
   }
   if (candidates.empty()) return;
@@ -821,7 +819,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
       }
       if (candidates.empty()) continue;
       if (counters) ++counters->row_groups;
-      Matches found{f, group, {}, {}};
+      Matches found{f, group, first, {}, {}};
       for (const Condition& cond : conditions) {
         const bool is_time = cond.leaf == time_leaf && &cond == &conditions.back();
         ARROW_RETURN_NOT_OK(FilterRuns(group, cond, &candidates, is_time ? &found.times : nullptr, counters));
