@@ -193,6 +193,68 @@ TEST_F(DeltaLogTest, LoadOfACorruptCommitNamesIt) {
   EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "00000000000000000001.json"));
 }
 
+// Replay reads commits ahead, a window at a time, in parallel: a long log is applied in order
+// whatever order the reads finish in, and a gap, a corrupt commit or a failed read deep in a
+// later window stops the load as it would one read at a time.
+class LongLogTest : public DeltaLogTest {
+ protected:
+  static constexpr int64_t kCommits = 300;
+  // v0 creates; commit v adds file "f<v>" and removes "f<v-1>", so exactly one file is live and
+  // it names the version that added it.
+  void WriteLongLog(int64_t skip = -1) {
+    Commit v0 = Create();
+    v0.metadata->configuration["delta.checkpointInterval"] = "100000";
+    v0.adds = {Add("f0")};
+    WriteCommit(0, v0);
+    for (int64_t v = 1; v < kCommits; ++v) {
+      if (v == skip) continue;
+      Commit c;
+      c.removes = {Remove("f" + std::to_string(v - 1), NowMillis())};
+      c.adds = {Add("f" + std::to_string(v), v + 1)};
+      c.txns = {{"writer", v, NowMillis()}};
+      WriteCommit(v, c);
+    }
+  }
+};
+
+TEST_F(LongLogTest, AppliesEveryCommitInOrder) {
+  WriteLongLog();
+  ASSERT_OK_AND_ASSIGN(auto snapshot, log_.Load());
+  EXPECT_EQ(snapshot.version, kCommits - 1);
+  EXPECT_EQ(Paths(snapshot.files), std::set<std::string>{"f" + std::to_string(kCommits - 1)});
+  EXPECT_EQ(snapshot.files.begin()->second.size, kCommits);
+  ASSERT_OK_AND_ASSIGN(const Txn* txn, snapshot.FindTxn("writer"));
+  ASSERT_NE(txn, nullptr);
+  EXPECT_EQ(txn->version, kCommits - 1);
+  ASSERT_OK_AND_ASSIGN(const RemoveFile* tombstone, snapshot.FindTombstone("f150"));
+  ASSERT_NE(tombstone, nullptr);
+  // The head's fingerprint is the last commit's: an update finds nothing new and keeps it.
+  ASSERT_OK_AND_ASSIGN(auto head, store_->Get("ns/t/_delta_log/00000000000000000299.json"));
+  EXPECT_EQ(snapshot.head_fingerprint, CommitFingerprint(head->ToString()));
+}
+
+TEST_F(LongLogTest, AGapInALaterWindowFails) {
+  WriteLongLog(/*skip=*/200);
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError,
+                        "ns/t/_delta_log/00000000000000000200.json is missing"));
+}
+
+TEST_F(LongLogTest, ACorruptCommitInALaterWindowIsNamed) {
+  WriteLongLog(/*skip=*/231);
+  ASSERT_OK(store_->Put("ns/t/_delta_log/00000000000000000231.json", Buf("{not json\n")));
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "00000000000000000231.json"));
+}
+
+TEST_F(LongLogTest, AFailedReadInALaterWindowIsReported) {
+  WriteLongLog();
+  store_->SetFaultHook([](const std::string& op, const std::string& path) {
+    return op == "get" && path.find("00000000000000000177.json") != std::string::npos
+               ? arrow::Status::IOError("flaky read")
+               : arrow::Status::OK();
+  });
+  EXPECT_TRUE(FailsWith(log_.Load(), arrow::StatusCode::IOError, "flaky read"));
+}
+
 TEST_F(DeltaLogTest, LoadPropagatesStoreFailure) {
   WriteThreeCommits();
   store_->SetFaultHook([](const std::string& op, const std::string& path) {

@@ -358,6 +358,20 @@ TYPED_TEST_P(ObjectStoreContract, ListAfterAcrossFoldersIsInPathOrder) {
   EXPECT_EQ(this->ListPathsAfter("l/b/", "l/b/c/3"), (std::vector<std::string>{"l/b/d"}));
 }
 
+TYPED_TEST_P(ObjectStoreContract, ListAfterANameThatIsAPrefixOfTheKey) {
+  // Names before the key are passed over, except a folder whose name starts the key's.
+  for (const char* p : {"m/aa", "m/ab/x", "m/abc/y", "m/abd", "m/b"}) {
+    ASSERT_OK(this->store_->Put(p, Buf(p)));
+  }
+  EXPECT_EQ(this->ListPathsAfter("m/", "m/abc"),
+            (std::vector<std::string>{"m/abc/y", "m/abd", "m/b"}));
+  EXPECT_EQ(this->ListPathsAfter("m/", "m/ab"),
+            (std::vector<std::string>{"m/ab/x", "m/abc/y", "m/abd", "m/b"}));
+  EXPECT_EQ(this->ListPathsAfter("m/", "m/ab/"),
+            (std::vector<std::string>{"m/ab/x", "m/abc/y", "m/abd", "m/b"}));
+  EXPECT_EQ(this->ListPathsAfter("m/", "m/abz"), (std::vector<std::string>{"m/b"}));
+}
+
 TYPED_TEST_P(ObjectStoreContract, ListAfterAKeyBeforeThePrefixListsItAll) {
   for (const char* p : {"a/1", "b/1", "b/2", "c/1"}) ASSERT_OK(this->store_->Put(p, Buf(p)));
   EXPECT_EQ(this->ListPathsAfter("b/", "a/9"), (std::vector<std::string>{"b/1", "b/2"}));
@@ -567,6 +581,7 @@ REGISTER_TYPED_TEST_SUITE_P(ObjectStoreContract, GetReturnsWhatPutStored, PutRep
                             ListReportsTheEntityTagsHeadReports,
                             ListAfterReturnsOnlyPathsAfterTheKey,
                             ListAfterAcrossFoldersIsInPathOrder,
+                            ListAfterANameThatIsAPrefixOfTheKey,
                             ListAfterAKeyBeforeThePrefixListsItAll,
                             ListPagesHoldAtMostMaxKeysAndContinue,
                             ListPageOfAnEmptyPrefixIsTheLastPage,

@@ -10,6 +10,7 @@
 #include <rapidjson/document.h>
 
 #include "timelake/log/checkpoint.h"
+#include "timelake/util/parallel.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -24,6 +25,61 @@ std::string DisplayName(const std::string& table_path) {
 }
 
 }  // namespace
+
+// Replay reads commits ahead of applying them, a window at a time, in parallel: a log read
+// after many commits (a checkpoint stride of 160 replays up to 159) was mostly one small read
+// and parse after another, each waiting on the store (a GET each in object stores). A window
+// is bounded so that replaying a long log from commit 0 keeps few parsed commits in memory.
+class DeltaLog::CommitReadAhead {
+ public:
+  CommitReadAhead(DeltaLog& log, const std::set<int64_t>& commits, int64_t latest)
+      : log_(log), commits_(commits), latest_(latest) {}
+
+  /// Commit `v` (which the listing holds), read with the window it starts if not read yet;
+  /// `*fingerprint` gets its fingerprint when `v` is the latest version, else 0.
+  arrow::Result<Commit> Take(int64_t v, uint64_t* fingerprint) {
+    if (v < first_ || v >= first_ + static_cast<int64_t>(read_.size())) Fill(v);
+    Read& read = read_[static_cast<size_t>(v - first_)];
+    *fingerprint = read.fingerprint;
+    return std::move(read.commit);
+  }
+
+ private:
+  static constexpr int64_t kWindow = 64;
+  // Below this many commits the threads would cost more than they save.
+  static constexpr int64_t kParallelFrom = 8;
+  // Object stores answer many GETs at once; a local disk is bound by the CPU's parsing.
+  static constexpr int kRemoteParallelism = 16;
+
+  struct Read {
+    arrow::Result<Commit> commit = arrow::Status::UnknownError("not read");
+    uint64_t fingerprint = 0;
+  };
+
+  // Reads the commits from `v` on that the listing holds without a gap, up to a window.
+  void Fill(int64_t v) {
+    int64_t end = v;
+    while (end <= latest_ && end - v < kWindow && commits_.count(end)) ++end;
+    first_ = v;
+    read_.clear();
+    read_.resize(static_cast<size_t>(std::max<int64_t>(end - v, 1)));
+    auto read_one = [&](size_t i) {
+      const int64_t version = v + static_cast<int64_t>(i);
+      read_[i].commit = log_.ReadCommit(version, version == latest_ ? &read_[i].fingerprint : nullptr);
+      return arrow::Status::OK();
+    };
+    const int parallelism = end - v < kParallelFrom ? 1
+                            : log_.store_->AsLocalFiles() ? CpuParallelism()
+                                                          : kRemoteParallelism;
+    (void)RunParallel(read_.size(), parallelism, read_one);
+  }
+
+  DeltaLog& log_;
+  const std::set<int64_t>& commits_;
+  const int64_t latest_;
+  int64_t first_ = 0;
+  std::vector<Read> read_;
+};
 
 uint64_t CommitFingerprint(std::string_view bytes) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a
@@ -75,6 +131,7 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
   // start that cannot rebuild the state (an unreadable checkpoint, a missing or corrupt commit
   // after it) gives way to the next, as Delta readers fall back.
   auto replay = [&](Snapshot* snapshot, int64_t from) -> arrow::Status {
+    CommitReadAhead ahead(*this, commits, latest);
     for (int64_t v = from; v <= latest; ++v) {
       if (!commits.count(v)) {
         // A gap is damage, unless everything after it is strays of a dropped table's writers
@@ -91,7 +148,7 @@ arrow::Result<Snapshot> DeltaLog::Rebuild(const LogStore::Versions& versions, bo
       // Only the head's fingerprint is kept (hashing every replayed commit was ~5% of an open);
       // when strays end the log early, the head is fingerprinted below.
       uint64_t fingerprint = 0;
-      ARROW_ASSIGN_OR_RAISE(auto commit, ReadCommit(v, v == latest ? &fingerprint : nullptr));
+      ARROW_ASSIGN_OR_RAISE(auto commit, ahead.Take(v, &fingerprint));
       // A stray of a dropped table's writer ends the log here: it is being taken back.
       if (snapshot->version >= 0 && IsStrayCommit(commit, snapshot->metadata.id)) break;
       snapshot->Apply(commit, v);

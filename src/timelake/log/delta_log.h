@@ -116,6 +116,7 @@ class DeltaLog {
   std::string LogPath(const std::string& name) const;
 
  private:
+  class CommitReadAhead;
   static constexpr int kMaxDeleteRounds = 100;  // DeleteNewestFirst's listings
   /// Rebuilds the latest version from the versions in `versions`, trying each checkpoint from
   /// the newest down and then (when `from_zero`) commit 0; `failures` collects why starts failed.

@@ -22,6 +22,8 @@
 #include <new>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -226,7 +228,7 @@ arrow::Status EnsureDir(const std::string& dir) {
   return arrow::Status::OK();
 }
 
-// Calls `visit(name, d_type)` for every entry of the open folder `handle` (at `dir`) but "." and
+// Calls `visit(name, d_type)` (the name a string_view valid during the call) for every entry of the open folder `handle` (at `dir`) but "." and
 // "..", stopping at the first failure; a failed read of the folder is an error naming it.
 template <typename Visit>
 arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
@@ -237,7 +239,7 @@ arrow::Status ForEachEntry(DIR* handle, const std::string& dir, Visit&& visit) {
       if (errno != 0) return ErrnoStatus("cannot list", dir, errno);
       return arrow::Status::OK();
     }
-    const std::string name = entry->d_name;
+    const std::string_view name = entry->d_name;
     if (name == "." || name == "..") continue;
     ARROW_RETURN_NOT_OK(visit(name, entry->d_type));
   }
@@ -940,10 +942,27 @@ arrow::Status LocalStore::Walk(const std::string& dir_rel, const ListScope& scop
     bool folder;
   };
   std::vector<Entry> entries;
-  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name, unsigned char type)
+  // When the listing starts after a name in this folder (a log listed from a version on), the
+  // names before it are passed over before anything is made of them: a folder of thousands of
+  // commits is listed for the few after the newest checkpoint. A name that is a prefix of that
+  // name may be a folder holding later paths, so it is looked at.
+  const std::string dir_prefix = dir_rel.empty() ? "" : dir_rel + "/";
+  std::string_view after_here;
+  if (scope.start_after.size() > dir_prefix.size() &&
+      scope.start_after.compare(0, dir_prefix.size(), dir_prefix) == 0 &&
+      scope.start_after.find('/', dir_prefix.size()) == std::string::npos) {
+    after_here = std::string_view(scope.start_after).substr(dir_prefix.size());
+  }
+  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](std::string_view name_view, unsigned char type)
                                                     -> arrow::Status {
-    if (name.rfind(kTempPrefix, 0) == 0) return arrow::Status::OK();
-    const std::string rel = dir_rel.empty() ? name : dir_rel + "/" + name;
+    if (name_view < after_here && after_here.substr(0, name_view.size()) != name_view) {
+      return arrow::Status::OK();
+    }
+    if (name_view.substr(0, std::string_view(kTempPrefix).size()) == kTempPrefix) {
+      return arrow::Status::OK();
+    }
+    const std::string name(name_view);
+    const std::string rel = dir_prefix + name;
     const bool as_file = InListing(rel, scope.prefix, scope.start_after);
     const bool as_folder = FolderCanHold(rel + "/", scope.prefix, scope.start_after);
     if (!as_file && !as_folder) return arrow::Status::OK();
@@ -988,8 +1007,9 @@ arrow::Result<std::vector<std::string>> LocalStore::ListChildren(const std::stri
     return ErrnoStatus("cannot list", dir, err);
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(handle, &::closedir);
-  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](const std::string& name,
+  ARROW_RETURN_NOT_OK(ForEachEntry(handle, dir, [&](std::string_view name_view,
                                                     unsigned char) -> arrow::Status {
+    const std::string name(name_view);
     struct stat st {};
     if (::fstatat(::dirfd(handle), name.c_str(), &st, 0) != 0) {
       if (errno == ENOENT) return arrow::Status::OK();  // deleted while listing, or dangling
