@@ -111,8 +111,11 @@ class LastValueIndex {
   /// `use_objects` everything is read from the data files.
   arrow::Result<IndexState> TryRead(const Snapshot& snapshot, bool use_objects);
 
-  /// The newest rows of one data file (its deletion vector applied), with the sequence column.
+  /// The newest rows of one data file (its deletion vector applied), with the sequence column;
+  /// a file of at most kMergeWholeRows rows gives all its rows (callers MergeNewest the pieces,
+  /// which keeps the newest row per series of them all).
   arrow::Result<std::shared_ptr<arrow::Table>> NewestOfFile(const AddFile& add, int64_t seq);
+  static constexpr int64_t kMergeWholeRows = 1024;
   /// NewestOfFile of each of `adds` (with `seqs`), read in parallel, in order.
   arrow::Result<std::vector<std::shared_ptr<arrow::Table>>> NewestOf(
       const std::vector<const AddFile*>& adds, const std::vector<int64_t>& seqs);
