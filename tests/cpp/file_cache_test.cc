@@ -298,7 +298,7 @@ TEST_F(FileCacheTest, NoGroupIsAnEmptyFileAndEveryGroupIsTheWholeFile) {
   auto all = cache.Materialize({f}, Choose({0, 1, 2, 3, 4, 5, 6, 7}));
   ASSERT_TRUE(all.ok());
   EXPECT_EQ((*all)[0], root_.string() + "/" + fs::path(cache.directory()).parent_path().filename().string() +
-                           "/t/data/part.parquet@-1");
+                           "/t/data/part@-1.parquet");
   EXPECT_EQ(static_cast<int64_t>(fs::file_size((*all)[0])), file_->size());
   EXPECT_TRUE(ReadLocal((*all)[0])->Equals(*table_));
   // With a whole copy present, a chooser changes nothing.

@@ -258,8 +258,14 @@ std::string Damaged(const ObjectStore& store, const std::string& path, int64_t s
 }  // namespace
 
 std::string FileCache::CopyName(const CachedFile& file) const {
-  // Always suffixed (also "@-1"), so the name of one (path, time) is never another's.
-  return directory_ + file.store_path + "@" + std::to_string(file.modified_ms);
+  // "@<time>" before the name's extension (part-1.parquet: part-1@<time>.parquet), so that
+  // copies keep the extension tools look for; always present (also "@-1"), so that the name of
+  // one (path, time) is never another's.
+  const size_t base = file.store_path.rfind('/') + 1;  // 0 without a '/'
+  size_t dot = file.store_path.rfind('.');
+  if (dot == std::string::npos || dot <= base) dot = file.store_path.size();
+  return directory_ + file.store_path.substr(0, dot) + "@" + std::to_string(file.modified_ms) +
+         file.store_path.substr(dot);
 }
 
 arrow::Result<std::shared_ptr<const std::string>> FileCache::Footer(const CachedFile& file,

@@ -8,7 +8,7 @@
 // Never stale: data files are immutable once committed (timelake gives every file a fresh name),
 // but a table dropped and recreated, or another writer (Spark, a hand-made table), can put other
 // bytes at a path a copy was made from. So a copy is named by the file's path *and* the
-// modificationTime its add action records (<path>@<ms>), and trusted only when its size is the
+// modificationTime its add action records (dir/name@<ms>.ext), and trusted only when its size is the
 // one the log records: other bytes at the same path come with another add action, whose time
 // (or size) differs, and are copied afresh. Log objects (_delta_log/, _last_checkpoint) never go
 // through this cache: the log reader reads them from the store.
@@ -25,8 +25,9 @@
 // groups, so a reader cannot reach bytes that were not fetched. The file costs one footer read
 // plus the chosen row groups' bytes. A whole copy, when present, is used instead.
 //
-// Layout: <root>/<hash of the store's root URL>/<path in the store>@<modificationTime>, and a
-// row-group copy beside it named <that>.rg-<hash of the chosen row groups>. Downloads go to a temporary name beside the
+// Layout: <root>/<hash of the store's root URL>/<path in the store, with @<modificationTime>
+// before its extension>, and a row-group copy beside it named <that>.rg-<hash of the chosen row
+// groups>. Downloads go to a temporary name beside the
 // target (16 MiB ranges, up to 8 at once over all files of a request), are synced, and renamed
 // into place, so concurrent processes sharing a cache see whole files or none.
 //
