@@ -4,7 +4,8 @@ many commits, counted request by request.
 
 The issue's S3 row: open a table of --commits commits (each one --series rows, one per device,
 a tick apart over one day), answer a one-series query (one device, one hour: avg/min/max), and
-answer it again; the repeat must send no request for data (the cache). Each system writes its own
+answer it again; the repeat must send no request for data (the cache). Before that, on a table of
+one large file, it times the cache's own lookups with and without its memory tier. Each system writes its own
 table on the same moto server, then a new process of that system opens it through a counting
 proxy (tests/python/fault_proxy.py, which logs every request it forwards) with an empty cache
 folder, and reports each step's requests by kind:
@@ -122,6 +123,45 @@ print(json.dumps(out))
 '''
 
 
+def footer_lookups(server, runs: int = 2000) -> dict:
+    """The memory tier's worth: the cache's answer for a one-series, one-hour plan over one large
+    file (a row-group copy whose footer is in memory, or read from disk with
+    timelake_cache_memory_bytes=0), median over `runs` warm lookups. Ours only (in this process:
+    --ours-path is put first on sys.path)."""
+    import datetime as dt
+    import statistics
+
+    import numpy as np
+    import pyarrow as pa
+    import timelake
+
+    url = f"s3://{server.create_bucket()}/lake"
+    schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("device_id", pa.string()), ("temp", pa.float64())])
+    n, series = 2_000_000, 1000
+    times = np.arange(n, dtype=np.int64) // series * 43_200_000 + 1_793_491_200_000_000
+    names = np.array([f"dev-{i:05d}" for i in range(series)], dtype=object)[np.arange(n) % series]
+    data = pa.table({"time": pa.array(times, pa.timestamp("us", tz="UTC")), "device_id": pa.array(names, pa.string()),
+                     "temp": np.random.default_rng(1).normal(20, 1, n)}, schema=schema)
+    table = timelake.Lake(url, storage_options=server.storage_options()).create_table("t", schema, series_key=["device_id"])
+    table.append(data)
+    lo = int(dt.datetime(2026, 11, 1, 5, tzinfo=dt.timezone.utc).timestamp() * 1e6)
+    out = {"file_bytes": table.info()["size"]["bytes"], "runs": runs}
+    for label, memory in (("memory_tier", "67108864"), ("no_memory_tier", "0")) * 2:
+        options = {**server.storage_options(), "timelake_cache_dir": tempfile.mkdtemp(prefix="bench-footers-"),
+                   "timelake_cache_memory_bytes": memory}
+        lake = timelake.Lake(url, storage_options=options)
+        plan = lake.table("t")._core.scan(min_time=lo, max_time=lo + 3_600_000_000, key_equals={"device_id": "dev-00007"})
+        for _ in range(3):
+            lake._core.local_copies(plan)[1].release()
+        samples = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            lake._core.local_copies(plan)[1].release()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        out.setdefault(label + "_ms", []).append(round(statistics.median(samples), 4))
+    return out
+
+
 def run(system: dict, mode: str, params: dict) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
@@ -182,6 +222,14 @@ def md(report: dict) -> str:
             split.append(" / ".join(str(by.get(k, 0)) for k in ("list", "log", "data", "other")))
         lines.append(f"| {step} | {cells[0]} | {cells[1]} | {split[0]} | {split[1]} |")
     lines.append("")
+    lookups = report.get("footer_lookups")
+    if lookups:
+        lines.append(f"The memory tier (ours): the cache's answer for a one-series, one-hour plan over one "
+                     f"{lookups['file_bytes'] / 1e6:.1f} MB file (a row-group copy), median of {lookups['runs']:,} warm "
+                     f"lookups, two alternated runs: {' / '.join(str(v) for v in lookups['memory_tier_ms'])} ms with its "
+                     f"footer in memory, {' / '.join(str(v) for v in lookups['no_memory_tier_ms'])} ms with "
+                     "`timelake_cache_memory_bytes=0` (the footer read from its disk copy).")
+        lines.append("")
     for key in ("ours", "seed"):
         system = report[key]
         lines.append(f"* {key}: timelake {system['version']}; writing took {system.get('write', {}).get('write_s', 0):.1f} s"
@@ -221,6 +269,8 @@ def main(argv=None) -> int:
     report = {"commits": args.commits, "series": args.series, "query": query_text(args.series),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
+        sys.path.insert(0, args.ours_path)
+        report["footer_lookups"] = footer_lookups(server)
         for key, system in systems.items():
             bucket = server.create_bucket()
             base = {"tests": str(TESTS), "url": f"s3://{bucket}/lake", "options": server.storage_options(),
