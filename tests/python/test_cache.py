@@ -93,6 +93,35 @@ def test_another_lake_of_the_same_cache_folder_reads_the_copies(s3_via_proxy, fa
     assert stats["misses"] == 0 and stats["disk_hits"] == 1 and stats["bytes_fetched"] == 0
 
 
+def test_a_selective_query_over_a_large_file_finds_its_footer_in_memory_the_second_time(s3_server, s3_via_proxy,
+                                                                                          fault_proxy):
+    from test_cloud_lake import _large_day  # one day of 40 series: a file of several row groups
+
+    url, options = s3_via_proxy
+    # Written straight to the server: the proxy forwards large uploads slowly.
+    timelake.Lake(url, storage_options=s3_server.storage_options()).create_table(
+        "t", IOT_SCHEMA, series_key=["device_id"]).append(_large_day())
+    lake = timelake.Lake(url, storage_options=options)
+    query = ("SELECT count(*) AS n, max(temp) AS hi FROM t WHERE device_id = 'dev-017' "
+             "AND time >= TIMESTAMP '2024-03-05 06:00' AND time < TIMESTAMP '2024-03-05 07:00'")
+    expected = sql_rows(lake, query)
+    cold = lake.cache_stats()
+    assert cold["misses"] == 2 and cold["memory_bytes"] > 0  # the footer, the row-group copy
+    fault_proxy.reset()
+    assert sql_rows(lake, query) == expected
+    assert kinds(fault_proxy.seen()).get("data", 0) == 0
+    warm = lake.cache_stats()
+    assert warm["memory_hits"] == cold["memory_hits"] + 1 and warm["disk_hits"] == cold["disk_hits"] + 1
+    assert warm["misses"] == cold["misses"] and warm["bytes_fetched"] == cold["bytes_fetched"]
+    # Without a memory tier the footer comes from its disk copy: the same answer, no request.
+    fault_proxy.reset()
+    bare = timelake.Lake(url, storage_options={**options, "timelake_cache_memory_bytes": "0"})
+    assert sql_rows(bare, query) == expected
+    assert kinds(fault_proxy.seen()).get("data", 0) == 0
+    stats = bare.cache_stats()
+    assert stats["memory_hits"] == 0 and stats["disk_hits"] == 2 and stats["memory_bytes"] == 0
+
+
 def _only_data_file(s3_server, bucket: str) -> str:
     keys = [k for k in keys_under(s3_server, bucket, "lake/default/t/data/") if k.endswith(".parquet")]
     assert len(keys) == 1, keys
