@@ -506,6 +506,17 @@ TEST(FileCacheOptions, AMemoryCacheDeletesItsFolderWithIt) {
     EXPECT_TRUE(fs::exists(paths[0]));
     folder = fs::path(cache->directory()).parent_path().parent_path().string();
     EXPECT_NE(folder.find("timelake-cache-"), std::string::npos) << folder;
+    // A child made by fork() that drops its copy of the cache leaves the folder to the parent.
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      cache.reset();
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(fs::exists(paths[0])) << "a fork child deleted its parent's cache folder";
   }
   EXPECT_FALSE(fs::exists(folder));
 }

@@ -152,11 +152,13 @@ arrow::Result<std::shared_ptr<FileCache>> FileCache::Make(std::shared_ptr<Object
                                            options.disk_bytes < 0 ? DefaultBudget() : options.disk_bytes,
                                            options.memory_bytes < 0 ? kDefaultMemoryBytes : options.memory_bytes);
   cache->temporary_root_ = temporary;
+  cache->creator_pid_ = ::getpid();
   return cache;
 }
 
 FileCache::~FileCache() {
-  if (temporary_root_.empty()) return;
+  // A child made by fork() that destroys its copy of the cache leaves the parent's folder alone.
+  if (temporary_root_.empty() || ::getpid() != creator_pid_) return;
   std::error_code ec;
   fs::remove_all(temporary_root_, ec);
 }

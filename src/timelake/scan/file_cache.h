@@ -27,9 +27,9 @@
 //
 // Layout: <root>/<hash of the store's root URL>/<path in the store, with @<modificationTime>
 // before its extension>, and a row-group copy beside it named <that>.rg-<hash of the chosen row
-// groups>. Downloads go to a temporary name beside the
-// target (16 MiB ranges, up to 8 at once over all files of a request), are synced, and renamed
-// into place, so concurrent processes sharing a cache see whole files or none.
+// groups>. Downloads go to a temporary name beside the target (16 MiB ranges, up to 8 at once
+// over all files of a request), are synced, and renamed into place, so concurrent processes
+// sharing a cache see whole files or none.
 //
 // Eviction: when the cache holds more than its budget, the least recently used copies (by the
 // time a request last asked for them) are deleted, except those that are pinned or were asked
@@ -40,7 +40,9 @@
 // it. Pins are written under a shared lock of .pins/evict.lock and an eviction holds it
 // exclusively, so no copy is deleted between a request's pin and its use.
 //
-// Thread-safe.
+// Thread-safe: every method may be called from any thread, by the queries of one Lake at once.
+// The counters are atomics, the memory tier locks itself, mutex_ guards only the download tally
+// that triggers eviction; files are shared with other processes as described above.
 #pragma once
 
 #include <atomic>
@@ -140,7 +142,7 @@ class FileCache {
   /// The cache `options` describe (a temporary one gets a new folder under the temp directory).
   static arrow::Result<std::shared_ptr<FileCache>> Make(std::shared_ptr<ObjectStore> store,
                                                         const FileCacheOptions& options);
-  /// Deletes the folder of a temporary cache.
+  /// Deletes the folder of a temporary cache (in the process that made it, not in a fork child).
   ~FileCache();
   FileCache(const FileCache&) = delete;
   FileCache& operator=(const FileCache&) = delete;
@@ -192,7 +194,8 @@ class FileCache {
   std::shared_ptr<ObjectStore> store_;
   std::string directory_;
   int64_t max_bytes_;
-  std::string temporary_root_;  // deleted with the cache ("" : none)
+  std::string temporary_root_;  // deleted with the cache ("" : none), by the process that made it
+  int creator_pid_ = 0;
   MemoryTier memory_;
   std::mutex mutex_;
   int64_t downloaded_since_check_ = 0;
