@@ -451,6 +451,21 @@ class Lake:
         """
         return run_sql(self, query, namespace, as_of)
 
+    def cache_stats(self) -> Optional[dict]:
+        """What the lake's cache of data-file reads did since this Lake was opened, or None for a
+        local lake (which has no cache). Shared by every query of this Lake; safe to call from any
+        thread.
+
+        Every lookup of a cached object (a data file's footer, a copy of a file or of its row
+        groups) counts once in ``memory_hits``, ``disk_hits`` or ``misses``; ``requests`` and
+        ``bytes_fetched`` are the requests the cache sent to the store and the bytes they brought;
+        ``bytes_served`` what it answered from memory or disk instead; ``memory_bytes`` what the
+        memory tier holds now, of ``memory_budget``; ``disk_budget`` the disk tier's bound. See
+        docs/object-stores.md, "The cache".
+        """
+        stats = self._core.cache_stats()
+        return None if stats is None else dict(stats)
+
     def latest(self, table: Union[str, Table]) -> pa.Table:
         """The newest row of every series of a time-series table."""
         if isinstance(table, Table):

@@ -490,6 +490,18 @@ NB_MODULE(_core, m) {
                      if (!cache) return std::nullopt;
                      return cache->directory();
                    })
+      .def("cache_stats",
+           [](Lake& lake) -> std::optional<std::map<std::string, int64_t>> {
+             auto cache = lake.cache();
+             if (!cache) return std::nullopt;
+             const CacheStats s = cache->Stats();
+             return std::map<std::string, int64_t>{
+                 {"memory_hits", s.memory_hits},     {"disk_hits", s.disk_hits},
+                 {"misses", s.misses},               {"requests", s.requests},
+                 {"bytes_fetched", s.bytes_fetched}, {"bytes_served", s.bytes_served},
+                 {"memory_bytes", s.memory_bytes},   {"memory_budget", s.memory_budget},
+                 {"disk_budget", s.disk_budget}};
+           })
       .def("local_copies",
            [](Lake& lake, const ScanPlan& plan) {
              auto cache = lake.cache();

@@ -22,6 +22,9 @@
 namespace timelake {
 namespace {
 
+// A lake whose files engines open where they are (no file cache).
+bool IsLocal(const ObjectStore& store) { return store.RootUrl().rfind("file://", 0) == 0; }
+
 constexpr size_t kMaxIdentifierBytes = 128;
 // Folders of dropped tables, renamed out of sight before their files are deleted. The leading
 // dot keeps them from ever parsing as a table name.
@@ -73,8 +76,19 @@ arrow::Result<TableName> ParseTableName(const std::string& name) {
 
 arrow::Result<std::shared_ptr<Lake>> Lake::Open(
     const std::string& location, const std::map<std::string, std::string>& storage_options) {
-  ARROW_ASSIGN_OR_RAISE(auto store, OpenStore(location, storage_options));
-  return OverStore(std::move(store));
+  std::map<std::string, std::string> options = storage_options;
+  ARROW_ASSIGN_OR_RAISE(FileCacheOptions cache_options, FileCacheOptions::Take(&options));
+  ARROW_ASSIGN_OR_RAISE(auto store, OpenStore(location, options));
+  const bool local = IsLocal(*store);
+  if (local && cache_options.given) {
+    return arrow::Status::Invalid("storage options 'timelake_cache*' do not apply to a local lake (",
+                                  location, "): its files are read where they are");
+  }
+  auto lake = OverStore(store);
+  if (!local) {
+    ARROW_ASSIGN_OR_RAISE(lake->cache_, FileCache::Make(store, cache_options));
+  }
+  return lake;
 }
 
 std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store) {
@@ -244,9 +258,9 @@ arrow::Status Lake::DropTable(const std::string& name) {
 }
 
 std::shared_ptr<FileCache> Lake::cache() {
-  if (store_->RootUrl().rfind("file://", 0) == 0) return nullptr;
+  if (IsLocal(*store_)) return nullptr;
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (!cache_) {
+  if (!cache_) {  // a lake over a store given to OverStore: the default cache
     cache_ = std::make_shared<FileCache>(store_, FileCache::DefaultRoot(), FileCache::DefaultBudget());
   }
   return cache_;

@@ -47,7 +47,8 @@ class Lake {
  public:
   /// Opens the lake at `location` (a local path, file://, memory://, or a cloud URL once its
   /// store exists) over the store OpenStore (store/store_factory.h) makes, which also checks
-  /// `storage_options`: unknown keys are Status::Invalid naming the key.
+  /// `storage_options`: unknown keys are Status::Invalid naming the key. The timelake_cache*
+  /// keys configure cache() (FileCacheOptions) and are Invalid on a local lake.
   static arrow::Result<std::shared_ptr<Lake>> Open(
       const std::string& location, const std::map<std::string, std::string>& storage_options);
   /// A lake over an existing store (tests use a MemoryStore).
@@ -69,8 +70,10 @@ class Lake {
   /// commit), then deletes its files.
   arrow::Status DropTable(const std::string& name);
 
-  /// The local file cache of a lake outside the local disk (scan/file_cache.h), made on first
-  /// use; null for local lakes, whose files engines open where they are.
+  /// The file cache of a lake outside the local disk (scan/file_cache.h), shared by every query
+  /// of this Lake: made by Open as storage_options' timelake_cache* keys say (Open takes those
+  /// keys out before OpenStore sees the others), or with the defaults on first use for a lake
+  /// made by OverStore; null for local lakes, whose files engines open where they are.
   std::shared_ptr<FileCache> cache();
 
  private:

@@ -10,6 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <limits>
 
 #include <arrow/api.h>
@@ -270,7 +273,9 @@ TEST_F(FileCacheTest, ADamagedFooterCopyIsReadAgain) {
   ASSERT_FALSE(footer.empty());
   fs::resize_file(footer, fs::file_size(footer) / 2);  // a full disk, a crash
   store_->requests = 0;
-  auto again = cache.Materialize({f}, Choose({4}));
+  // A new cache (another Lake, another process): the footer is not in its memory tier.
+  FileCache fresh(store_, root_.string(), int64_t{1} << 40);
+  auto again = fresh.Materialize({f}, Choose({4}));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(ReadLocal((*again)[0])->Equals(*Rows({4})));
   auto meta = FooterOf(file_);
@@ -293,7 +298,7 @@ TEST_F(FileCacheTest, NoGroupIsAnEmptyFileAndEveryGroupIsTheWholeFile) {
   auto all = cache.Materialize({f}, Choose({0, 1, 2, 3, 4, 5, 6, 7}));
   ASSERT_TRUE(all.ok());
   EXPECT_EQ((*all)[0], root_.string() + "/" + fs::path(cache.directory()).parent_path().filename().string() +
-                           "/t/data/part.parquet");
+                           "/t/data/part@-1.parquet");
   EXPECT_EQ(static_cast<int64_t>(fs::file_size((*all)[0])), file_->size());
   EXPECT_TRUE(ReadLocal((*all)[0])->Equals(*table_));
   // With a whole copy present, a chooser changes nothing.
@@ -387,6 +392,133 @@ TEST_F(FileCacheTest, EvictionSparesPinnedCopiesOfAnyProcessAndFreesThoseOfAKill
   cache.EvictNow();
   EXPECT_FALSE(fs::exists(local_b[0])) << "the copy of a killed process's pin was kept";
   EXPECT_EQ(pins(), 0) << "the killed process's pin was left";
+}
+
+// The memory tier: a warm query over a large file finds its footer in memory; a new cache over
+// the same folder (another Lake, another process) finds it on disk; neither sends a request.
+TEST_F(FileCacheTest, AWarmFooterIsAnsweredFromMemoryAndAColdCacheFindsItOnDisk) {
+  const CachedFile f{"t/data/part.parquet", file_->size(), 1000};
+  {
+    FileCache cache(store_, root_.string(), int64_t{1} << 40);
+    ASSERT_TRUE(cache.Materialize({f}, Choose({1})).ok());
+    const CacheStats cold = cache.Stats();
+    EXPECT_EQ(cold.memory_hits, 0);
+    EXPECT_EQ(cold.disk_hits, 0);
+    EXPECT_EQ(cold.misses, 2);  // the footer, the row-group copy
+    EXPECT_EQ(cold.requests, store_->requests.load());
+    EXPECT_EQ(cold.bytes_fetched, store_->bytes.load());
+    EXPECT_GT(cold.memory_bytes, 0);
+    store_->requests = 0;
+    ASSERT_TRUE(cache.Materialize({f}, Choose({1})).ok());
+    const CacheStats warm = cache.Stats();
+    EXPECT_EQ(store_->requests.load(), 0);
+    EXPECT_EQ(warm.memory_hits, 1);  // the footer
+    EXPECT_EQ(warm.disk_hits, 1);    // the row-group copy
+    EXPECT_EQ(warm.misses, 2);
+    EXPECT_EQ(warm.requests, cold.requests);
+    EXPECT_GT(warm.bytes_served, FooterOf(file_)->size());
+  }
+  FileCache other(store_, root_.string(), int64_t{1} << 40);
+  ASSERT_TRUE(other.Materialize({f}, Choose({1})).ok());
+  EXPECT_EQ(store_->requests.load(), 0);
+  EXPECT_EQ(other.Stats().disk_hits, 2);
+  EXPECT_EQ(other.Stats().memory_hits, 0);
+  // Without a memory tier, footers come from disk every time.
+  FileCache no_memory(store_, root_.string(), int64_t{1} << 40, /*memory_bytes=*/0);
+  ASSERT_TRUE(no_memory.Materialize({f}, Choose({1})).ok());
+  ASSERT_TRUE(no_memory.Materialize({f}, Choose({1})).ok());
+  EXPECT_EQ(no_memory.Stats().memory_hits, 0);
+  EXPECT_EQ(no_memory.Stats().disk_hits, 4);
+  EXPECT_EQ(no_memory.Stats().memory_bytes, 0);
+}
+
+// Other bytes of the same size at a cached path (a table dropped and recreated, another
+// writer) come with another add action: they are copied afresh, never answered with the old
+// copy, in both tiers.
+TEST_F(FileCacheTest, OtherBytesAtACachedPathWithAnotherAddActionAreFetchedAgain) {
+  FileCache cache(store_, root_.string(), int64_t{1} << 40);
+  const std::string path = "t/data/same.parquet";
+  const std::string old_bytes(1000, 'o'), new_bytes(1000, 'n');
+  ASSERT_TRUE(store_->Put(path, arrow::Buffer::FromString(old_bytes)).ok());
+  auto read = [](const std::string& local) {
+    std::ifstream in(local, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  ASSERT_OK_AND_ASSIGN(auto first, cache.Materialize({{path, 1000, 111}}));
+  EXPECT_EQ(read(first[0]), old_bytes);
+  ASSERT_TRUE(store_->Put(path, arrow::Buffer::FromString(new_bytes)).ok());
+  ASSERT_OK_AND_ASSIGN(auto second, cache.Materialize({{path, 1000, 222}}));
+  EXPECT_NE(second[0], first[0]);
+  EXPECT_EQ(read(second[0]), new_bytes);
+  EXPECT_EQ(cache.Stats().misses, 2);
+
+  // The same for a large file's footer (memory tier) and row-group copy.
+  const std::string big = "t/data/big.parquet";
+  ASSERT_TRUE(store_->Put(big, file_).ok());
+  ASSERT_OK_AND_ASSIGN(auto before, cache.Materialize({{big, file_->size(), 1}}, Choose({2})));
+  EXPECT_TRUE(ReadLocal(before[0])->Equals(*Rows({2})));
+  // Same size, other rows: group 2 of the new file holds group 3's rows.
+  std::vector<std::shared_ptr<arrow::Table>> parts = {Rows({0, 1}), Rows({3, 3}), Rows({4, 5, 6, 7})};
+  auto shuffled = ParquetOf(**arrow::ConcatenateTables(parts));
+  ASSERT_EQ(shuffled->size(), file_->size());
+  ASSERT_TRUE(store_->Put(big, shuffled).ok());
+  ASSERT_OK_AND_ASSIGN(auto after, cache.Materialize({{big, file_->size(), 2}}, Choose({2})));
+  EXPECT_TRUE(ReadLocal(after[0])->Equals(*Rows({3})));
+}
+
+TEST(FileCacheOptions, StorageOptionsAreTakenOutAndChecked) {
+  std::map<std::string, std::string> options = {{"aws_region", "eu-west-1"},
+                                                {"timelake_cache", "Disk"},
+                                                {"timelake_cache_memory_bytes", "0"},
+                                                {"timelake_cache_disk_bytes", "1000"},
+                                                {"timelake_cache_dir", "/tmp/x"}};
+  ASSERT_OK_AND_ASSIGN(auto taken, FileCacheOptions::Take(&options));
+  EXPECT_EQ(options, (std::map<std::string, std::string>{{"aws_region", "eu-west-1"}}));
+  EXPECT_TRUE(taken.given);
+  EXPECT_FALSE(taken.temporary);
+  EXPECT_EQ(taken.memory_bytes, 0);
+  EXPECT_EQ(taken.disk_bytes, 1000);
+  EXPECT_EQ(taken.root, "/tmp/x");
+  std::map<std::string, std::string> none = {{"aws_region", "x"}};
+  ASSERT_OK_AND_ASSIGN(auto defaults, FileCacheOptions::Take(&none));
+  EXPECT_FALSE(defaults.given);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"timelake_cache", "off"}, {"timelake_cache", ""}, {"timelake_cache_memory_bytes", "-1"},
+           {"timelake_cache_memory_bytes", "1k"}, {"timelake_cache_disk_bytes", "0"},
+           {"timelake_cache_disk_bytes", "99999999999999999999"}, {"timelake_cache_dir", ""}}) {
+    std::map<std::string, std::string> bad = {{key, value}};
+    auto result = FileCacheOptions::Take(&bad);
+    ASSERT_FALSE(result.ok()) << key << "=" << value;
+    EXPECT_TRUE(result.status().IsInvalid());
+    EXPECT_NE(result.status().message().find(key), std::string::npos) << result.status().ToString();
+  }
+}
+
+TEST(FileCacheOptions, AMemoryCacheDeletesItsFolderWithIt) {
+  auto store = std::make_shared<MemoryStore>();
+  ASSERT_TRUE(store->Put("t/data/a.bin", arrow::Buffer::FromString(std::string(100, 'a'))).ok());
+  FileCacheOptions options;
+  options.temporary = true;
+  std::string folder;
+  {
+    ASSERT_OK_AND_ASSIGN(auto cache, FileCache::Make(store, options));
+    ASSERT_OK_AND_ASSIGN(auto paths, cache->Materialize({{"t/data/a.bin", 100, 5}}));
+    EXPECT_TRUE(fs::exists(paths[0]));
+    folder = fs::path(cache->directory()).parent_path().parent_path().string();
+    EXPECT_NE(folder.find("timelake-cache-"), std::string::npos) << folder;
+    // A child made by fork() that drops its copy of the cache leaves the folder to the parent.
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      cache.reset();
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(fs::exists(paths[0])) << "a fork child deleted its parent's cache folder";
+  }
+  EXPECT_FALSE(fs::exists(folder));
 }
 
 }  // namespace

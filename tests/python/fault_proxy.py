@@ -90,6 +90,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding
 UPSTREAM_TIMEOUT_S = 120.0
 IDLE_CLIENT_TIMEOUT_S = 120.0
 LOG_LIMIT = 1000
+SEEN_LIMIT = 1_000_000
 
 
 @dataclass
@@ -136,6 +137,7 @@ class FaultPlan:
         self._rules: list[FaultRule] = []
         self._random: tuple[float, list[FaultRule], random.Random] | None = None
         self._stats = self._zero_stats()
+        self._seen: list[tuple[str, str]] = []
 
     @staticmethod
     def _zero_stats() -> dict:
@@ -170,11 +172,14 @@ class FaultPlan:
             self._rules.clear()
             self._random = None
             self._stats = self._zero_stats()
+            self._seen = []
 
     def choose(self, method: str, target: str) -> FaultRule | None:
         """The fault for this request, or None to forward it; counts the request and the fault."""
         with self._lock:
             self._stats["requests"] += 1
+            self._seen.append((method, target))
+            del self._seen[:-SEEN_LIMIT]
             chosen = None
             for rule in self._rules:
                 if not rule.matches(method, target):
@@ -205,6 +210,10 @@ class FaultPlan:
     def stats(self) -> dict:
         with self._lock:
             return json.loads(json.dumps(self._stats))  # a deep copy
+
+    def seen(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._seen)
 
 
 class _Reply:
@@ -509,6 +518,11 @@ class FaultProxy:
         """connections, requests, forwarded, upstream_errors, injected {kind: n}, and a log of
         the last faults [{kind, method, target}]."""
         return self._plan.stats()
+
+    def seen(self) -> list[tuple[str, str]]:
+        """(method, target) of every request since the start or the last reset (the last
+        SEEN_LIMIT), in arrival order: what request-count tests count."""
+        return self._plan.seen()
 
     def counts(self) -> dict[str, int]:
         """Injected faults by kind (every kind present)."""

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <future>
+#include <optional>
 #include <system_error>
 
 #include <fcntl.h>
@@ -91,7 +92,7 @@ arrow::Result<std::shared_ptr<CachePin>> FileCache::Pin(const std::vector<Cached
     return arrow::Status::IOError("cannot lock the cache file ", lock_path, ": ", why);
   }
   std::string listed;
-  for (const auto& f : files) listed += directory_ + f.store_path + "\n";
+  for (const auto& f : files) listed += CopyName(f) + "\n";
   const std::string path = pins + NewUuid() + ".pin";
   const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   arrow::Status status;
@@ -129,10 +130,37 @@ int64_t FileCache::DefaultBudget() {
   return int64_t{20} << 30;
 }
 
-FileCache::FileCache(std::shared_ptr<ObjectStore> store, std::string root, int64_t max_bytes)
-    : store_(std::move(store)), max_bytes_(max_bytes) {
+FileCache::FileCache(std::shared_ptr<ObjectStore> store, std::string root, int64_t max_bytes,
+                     int64_t memory_bytes)
+    : store_(std::move(store)), max_bytes_(max_bytes), memory_(memory_bytes) {
   const std::string key = Sha256Hex(store_->Identity()).substr(0, 20);
   directory_ = (fs::path(root) / key).lexically_normal().string() + "/";
+}
+
+arrow::Result<std::shared_ptr<FileCache>> FileCache::Make(std::shared_ptr<ObjectStore> store,
+                                                          const FileCacheOptions& options) {
+  std::string root = options.root.empty() ? DefaultRoot() : options.root;
+  std::string temporary;
+  if (options.temporary) {
+    std::string pattern = (fs::temp_directory_path() / "timelake-cache-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return arrow::Status::IOError("cannot make a temporary cache folder ", pattern, ": ", std::strerror(errno));
+    }
+    root = temporary = pattern;
+  }
+  auto cache = std::make_shared<FileCache>(std::move(store), root,
+                                           options.disk_bytes < 0 ? DefaultBudget() : options.disk_bytes,
+                                           options.memory_bytes < 0 ? kDefaultMemoryBytes : options.memory_bytes);
+  cache->temporary_root_ = temporary;
+  cache->creator_pid_ = ::getpid();
+  return cache;
+}
+
+FileCache::~FileCache() {
+  // A child made by fork() that destroys its copy of the cache leaves the parent's folder alone.
+  if (temporary_root_.empty() || ::getpid() != creator_pid_) return;
+  std::error_code ec;
+  fs::remove_all(temporary_root_, ec);
 }
 
 struct FileCache::Target {
@@ -172,12 +200,25 @@ std::string Damaged(const ObjectStore& store, const std::string& path, int64_t s
 
 }  // namespace
 
-arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
-    const CachedFile& file, const std::string& whole, const RowGroupChooser& choose) {
+std::string FileCache::CopyName(const CachedFile& file) const {
+  // "@<time>" before the name's extension (part-1.parquet: part-1@<time>.parquet), so that
+  // copies keep the extension tools look for; always present (also "@-1"), so that the name of
+  // one (path, time) is never another's.
+  const size_t base = file.store_path.rfind('/') + 1;  // 0 without a '/'
+  size_t dot = file.store_path.rfind('.');
+  if (dot == std::string::npos || dot <= base) dot = file.store_path.size();
+  return directory_ + file.store_path.substr(0, dot) + "@" + std::to_string(file.modified_ms) +
+         file.store_path.substr(dot);
+}
+
+arrow::Result<std::shared_ptr<const std::string>> FileCache::Footer(const CachedFile& file,
+                                                                    const std::string& footer_copy) {
   const int64_t size = file.size;
-  // The footer (with its length and magic) is kept beside the copies: warm queries read no
-  // remote byte to choose their row groups.
-  const std::string footer_copy = whole + ".footer-" + std::to_string(size);
+  if (auto kept = memory_.Get(footer_copy)) {
+    ++counters_.memory_hits;
+    counters_.bytes_served += static_cast<int64_t>(kept->size());
+    return kept;
+  }
   std::string tail;
   {
     std::ifstream in(footer_copy, std::ios::binary);
@@ -193,32 +234,41 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
     uint32_t n = 0;
     if (tail.size() >= 12) std::memcpy(&n, tail.data() + tail.size() - 8, 4);
     if (tail.size() < 12 || tail.compare(tail.size() - 4, 4, "PAR1") != 0 ||
-        int64_t{n} + 8 != static_cast<int64_t>(tail.size())) {
+        int64_t{n} + 8 != static_cast<int64_t>(tail.size()) || int64_t{n} + 12 > size) {
       std::error_code ec;
       fs::remove(footer_copy, ec);
       tail.clear();
     }
   }
-  const bool had_copy = !tail.empty();
-  if (!had_copy) {
-    const int64_t tail_size = std::min(size, kFooterGuess);
-    ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, size - tail_size, tail_size));
-    if (buffer->size() != tail_size) return arrow::Status::IOError(Damaged(*store_, file.store_path, size));
-    tail = buffer->ToString();
+  if (!tail.empty()) {
+    ++counters_.disk_hits;
+    counters_.bytes_served += static_cast<int64_t>(tail.size());
+    auto kept = std::make_shared<const std::string>(std::move(tail));
+    memory_.Put(footer_copy, kept);
+    return kept;
   }
-  if (tail.size() < 12 || tail.compare(tail.size() - 4, 4, "PAR1") != 0) return std::nullopt;  // not plain Parquet
+  ++counters_.misses;
+  auto fetch = [&](int64_t offset, int64_t length) -> arrow::Result<std::string> {
+    ++counters_.requests;
+    ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, offset, length));
+    counters_.bytes_fetched += buffer->size();
+    if (buffer->size() != length) return arrow::Status::IOError(Damaged(*store_, file.store_path, size));
+    return buffer->ToString();
+  };
+  const int64_t tail_size = std::min(size, kFooterGuess);
+  ARROW_ASSIGN_OR_RAISE(tail, fetch(size - tail_size, tail_size));
+  auto not_parquet = std::make_shared<const std::string>();
+  if (tail.size() < 12 || tail.compare(tail.size() - 4, 4, "PAR1") != 0) return not_parquet;
   uint32_t footer_len = 0;
   std::memcpy(&footer_len, tail.data() + tail.size() - 8, 4);  // little-endian, as every platform timelake builds on
   const int64_t footer_start = size - 8 - int64_t{footer_len};
-  if (footer_start < 4) return std::nullopt;
+  if (footer_start < 4) return not_parquet;
   if (static_cast<int64_t>(tail.size()) < int64_t{footer_len} + 8) {
-    if (had_copy) return std::nullopt;
-    ARROW_ASSIGN_OR_RAISE(auto buffer, store_->GetRange(file.store_path, footer_start, footer_len));
-    if (buffer->size() != footer_len) return arrow::Status::IOError(Damaged(*store_, file.store_path, size));
-    tail = buffer->ToString() + tail.substr(tail.size() - 8);
+    ARROW_ASSIGN_OR_RAISE(std::string footer, fetch(footer_start, footer_len));
+    tail = footer + tail.substr(tail.size() - 8);
   }
   tail.erase(0, tail.size() - (int64_t{footer_len} + 8));
-  if (!had_copy) {
+  {
     std::error_code ec;
     fs::create_directories(fs::path(footer_copy).parent_path(), ec);
     const std::string temp = footer_copy + ".part-" + NewUuid();
@@ -229,15 +279,32 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
       out.close();
       written = static_cast<bool>(out);
     }
-    // Best effort: without it, the next query reads the footer again.
+    // Best effort: without it, the next query of another Lake reads the footer again.
     if (written) fs::rename(temp, footer_copy, ec);
     if (!written || ec) fs::remove(temp, ec);
   }
+  auto kept = std::make_shared<const std::string>(std::move(tail));
+  memory_.Put(footer_copy, kept);
+  return kept;
+}
+
+arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
+    const CachedFile& file, const std::string& whole, const RowGroupChooser& choose) {
+  const int64_t size = file.size;
+  // The footer is kept beside the copies (and in memory): warm queries read no remote byte to
+  // choose their row groups.
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const std::string> footer,
+                        Footer(file, whole + ".footer-" + std::to_string(size)));
+  if (footer->empty()) return std::nullopt;  // not plain Parquet
+  const std::string& tail = *footer;
+  const int64_t footer_len = static_cast<int64_t>(tail.size()) - 8;
+  const int64_t footer_start = size - static_cast<int64_t>(tail.size());
+  if (footer_start < 4) return std::nullopt;
   std::shared_ptr<parquet::FileMetaData> meta;
   std::vector<int> chosen;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges;
   try {
-    meta = parquet::FileMetaData::Make(tail.data(), int64_t{footer_len});
+    meta = parquet::FileMetaData::Make(tail.data(), footer_len);
     if (meta->is_encryption_algorithm_set()) return std::nullopt;
     chosen = choose(*meta);
     std::sort(chosen.begin(), chosen.end());
@@ -253,6 +320,7 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
   Target target;
   target.store_path = file.store_path;
   target.local = whole + ".rg-" + Sha256Hex(key).substr(0, 16);
+  target.ranges = std::move(*ranges);
   std::error_code exists_ec;
   if (fs::exists(target.local, exists_ec)) return target;  // made before: nothing to write
 
@@ -269,7 +337,6 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
   trailer.append(reinterpret_cast<const char*>(&trailer_len), 4);
   trailer.append("PAR1", 4);
   target.size = footer_start + static_cast<int64_t>(trailer.size());
-  target.ranges = std::move(*ranges);
   target.trailer = std::move(trailer);
   target.trailer_offset = footer_start;
   return target;
@@ -312,7 +379,9 @@ arrow::Status FileCache::Download(std::vector<Target>& targets) {
         const Target& target = targets[piece.target];
         arrow::Status s;
         try {
+          ++counters_.requests;
           auto data = store_->GetRange(target.store_path, piece.offset, piece.length);
+          if (data.ok()) counters_.bytes_fetched += (*data)->size();
           if (!data.ok()) {
             s = data.status();
           } else if ((*data)->size() != piece.length) {
@@ -377,7 +446,7 @@ arrow::Result<PlanCopies> FileCache::MaterializePlan(const ScanPlan& plan) {
       return arrow::Status::IOError("data file ", f.path,
                                     " lies outside the lake's store; timelake cannot read it");
     }
-    files.push_back({f.store_path, f.size});
+    files.push_back({f.store_path, f.size, f.modified_ms});
   }
   PlanCopies copies;
   ARROW_ASSIGN_OR_RAISE(copies.paths, Materialize(files, ChooseRowGroups(plan), &copies.pin));
@@ -414,11 +483,13 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
       return arrow::Status::Invalid("data file path '", files[i].store_path,
                                     "' cannot be copied to the local cache");
     }
-    locals[i] = directory_ + files[i].store_path;
+    locals[i] = CopyName(files[i]);
     std::error_code ec;
     const auto size = fs::file_size(locals[i], ec);
     if (!ec && (files[i].size < 0 || static_cast<int64_t>(size) == files[i].size)) {
       touch(locals[i]);
+      ++counters_.disk_hits;
+      counters_.bytes_served += static_cast<int64_t>(size);
       continue;
     }
     if (choose && files[i].size >= kRowGroupCopyMinBytes) {
@@ -430,10 +501,12 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
     whole.local = locals[i];
     whole.size = files[i].size;
     if (whole.size < 0) {
+      ++counters_.requests;
       ARROW_ASSIGN_OR_RAISE(auto meta, store_->Head(files[i].store_path));
       whole.size = meta.size;
     }
     whole.ranges = {{0, whole.size}};
+    ++counters_.misses;
     targets.push_back(std::move(whole));
   }
   // Footers of the row-group candidates, read in parallel.
@@ -458,10 +531,14 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
       if (planned->has_value()) {
         target = std::move(**planned);
         locals[i] = target.local;
-        if (touch(target.local)) continue;  // made before (by this or another process)
+        if (touch(target.local)) {  // made before (by this or another process)
+          ++counters_.disk_hits;
+          for (const auto& range : target.ranges) counters_.bytes_served += range.second;
+          continue;
+        }
         if (target.trailer_offset < 0) {
           // It existed when planned and was evicted since: plan it again, to be written.
-          auto again = PlanRowGroupCopy(files[i], directory_ + files[i].store_path, choose);
+          auto again = PlanRowGroupCopy(files[i], CopyName(files[i]), choose);
           if (!again.ok()) {
             if (first.ok()) first = again.status();
             continue;
@@ -479,6 +556,7 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
         target.size = files[i].size;
         target.ranges = {{0, target.size}};
       }
+      ++counters_.misses;
       targets.push_back(std::move(target));
     }
     ARROW_RETURN_NOT_OK(first);
@@ -499,6 +577,20 @@ arrow::Result<std::vector<std::string>> FileCache::Materialize(const std::vector
   }
   if (check) Evict();
   return locals;
+}
+
+CacheStats FileCache::Stats() const {
+  CacheStats stats;
+  stats.memory_hits = counters_.memory_hits;
+  stats.disk_hits = counters_.disk_hits;
+  stats.misses = counters_.misses;
+  stats.requests = counters_.requests;
+  stats.bytes_fetched = counters_.bytes_fetched;
+  stats.bytes_served = counters_.bytes_served;
+  stats.memory_bytes = memory_.bytes();
+  stats.memory_budget = memory_.budget();
+  stats.disk_budget = max_bytes_;
+  return stats;
 }
 
 void FileCache::Evict() {

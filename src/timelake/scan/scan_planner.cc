@@ -317,6 +317,7 @@ arrow::Result<ScanPlan> PlanScan(const ScanSource& source, const ScanFilter& fil
     auto store_path = DataFileStorePath(source.table_path, add.path);
     if (store_path.ok()) f.store_path = *store_path;
     f.size = add.size;
+    f.modified_ms = add.modification_time;
     f.seq = TagInt(add, kSeqTag, 0);
     f.order = TagInt(add, kOrderTag, 0);
     f.rows = stats.NumRecords();

@@ -58,6 +58,7 @@ struct ScanFile {
   /// The file's path in the lake's store ("" for a file the log names outside the table folder).
   std::string store_path;
   int64_t size = -1;  // bytes, as the log records them (-1: unknown)
+  int64_t modified_ms = -1;  // the add action's modificationTime (ms since the epoch)
   std::string chunk;
   int64_t seq = 0;     // commit version the rows were written at
   int64_t order = 0;   // tie-break between files of one commit
