@@ -281,6 +281,10 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
     ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"protocol", "metaData", "add"},
                                                        {"protocol.minReaderVersion", "metaData.id", "add.path"},
                                                        &file_rows));
+  } else if (which == CheckpointActions::kTxns) {
+    ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"txn"}, {"txn.appId"}));
+  } else if (which == CheckpointActions::kTombstones) {
+    ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"remove"}, {"remove.path"}));
   } else {
     ARROW_ASSIGN_OR_RAISE(table, ReadParquetBufferPart(data, origin, {"txn", "remove"},
                                                        {"txn.appId", "remove.path"}));
@@ -384,7 +388,10 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
       snapshot->recent_tombstones[key] = std::move(out);
     }
   }
-  if (which == CheckpointActions::kHistory) return arrow::Status::OK();
+  if (which == CheckpointActions::kHistory || which == CheckpointActions::kTxns ||
+      which == CheckpointActions::kTombstones) {
+    return arrow::Status::OK();
+  }
   if (!has_protocol || !has_metadata) {
     return arrow::Status::IOError("checkpoint ", origin, " holds no ",
                                   has_protocol ? "metaData" : "protocol",
@@ -399,30 +406,37 @@ arrow::Status ReadCheckpoint(const std::shared_ptr<arrow::Buffer>& data, const s
 
 CheckpointHistory::CheckpointHistory(std::shared_ptr<arrow::Buffer> data, std::string origin,
                                      int64_t entries)
-    : data_(std::move(data)), origin_(std::move(origin)), entries_(entries) {}
+    : origin_(std::move(origin)), entries_(entries), data_(std::move(data)) {}
 
 CheckpointHistory::~CheckpointHistory() = default;
 
-arrow::Status CheckpointHistory::Read() const {
-  std::call_once(once_, [this] {
+arrow::Status CheckpointHistory::Read(bool txns) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::optional<arrow::Status>& done = txns ? txns_read_ : tombstones_read_;
+  if (!done) {
     Snapshot read;
-    status_ = ReadCheckpoint(data_, origin_, &read, CheckpointActions::kHistory);
-    if (status_.ok()) {
-      txns_ = std::move(read.recent_txns);
-      tombstones_ = std::move(read.recent_tombstones);
+    done = ReadCheckpoint(data_, origin_, &read,
+                          txns ? CheckpointActions::kTxns : CheckpointActions::kTombstones);
+    if (done->ok()) {
+      if (txns) {
+        txns_ = std::move(read.recent_txns);
+      } else {
+        tombstones_ = std::move(read.recent_tombstones);
+      }
     }
-    data_.reset();  // read (or found unreadable, which stays the answer): the bytes are not needed
-  });
-  return status_;
+    // Both read (or found unreadable, which stays the answer): the bytes are not needed.
+    if (txns_read_ && tombstones_read_) data_.reset();
+  }
+  return *done;
 }
 
 arrow::Result<const std::map<std::string, Txn>*> CheckpointHistory::txns() const {
-  ARROW_RETURN_NOT_OK(Read());
+  ARROW_RETURN_NOT_OK(Read(/*txns=*/true));
   return &txns_;
 }
 
 arrow::Result<const std::map<std::string, RemoveFile>*> CheckpointHistory::tombstones() const {
-  ARROW_RETURN_NOT_OK(Read());
+  ARROW_RETURN_NOT_OK(Read(/*txns=*/false));
   return &tombstones_;
 }
 

@@ -36,8 +36,11 @@ enum class CheckpointActions {
   /// protocol, metaData and add; the transactions and tombstones stay in the bytes, as the
   /// snapshot's `history`, read when first asked for (snapshot.h).
   kLive,
-  /// txn and remove only (CheckpointHistory).
+  /// txn and remove only.
   kHistory,
+  /// txn only, remove only (CheckpointHistory reads each when first asked for).
+  kTxns,
+  kTombstones,
 };
 
 /// Loads a checkpoint file's actions into `snapshot` (which should be empty). `origin` is the

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <arrow/result.h>
@@ -31,7 +32,8 @@ class Buffer;
 namespace timelake {
 
 /// The transactions and tombstones of one checkpoint, read from its bytes on first use.
-/// Thread-safe: every method may be called from any thread (the read happens once).
+/// Thread-safe: every method may be called from any thread (each part is read once: the
+/// transactions for appends with batch ids, the tombstones for vacuum and latest()).
 class CheckpointHistory {
  public:
   /// `data` holds the checkpoint `origin`; `entries` is how many history rows it holds (a count
@@ -46,13 +48,14 @@ class CheckpointHistory {
   arrow::Result<const std::map<std::string, RemoveFile>*> tombstones() const;
 
  private:
-  arrow::Status Read() const;
+  /// Reads the transactions (`txns`) or the tombstones, unless read before.
+  arrow::Status Read(bool txns) const;
 
-  mutable std::shared_ptr<arrow::Buffer> data_;  // the checkpoint's bytes, let go once read
   const std::string origin_;
   const int64_t entries_;
-  mutable std::once_flag once_;
-  mutable arrow::Status status_;
+  mutable std::mutex mutex_;  // guards what follows until both parts are read
+  mutable std::shared_ptr<arrow::Buffer> data_;  // the checkpoint's bytes, let go once both are read
+  mutable std::optional<arrow::Status> txns_read_, tombstones_read_;
   mutable std::map<std::string, Txn> txns_;
   mutable std::map<std::string, RemoveFile> tombstones_;
 };
