@@ -11,7 +11,9 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/log/features.h"
 #include "timelake/log/schema.h"
+#include "timelake/http/http_client.h"
 #include "timelake/store/store_factory.h"
+#include "timelake/table/head.h"
 #include "timelake/txn/committer.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/ids.h"
@@ -73,15 +75,30 @@ arrow::Result<TableName> ParseTableName(const std::string& name) {
 
 arrow::Result<std::shared_ptr<Lake>> Lake::Open(
     const std::string& location, const std::map<std::string, std::string>& storage_options) {
-  ARROW_ASSIGN_OR_RAISE(auto store, OpenStore(location, storage_options));
-  return OverStore(std::move(store));
+  // timelake's own option; the rest are the store's.
+  std::map<std::string, std::string> store_options = storage_options;
+  std::optional<int64_t> interval_ms;
+  if (auto it = store_options.find(kVersionCheckIntervalKey); it != store_options.end()) {
+    ARROW_ASSIGN_OR_RAISE(interval_ms, ParseDurationMs(kVersionCheckIntervalKey, it->second));
+    store_options.erase(it);
+  }
+  ARROW_ASSIGN_OR_RAISE(auto store, OpenStore(location, store_options));
+  // Object stores: a table opens from its head, and reads check the log at most once per
+  // interval. Local lakes (and memory://) open from the log, which costs no round trips there,
+  // and check it at every read unless the option says otherwise.
+  const std::string url = store->RootUrl();
+  TableOpenOptions open;
+  open.heads = url.rfind("file://", 0) != 0 && url.rfind("memory://", 0) != 0;
+  open.check_interval_ms = interval_ms.value_or(open.heads ? kDefaultCheckIntervalMs : 0);
+  return OverStore(std::move(store), open);
 }
 
-std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store) {
+std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store,
+                                      const TableOpenOptions& open) {
   // Arrow's compute kernels (sort, take, cast, min/max) register on first initialisation; doing
   // it again is a no-op, and it cannot fail for the kernels the wheel ships.
   (void)arrow::compute::Initialize();
-  return std::shared_ptr<Lake>(new Lake(std::move(store)));
+  return std::shared_ptr<Lake>(new Lake(std::move(store), open));
 }
 
 arrow::Result<TableName> Lake::Resolve(const std::string& name) {
@@ -185,16 +202,16 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   ARROW_RETURN_NOT_OK(store_->MakeFolders(table_name.path() + "/_delta_log/"));
   ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
   if (!outcome.version) return already(table_name);
-  return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
+  return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_, open_);
 }
 
 arrow::Result<std::shared_ptr<Table>> Lake::OpenTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
-  auto table = Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
+  auto table = Table::Open(store_, table_name.path(), table_name.qualified(), runtime_, open_);
   if (table.ok() || !IsTableNotFound(table.status())) return table;
   ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(table_name));
   if (twins.empty()) return table;
-  return Table::Open(store_, twins.front().path(), twins.front().qualified(), runtime_);
+  return Table::Open(store_, twins.front().path(), twins.front().qualified(), runtime_, open_);
 }
 
 arrow::Result<std::vector<std::string>> Lake::Tables() {

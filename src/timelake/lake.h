@@ -50,8 +50,14 @@ class Lake {
   /// `storage_options`: unknown keys are Status::Invalid naming the key.
   static arrow::Result<std::shared_ptr<Lake>> Open(
       const std::string& location, const std::map<std::string, std::string>& storage_options);
-  /// A lake over an existing store (tests use a MemoryStore).
-  static std::shared_ptr<Lake> OverStore(std::shared_ptr<ObjectStore> store);
+  /// The storage option (kept by the lake, not passed to the store) that sets how long reads may
+  /// skip the version check: a duration ("1s", "500ms", "0": check at every read). Default 1 s on
+  /// object stores, 0 on local lakes (docs/object-stores.md, "The table head").
+  static constexpr const char* kVersionCheckIntervalKey = "version_check_interval";
+
+  /// A lake over an existing store (tests use a MemoryStore), opening its tables with `open`.
+  static std::shared_ptr<Lake> OverStore(std::shared_ptr<ObjectStore> store,
+                                         const TableOpenOptions& open = {});
 
   std::string location() const { return store_->RootUrl(); }
   const std::shared_ptr<ObjectStore>& store() const { return store_; }
@@ -74,8 +80,8 @@ class Lake {
   std::shared_ptr<FileCache> cache();
 
  private:
-  explicit Lake(std::shared_ptr<ObjectStore> store)
-      : store_(std::move(store)), runtime_(LakeRuntime::Make()) {}
+  Lake(std::shared_ptr<ObjectStore> store, const TableOpenOptions& open)
+      : store_(std::move(store)), open_(open), runtime_(LakeRuntime::Make()) {}
   /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
   /// one exists).
   arrow::Result<TableName> Resolve(const std::string& name);
@@ -88,6 +94,7 @@ class Lake {
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
+  const TableOpenOptions open_;
   /// The upkeep queues of the handles this Lake opened; they hold it weakly.
   std::shared_ptr<LakeRuntime> runtime_;
   std::mutex cache_mutex_;
