@@ -218,8 +218,11 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
                                   contract = t.contract, checkpointed = t.checkpointed,
                                   newest = std::move(newest)] {
       Snapshot at = *snapshot;
-      // The checkpoint task ran before this one: a reader of the head starts from it.
-      if (checkpointed->load() == at.version) at.checkpoint_version = at.version;
+      // Checkpoint tasks run before this one: a reader of the head starts from the newest.
+      const int64_t checkpoint = checkpointed->load();
+      if (checkpoint > at.checkpoint_version && checkpoint <= at.version) {
+        at.checkpoint_version = checkpoint;
+      }
       DeltaLog log(store, path);
       const int64_t version = at.version;
       return WriteHead(*store, log, std::move(at), [&](const std::optional<HeadContents>& previous,
