@@ -433,7 +433,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     if _fold(ns) in _DUCKDB_NAMES:
         raise _NotSimple
     wanted = (_fold(ns), _fold(shape.table))
-    found = [q for q in lake.tables() if tuple(_fold(q).split(".", 1)) == wanted]
+    found = [q for q in lake._core.tables_for_read() if tuple(_fold(q).split(".", 1)) == wanted]
     if len(found) != 1:
         raise _NotSimple  # unknown (DuckDB words the error) or ambiguous
     handle = lake._snapshot(found[0])

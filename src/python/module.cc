@@ -485,6 +485,10 @@ NB_MODULE(_core, m) {
            [](Lake& lake) {
              return Released([&] { return lake.Tables(); });
            })
+      .def("tables_for_read",
+           [](Lake& lake) {
+             return Released([&] { return lake.TablesForRead(); });
+           })
       .def("drop_table", [](Lake& lake, const std::string& name) {
         Released([&] { return lake.DropTable(name); });
       })

@@ -1,6 +1,7 @@
 #include "timelake/lake.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -15,8 +16,10 @@
 #include "timelake/store/store_factory.h"
 #include "timelake/table/head.h"
 #include "timelake/txn/committer.h"
+#include "timelake/table/context.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/ids.h"
+#include "timelake/util/per_process.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 #include "timelake/util/text.h"
@@ -34,6 +37,19 @@ constexpr const char* kNameLocks = ".timelake/create-locks/";
 constexpr int64_t kNameLockWaitMs = 10'000;
 constexpr int64_t kNameLockStaleMs = 30'000;
 
+
+// Creations and drops of tables by any Lake of this process: a list of tables made before one is
+// not reused (own changes are seen at once).
+std::atomic<uint64_t>& CatalogGeneration() {
+  static auto* generation = new PerProcess<std::atomic<uint64_t>>();  // used until exit
+  return generation->Get();
+}
+
+// Bumps the generation when it goes: after the creation or drop, whatever its outcome, so that
+// no list made while it ran is reused.
+struct GenerationBump {
+  ~GenerationBump() { ++CatalogGeneration(); }
+};
 
 bool SameIgnoringCase(const TableName& a, const TableName& b) {
   return Lower(a.ns) == Lower(b.ns) && Lower(a.table) == Lower(b.table);
@@ -200,6 +216,7 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   // The table's folder is made here only: no other write makes it (LocalStore's fixed levels),
   // so a writer whose table was dropped cannot bring it back.
   ARROW_RETURN_NOT_OK(store_->MakeFolders(table_name.path() + "/_delta_log/"));
+  const GenerationBump bump;
   ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
   if (!outcome.version) return already(table_name);
   return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_, open_);
@@ -231,8 +248,27 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
   return out;
 }
 
+arrow::Result<std::vector<std::string>> Lake::TablesForRead() {
+  const uint64_t generation = CatalogGeneration().load();
+  const int64_t now = SteadyMillis();
+  {
+    std::lock_guard<std::mutex> lock(tables_mutex_);
+    if (open_.check_interval_ms > 0 && tables_listed_ms_ >= 0 &&
+        now - tables_listed_ms_ < open_.check_interval_ms && generation == tables_generation_) {
+      return tables_;
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(auto listed, Tables());
+  std::lock_guard<std::mutex> lock(tables_mutex_);
+  tables_ = listed;
+  tables_listed_ms_ = now;
+  tables_generation_ = generation;
+  return listed;
+}
+
 arrow::Status Lake::DropTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, Resolve(name));
+  const GenerationBump bump;
   // Handles of this process may still have an append's checkpoint or index record to write
   // (table/upkeep.h): written after the drop, it would bring the table's folder back. Handles of
   // the table opened by other Lakes of the process count too (table/lake_runtime.h).

@@ -70,6 +70,10 @@ class Lake {
   arrow::Result<std::shared_ptr<Table>> OpenTable(const std::string& name);
   /// "namespace.table" for every folder holding a Delta log, sorted.
   arrow::Result<std::vector<std::string>> Tables();
+  /// Tables() for a query resolving its table names: the list of the last call when it was made
+  /// within the version check interval and no Lake of this process has created or dropped a
+  /// table since (the freshness rule of reads, docs/object-stores.md).
+  arrow::Result<std::vector<std::string>> TablesForRead();
   /// Makes the table disappear in one atomic step (its folder is renamed out of sight, so
   /// readers and writers see the whole table or nothing, and handles opened before can no longer
   /// commit), then deletes its files.
@@ -99,6 +103,10 @@ class Lake {
   std::shared_ptr<LakeRuntime> runtime_;
   std::mutex cache_mutex_;
   std::shared_ptr<FileCache> cache_;
+  std::mutex tables_mutex_;
+  std::vector<std::string> tables_;  // GUARDED_BY(tables_mutex_): TablesForRead's last list
+  int64_t tables_listed_ms_ = -1;    // GUARDED_BY(tables_mutex_): when (steady clock), -1: never
+  uint64_t tables_generation_ = 0;   // GUARDED_BY(tables_mutex_): CatalogGeneration() then
 };
 
 }  // namespace timelake

@@ -346,3 +346,39 @@ def test_a_local_lake_has_no_head(tmp_path):
     t.append(batch(1))
     t.info()
     assert not (tmp_path / "lake/default/readings/_timelake/head").exists()
+
+
+def test_a_repeated_query_asks_nothing_of_the_log_or_the_listing(s3):
+    url, via_proxy, direct, proxy, _, _ = s3
+    _, _, batches = written_table(url, direct, 6)
+    reader = timelake.Lake(url, storage_options=dict(via_proxy, version_check_interval=LONG))
+    queries = ["SELECT time, temp FROM readings WHERE device_id = 'a' ORDER BY time",  # the core's reader
+               "SELECT device_id, count(*) AS n FROM readings GROUP BY device_id ORDER BY device_id"]  # DuckDB
+    for q in queries:
+        first = sql_rows(reader, q)
+        again: dict = {}
+        sent = requests_of(proxy, lambda: again.update(rows=sql_rows(reader, q)))
+        assert again["rows"] == first
+        # Data may be read again (the block cache is another matter); the log, the head and the
+        # table listing are not.
+        assert [s for s in sent if "/_delta_log/" in s[1] or "/_timelake/" in s[1] or s[1].count("/") <= 1] == [], sent
+
+
+def test_a_table_another_process_creates_is_found_after_the_interval(s3):
+    url, _, direct, _, _, _ = s3
+    written_table(url, direct, 1)
+    reader = timelake.Lake(url, storage_options=direct)  # the default interval
+    assert sql_rows(reader, "SELECT count(*) AS n FROM readings") == [{"n": batch(0).num_rows}]
+    script = (
+        "import json, sys, timelake, pyarrow as pa\n"
+        "lake = timelake.Lake(sys.argv[1], storage_options=json.loads(sys.argv[2]))\n"
+        "t = lake.create_table('other', pa.schema([('x', pa.int64())]))\n"
+        "t.append(pa.table({'x': [1, 2, 3]}))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, url, json.dumps(direct)], check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+    time.sleep(SHORT_S + 0.1)
+    assert sql_rows(reader, "SELECT count(*) AS n FROM other") == [{"n": 3}]
+    # Created here (by any Lake of the process): found at once.
+    timelake.Lake(url, storage_options=direct).create_table("mine", pa.schema([("y", pa.int64())]))
+    assert sql_rows(reader, "SELECT count(*) AS n FROM mine") == [{"n": 0}]

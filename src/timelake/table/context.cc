@@ -101,6 +101,7 @@ arrow::Status Update(TableContext& t) {
         return arrow::Status::OK();
       },
       &reloaded));
+  NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, t.snapshot.version);
   if (reloaded) t.latest = LatestState{};
   if (t.snapshot.metadata.id != t.metadata_id || !t.declared ||
       t.snapshot.metadata.schema_string != t.derived_schema_string ||
@@ -119,7 +120,7 @@ int64_t SteadyMillis() {
 arrow::Status UpdateForRead(TableContext& t) {
   const int64_t now = SteadyMillis();
   if (t.check_interval_ms > 0 && t.checked_at_ms >= 0 && now - t.checked_at_ms < t.check_interval_ms &&
-      OwnNewestCommit(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id) <=
+      NewestVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id) <=
           t.snapshot.version) {
     return arrow::Status::OK();
   }
@@ -128,8 +129,9 @@ arrow::Status UpdateForRead(TableContext& t) {
   return arrow::Status::OK();
 }
 
-arrow::Status EnsureWhole(TableContext& t) {
-  if (!t.partial) return arrow::Status::OK();
+arrow::Status UpdateWhole(TableContext& t) {
+  // A load is the latest version already: no Update() after it (which would read its head again).
+  if (!t.partial) return Update(t);
   auto whole = t.log.Load();
   if (!whole.ok()) {
     return whole.status().IsKeyError() ? TableDropped(t.name) : whole.status();
@@ -138,6 +140,7 @@ arrow::Status EnsureWhole(TableContext& t) {
   t.snapshot = std::move(*whole);
   t.partial = false;
   t.latest = LatestState{};
+  NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, t.snapshot.version);
   if (t.snapshot.metadata.schema_string != t.derived_schema_string ||
       ArrowSchemaText(t.snapshot.metadata) != t.derived_arrow_schema) {
     return LoadDerived(t);
@@ -218,7 +221,7 @@ RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms, const 
 
 arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutcome* out) {
   if (t.partial) {
-    // Operations that commit call EnsureWhole first; a commit planned on a head's snapshot gets
+    // Operations that commit call UpdateWhole first; a commit planned on a head's snapshot gets
     // that version's history here (not the latest version: the committer must see the winners).
     ARROW_ASSIGN_OR_RAISE(auto whole, t.log.LoadAt(t.snapshot.version));
     if (whole.metadata.id != t.snapshot.metadata.id) return TableDropped(t.name);
@@ -227,7 +230,7 @@ arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutco
   }
   arrow::Status st = t.committer.Commit(&t.snapshot, pending, out);
   if (out->version) {
-    NoteOwnCommit(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, *out->version);
+    NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, *out->version);
   }
   return st;
 }

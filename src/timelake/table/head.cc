@@ -233,14 +233,14 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
   return arrow::Status::OK();  // writers kept racing: one of them wrote a head
 }
 
-void NoteOwnCommit(const std::string& location, const std::string& table_id, int64_t version) {
+void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version) {
   OwnCommits& own = Own();
   std::lock_guard<std::mutex> lock(own.mutex);
   auto [it, made] = own.newest.emplace(std::make_pair(location, table_id), version);
   if (!made && version > it->second) it->second = version;
 }
 
-int64_t OwnNewestCommit(const std::string& location, const std::string& table_id) {
+int64_t NewestVersionSeen(const std::string& location, const std::string& table_id) {
   OwnCommits& own = Own();
   std::lock_guard<std::mutex> lock(own.mutex);
   auto it = own.newest.find({location, table_id});

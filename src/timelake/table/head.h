@@ -21,8 +21,9 @@
 // A head larger than kMaxHeadBytes is not written (and an older one is deleted): such a table
 // opens the normal way.
 //
-// Own commits: the process keeps, per table, the newest version it committed (NoteOwnCommit), so
-// that a reader that may skip the version check still sees what its own process wrote at once.
+// Own commits: the process keeps, per table, the newest version it committed or read from the log
+// (NoteVersionSeen), so that a reader that may skip the version check still sees what its own
+// process wrote at once, and no handle of the process opens or stays older than one it read.
 //
 // Thread safety: every function may be called from any thread; none touches a handle's state.
 #pragma once
@@ -96,10 +97,10 @@ using LatestAtHead = std::function<arrow::Result<std::shared_ptr<arrow::Table>>(
 arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
                         const LatestAtHead& latest);
 
-/// Notes that this process committed `version` of the table at `location` (its URL) with id
-/// `table_id`.
-void NoteOwnCommit(const std::string& location, const std::string& table_id, int64_t version);
-/// The newest version of that table this process committed (-1: none).
-int64_t OwnNewestCommit(const std::string& location, const std::string& table_id);
+/// Notes that this process committed or read `version` of the table at `location` (its URL) with
+/// id `table_id`.
+void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version);
+/// The newest version of that table this process committed or read (-1: none).
+int64_t NewestVersionSeen(const std::string& location, const std::string& table_id);
 
 }  // namespace timelake

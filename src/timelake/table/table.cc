@@ -44,6 +44,7 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
   }
   t.snapshot = std::move(*snapshot);
   ARROW_RETURN_NOT_OK(LoadDerived(t));
+  NoteVersionSeen(table->location(), t.snapshot.metadata.id, t.snapshot.version);
   return table;
 }
 
@@ -64,10 +65,11 @@ bool Table::OpenFromHead() {
   }
   const bool fresh = t.check_interval_ms > 0 && head.age_ms >= 0 &&
                      head.age_ms <= t.check_interval_ms &&
-                     OwnNewestCommit(location(), t.snapshot.metadata.id) <= version;
+                     NewestVersionSeen(location(), t.snapshot.metadata.id) <= version;
   if (fresh) {
     // The head's writer saw no newer commit when it wrote it, at most `age_ms` ago.
     t.checked_at_ms = started - head.age_ms;
+    NoteVersionSeen(location(), t.snapshot.metadata.id, version);
     return true;
   }
   // Too old to trust alone: the head's commit must still be there (the same bytes: not a dropped
@@ -115,8 +117,7 @@ arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
   const auto started = std::chrono::steady_clock::now();
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, FinishUpkeep(ctx_)));
-  ARROW_RETURN_NOT_OK(EnsureWhole(ctx_));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));
   MaintainResult result;
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, MaintainLocked(ctx_, options, /*inline_only=*/false, &result)));
   result.seconds =
