@@ -44,15 +44,15 @@ arrow::Result<std::string> LatestBytes(const std::shared_ptr<arrow::Table>& late
   return buffer->ToString();
 }
 
-// The processes's own newest commits, by table location and id.
-struct OwnCommits {
+// The newest version of each table (location and id) the process committed or read.
+struct SeenVersions {
   std::mutex mutex;
   std::map<std::pair<std::string, std::string>, int64_t> newest;  // GUARDED_BY(mutex)
 };
 
-OwnCommits& Own() {
-  static auto* own = new PerProcess<OwnCommits>();  // never destroyed: used until exit
-  return own->Get();
+SeenVersions& Seen() {
+  static auto* seen = new PerProcess<SeenVersions>();  // never destroyed: used until exit
+  return seen->Get();
 }
 
 }  // namespace
@@ -205,6 +205,12 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
     // check the head's freshness rests on (before the put).
     ARROW_RETURN_NOT_OK(log.Update(&snapshot));
     if (newer_head()) return arrow::Status::OK();
+    // The checkpoint a reader of the log would start from (another process may have written
+    // it): info()'s manifests count from there.
+    if (auto hint = log.store().LastCheckpointHint();
+        hint && *hint > snapshot.checkpoint_version && *hint <= snapshot.version) {
+      snapshot.checkpoint_version = *hint;
+    }
 
     ARROW_ASSIGN_OR_RAISE(auto rows, latest(previous, snapshot));
     ARROW_ASSIGN_OR_RAISE(std::string bytes, EncodeHead(snapshot, rows));
@@ -234,17 +240,17 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
 }
 
 void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version) {
-  OwnCommits& own = Own();
-  std::lock_guard<std::mutex> lock(own.mutex);
-  auto [it, made] = own.newest.emplace(std::make_pair(location, table_id), version);
+  SeenVersions& seen = Seen();
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  auto [it, made] = seen.newest.emplace(std::make_pair(location, table_id), version);
   if (!made && version > it->second) it->second = version;
 }
 
 int64_t NewestVersionSeen(const std::string& location, const std::string& table_id) {
-  OwnCommits& own = Own();
-  std::lock_guard<std::mutex> lock(own.mutex);
-  auto it = own.newest.find({location, table_id});
-  return it == own.newest.end() ? -1 : it->second;
+  SeenVersions& seen = Seen();
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  auto it = seen.newest.find({location, table_id});
+  return it == seen.newest.end() ? -1 : it->second;
 }
 
 }  // namespace timelake

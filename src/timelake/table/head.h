@@ -88,7 +88,7 @@ using LatestAtHead = std::function<arrow::Result<std::shared_ptr<arrow::Table>>(
 
 /// Post-commit hook: writes the head of `snapshot` (the version a writer just committed), or of
 /// the newest version when commits followed it (read from the log first: their writers may not
-/// write heads, being other engines or dead), unless the head in the store is of this table and
+/// write heads, being other engines or dead), with the checkpoint `_last_checkpoint` names, unless the head in the store is of this table and
 /// at least as new. The put follows the check that no newer commit exists (the read of the next
 /// version found nothing) and is conditional on the head read (PutIfMatch / PutIfAbsent, retried
 /// on a lost race), so heads only move forward and a head never claims a version that was not

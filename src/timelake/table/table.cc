@@ -164,6 +164,14 @@ arrow::Result<TableInfo> Table::Info() {
       info.index_error = state.status().message();
     }
   }
+  if (ctx_.partial) {
+    // A head's checkpoint may be older than the one a reader of the log would start from (its
+    // writer may have written it before the checkpoint): ask `_last_checkpoint`, as that reader.
+    if (auto hint = ctx_.log.store().LastCheckpointHint();
+        hint && *hint > ctx_.snapshot.checkpoint_version && *hint <= ctx_.snapshot.version) {
+      ctx_.snapshot.checkpoint_version = *hint;
+    }
+  }
   if (ctx_.snapshot.oldest_version < 0) {
     // A table opened from its last checkpoint has not listed the older log yet.
     ARROW_ASSIGN_OR_RAISE(ctx_.snapshot.oldest_version, ctx_.log.OldestVersion());
