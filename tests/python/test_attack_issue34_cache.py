@@ -205,3 +205,48 @@ def test_a_damaged_row_group_copy_is_fetched_again_never_served(s3_server, s3_bu
         f.truncate(size // 2 if damage == "truncate" else 0)
     for reader in (lake, timelake.Lake(url, storage_options=options)):
         assert sql_rows(reader, query) == expected
+
+
+def test_eviction_by_one_lake_while_another_reads_the_same_folder(s3_lake):
+    """Two Lakes over one folder with a 1-byte disk budget, and every copy made to look unused
+    for an hour over and over (so each statement's eviction deletes all it may): pinned copies
+    survive the other Lake's evictions, and every answer is right."""
+    url, options = s3_lake
+    truth_options = {**options, "timelake_cache_dir": options["timelake_cache_dir"] + "-truth"}
+    truth = sql_rows(timelake.Lake(url, storage_options=truth_options), ALL)
+    truth_one = sql_rows(timelake.Lake(url, storage_options=truth_options), ONE)
+    tiny = {**options, "timelake_cache_disk_bytes": "1"}
+    lakes = [timelake.Lake(url, storage_options=tiny) for _ in range(2)]
+    stop = threading.Event()
+    errors = []
+
+    def age():
+        import time
+        while not stop.is_set():
+            old = time.time() - 3600
+            for p in copies(options["timelake_cache_dir"]):
+                try:
+                    os.utime(p, (old, old))
+                except FileNotFoundError:
+                    pass
+
+    def run(lake):
+        try:
+            for _ in range(8):
+                assert sql_rows(lake, ALL) == truth
+                assert sql_rows(lake, ONE) == truth_one
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    ager = threading.Thread(target=age)
+    ager.start()
+    threads = [threading.Thread(target=run, args=(lakes[i % 2],)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    stop.set()
+    ager.join()
+    assert not errors, errors[:3]
+    # Downloads ran (each ends with an eviction pass over the aged copies, under a 1-byte budget).
+    assert sum(lake.cache_stats()["misses"] for lake in lakes) >= 3
