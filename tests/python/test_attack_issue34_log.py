@@ -232,6 +232,11 @@ def test_odd_names_in_the_log_folder_are_ignored(lake_path):
             (log / name).mkdir()
         else:
             (log / name).write_text("not a commit {")
+    # Folders named as prefixes of the listing's start key (the newest checkpoint, 20), holding
+    # names that look like commits: their contents are not the log's.
+    for folder in (f"{20:020d}", f"{2:019d}", f"{20:020d}.checkpoint"):
+        (log / folder).mkdir()
+        (log / folder / f"{26:020d}.json").write_text("not a commit {")
     fresh = timelake.Lake(str(lake_path))
     assert fresh.table("t").version == 25
     assert rows_seen(fresh) == [float(i) for i in range(25)]
@@ -282,3 +287,49 @@ def test_a_folder_at_the_next_commits_name_makes_the_append_fail_not_hang(lake_p
     assert done.returncode == 0, done.stderr
     got = rows_seen(timelake.Lake(str(lake_path)))
     assert got == ([0.0, 1.0, 2.0, 3.0] if "appended" in done.stdout else [0.0, 1.0, 2.0])
+
+
+def test_a_long_log_on_s3_replays_in_windows_of_sixteen_reads(s3_server, s3_bucket, tmp_path):
+    """The object-store read-ahead (16 reads at once): 150 commits without a checkpoint, one of
+    them then corrupted, read by fresh Lakes."""
+    from conftest import STORE_KINDS
+    if "s3" not in STORE_KINDS:
+        pytest.skip("TIMELAKE_TEST_STORES leaves out s3")
+    options = {**s3_server.storage_options(), "timelake_cache_dir": str(tmp_path / "cache")}
+    url = f"s3://{s3_bucket}/lake"
+    t = timelake.Lake(url, storage_options=options).create_table(
+        "t", IOT_SCHEMA, series_key=["device_id"], properties=NO_CHECKPOINTS)
+    for i in range(150):
+        t.append(one_row(i), batch_id=f"b{i}")
+    fresh = timelake.Lake(url, storage_options=options)
+    assert fresh.table("t").version == 150
+    assert rows_seen(fresh) == [float(i) for i in range(150)]
+    assert fresh.table("t").append(one_row(70), batch_id="b70")["duplicate"] is True
+    key = f"lake/default/t/_delta_log/{100:020d}.json"
+    client = s3_server.client()
+    body = client.get_object(Bucket=s3_bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=s3_bucket, Key=key, Body=body[:-5] + b"{{{{{")
+    with pytest.raises((RuntimeError, OSError, ValueError)) as err:
+        timelake.Lake(url, storage_options=options).sql("SELECT count(*) FROM t")
+    assert f"{100:020d}" in str(err.value)
+
+
+@pytest.mark.parametrize("folder", [f"{20:020d}", f"{2:019d}", "_commits", "zz-backup"])
+def test_a_folder_inside_the_log_holding_commit_names_is_not_part_of_the_log(lake_path, folder):
+    """Regression: a file named like a commit in a folder under `_delta_log/` was taken for a
+    commit of the log (the listing is recursive), and the table could not be opened ("version 26
+    cannot be rebuilt")."""
+    lake = timelake.Lake(str(lake_path))
+    t = lake.create_table("t", IOT_SCHEMA, series_key=["device_id"],
+                          properties={**NO_BACKGROUND, "delta.checkpointInterval": "10"})
+    for i in range(25):
+        t.append(one_row(i))
+    (log_dir(t) / folder).mkdir()
+    (log_dir(t) / folder / f"{26:020d}.json").write_text("not a commit {")
+    (log_dir(t) / folder / f"{24:020d}.checkpoint.parquet").write_text("not a checkpoint")
+    fresh = timelake.Lake(str(lake_path))
+    assert fresh.table("t").version == 25
+    assert rows_seen(fresh) == [float(i) for i in range(25)]
+    fresh.table("t").append(one_row(25))
+    fresh.table("t").append(one_row(26))  # commit 27: past the folder's "26"
+    assert rows_seen(timelake.Lake(str(lake_path))) == [float(i) for i in range(27)]
