@@ -93,9 +93,16 @@ arrow::Result<LogStore::Versions> LogStore::ListVersions(int64_t from) {
   // Every object of version v starts with its 20 digits; '~' sorts after all the characters
   // that follow them ('.', digits), so listing after "<from - 1>~" skips exactly the older ones.
   const std::string start_after = from > 0 ? Path(VersionPrefix(from - 1) + "~") : "";
-  ARROW_ASSIGN_OR_RAISE(auto listing, store_->ListAfter(Path(""), start_after));
+  const std::string dir = Path("");
+  ARROW_ASSIGN_OR_RAISE(auto listing, store_->ListAfter(dir, start_after));
   Versions out;
   for (const auto& meta : listing) {
+    // Only the log folder's own entries: a folder inside it (a copy someone left, another
+    // engine's `_commits/`) may hold names of commits that are not this log's.
+    if (meta.path.compare(0, dir.size(), dir) != 0 ||
+        meta.path.find('/', dir.size()) != std::string::npos) {
+      continue;
+    }
     const std::string name = FileName(meta.path);
     if (auto v = CommitVersionOf(name); v && *v >= from) {
       out.commits.insert(*v);
