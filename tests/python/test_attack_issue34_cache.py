@@ -179,10 +179,6 @@ def test_a_forked_child_reads_through_the_cache(s3_lake):
     assert copies(options["timelake_cache_dir"])
 
 
-@pytest.mark.xfail(strict=True, reason="issue34-attack defect: a row-group copy is trusted because it exists "
-                                       "(file_cache.cc PlanRowGroupCopy, and Materialize's touch()), not by its "
-                                       "size: a copy cut short is served to DuckDB and every later query of those "
-                                       "row groups fails ('No magic bytes' / 'too small') until eviction")
 @pytest.mark.parametrize("damage", ["truncate", "empty"])
 def test_a_damaged_row_group_copy_is_fetched_again_never_served(s3_server, s3_bucket, tmp_path, damage):
     """A sparse row-group copy (`<copy>.rg-<hash>`) cut short on disk: the next selective query

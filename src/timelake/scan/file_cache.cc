@@ -193,6 +193,23 @@ arrow::Status WriteAt(int fd, const uint8_t* data, int64_t size, int64_t offset,
   return arrow::Status::OK();
 }
 
+// True if the row-group copy at `local` ends as written: a footer after `footer_start` that
+// its last eight bytes ("<length>PAR1") describe. A copy cut short or emptied on disk fails this
+// (one stat and one 8-byte read, no footer built), and is then made again.
+bool RowGroupCopyIsWhole(const std::string& local, int64_t footer_start) {
+  const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  char tail[8];
+  const bool read = ::fstat(fd, &st) == 0 && st.st_size >= footer_start + 8 &&
+                    ::pread(fd, tail, 8, st.st_size - 8) == 8;
+  ::close(fd);
+  if (!read || std::memcmp(tail + 4, "PAR1", 4) != 0) return false;
+  uint32_t length = 0;
+  std::memcpy(&length, tail, 4);
+  return static_cast<int64_t>(length) == st.st_size - footer_start - 8;
+}
+
 std::string Damaged(const ObjectStore& store, const std::string& path, int64_t size) {
   return "data file " + store.ExternalPath(path) + " is shorter than the " + std::to_string(size) +
          " bytes the table's log records; it is damaged";
@@ -321,8 +338,9 @@ arrow::Result<std::optional<FileCache::Target>> FileCache::PlanRowGroupCopy(
   target.store_path = file.store_path;
   target.local = whole + ".rg-" + Sha256Hex(key).substr(0, 16);
   target.ranges = std::move(*ranges);
-  std::error_code exists_ec;
-  if (fs::exists(target.local, exists_ec)) return target;  // made before: nothing to write
+  if (RowGroupCopyIsWhole(target.local, footer_start)) return target;  // made before: nothing to write
+  std::error_code removed_ec;
+  fs::remove(target.local, removed_ec);  // damaged (if there at all): made again below
 
   std::string trailer;
   try {
