@@ -496,9 +496,7 @@ class Lake:
         handle = self._handles.get(qualified)
         if handle is not None:
             try:
-                # Within the lake's version_check_interval this sends no request
-                # (docs/object-stores.md, "The table head").
-                handle.refresh_if_due()
+                handle.refresh()
                 return handle
             except KeyError:
                 # Dropped (and maybe created again) since this handle was opened: open anew.

@@ -348,10 +348,6 @@ NB_MODULE(_core, m) {
            [](Table& t) {
              Released([&] { return t.Refresh(); });
            })
-      .def("refresh_if_due",
-           [](Table& t) {
-             Released([&] { return t.RefreshIfDue(); });
-           })
       .def(
           "scan",
           [](Table& t, std::optional<int64_t> min_time, std::optional<int64_t> max_time,
@@ -484,10 +480,6 @@ NB_MODULE(_core, m) {
       .def("tables",
            [](Lake& lake) {
              return Released([&] { return lake.Tables(); });
-           })
-      .def("tables_for_read",
-           [](Lake& lake) {
-             return Released([&] { return lake.TablesForRead(); });
            })
       .def("drop_table", [](Lake& lake, const std::string& name) {
         Released([&] { return lake.DropTable(name); });
