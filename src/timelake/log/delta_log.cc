@@ -26,10 +26,10 @@ std::string DisplayName(const std::string& table_path) {
 
 }  // namespace
 
-// Replay reads commits ahead of applying them, a window at a time, in parallel: a log read
-// after many commits (a checkpoint stride of 160 replays up to 159) was mostly one small read
-// and parse after another, each waiting on the store (a GET each in object stores). A window
-// is bounded so that replaying a long log from commit 0 keeps few parsed commits in memory.
+// Replay reads commits ahead of applying them, a window at a time (meant to be read in
+// parallel: a log read after many commits, up to a checkpoint stride of 159, is one small read
+// and parse after another, each waiting on the store; see kParallelism). A window is bounded so
+// that replaying a long log from commit 0 keeps few parsed commits in memory.
 class DeltaLog::CommitReadAhead {
  public:
   CommitReadAhead(DeltaLog& log, const std::set<int64_t>& commits, int64_t latest)
@@ -46,10 +46,11 @@ class DeltaLog::CommitReadAhead {
 
  private:
   static constexpr int64_t kWindow = 64;
-  // Below this many commits the threads would cost more than they save.
-  static constexpr int64_t kParallelFrom = 8;
-  // Object stores answer many GETs at once; a local disk is bound by the CPU's parsing.
-  static constexpr int kRemoteParallelism = 16;
+  // One read at a time for now: reading the window in parallel (2 threads locally, 16 on object
+  // stores) made test_drop_and_create_racing_stale_writers_leave_only_the_new_tables_log[gcs]
+  // fail (a stale writer's commit reported as rebased past an expired log); to be understood
+  // before it is turned back on.
+  static constexpr int kParallelism = 1;
 
   struct Read {
     arrow::Result<Commit> commit = arrow::Status::UnknownError("not read");
@@ -68,10 +69,7 @@ class DeltaLog::CommitReadAhead {
       read_[i].commit = log_.ReadCommit(version, version == latest_ ? &read_[i].fingerprint : nullptr);
       return arrow::Status::OK();
     };
-    const int parallelism = end - v < kParallelFrom ? 1
-                            : log_.store_->AsLocalFiles() ? CpuParallelism()
-                                                          : kRemoteParallelism;
-    (void)RunParallel(read_.size(), parallelism, read_one);
+    (void)RunParallel(read_.size(), kParallelism, read_one);
   }
 
   DeltaLog& log_;
