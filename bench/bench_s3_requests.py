@@ -41,6 +41,7 @@ REPO = HERE.parent
 TESTS = REPO / "tests" / "python"
 sys.path.insert(0, str(TESTS))
 from s3_server import S3Server  # noqa: E402
+from bench_seed import version  # noqa: E402  (the script's folder is on sys.path)
 
 # Runs in each system's interpreter: argv = mode, JSON parameters.
 CHILD = r'''
@@ -172,16 +173,6 @@ def run(system: dict, mode: str, params: dict) -> dict:
     if done.returncode != 0:
         return {"error": done.stderr.strip()[-1500:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def version(system: dict) -> str:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if system.get("path"):
-        env["PYTHONPATH"] = system["path"]
-    code = "import importlib.metadata as m, timelake; print(getattr(timelake, '__version__', '') or m.version('timelake'))"
-    done = subprocess.run([system["python"], "-c", code], env=env, capture_output=True, text=True)
-    return done.stdout.strip() or done.stderr.strip()[-200:]
 
 
 def query_text(series: int) -> str:
