@@ -498,7 +498,9 @@ def create(lake: Any, name: str, select: str, namespace: str, retention: Optiona
     """Creates the rollup table and fills it; returns the rows written."""
     spec, schema = parse_definition(lake, name, select, namespace)
     if chunk is None:
-        chunk = "month" if spec.months or spec.micros >= 3_600_000_000 else "day"
+        # Day chunks below daily buckets: a refresh's rows (recent buckets) then overlap one day's
+        # file, so reads deduplicate a day of rows at most, not a month.
+        chunk = "month" if spec.months or spec.micros >= 86_400_000_000 else "day"
     properties = {PROPERTY_SOURCE: spec.source, PROPERTY_SOURCE_ID: spec.source_id,
                   PROPERTY_SPEC: spec.to_json(), PROPERTY_QUERY: select}
     lake._core.create_table(name, _schema_capsule(schema), spec.bucket, spec.groups or None, chunk, retention,

@@ -126,10 +126,13 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
     for a in spec.aggregates:
         by_function[(a.function, (a.column or "").lower())] = a.alias
     edits: List[Tuple[int, int, str]] = []
+    aggregates: List[Dict[str, Any]] = []
     widths: set = set()
     con = catalog.con
 
-    def merge(expr: Dict[str, Any]) -> str:
+    def merge(expr: Dict[str, Any], identity: bool = False) -> str:
+        """The aggregate over the relation's state; with `identity` (each output row is one row of
+        the relation) the same value as a plain expression of that row."""
         function = expr.get("function_name", "").lower()
         if expr.get("distinct") or expr.get("filter") or expr.get("export_state"):
             raise _NoRoute
@@ -143,7 +146,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         if kind == "count_star":
             if args or orders:
                 raise _NoRoute
-            return f"sum({ROWS})::BIGINT"
+            return f"{ROWS}::BIGINT" if identity else f"sum({ROWS})::BIGINT"
         if len(args) != 1 or _column(args[0]) is None:
             raise _NoRoute
         column = _column(args[0]).lower()
@@ -154,39 +157,54 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             alias = by_function.get((kind, column))
             if alias is None:
                 raise _NoRoute
+            if identity:
+                return quote(alias)
             return f"{kind}({quote(alias)} ORDER BY {quote(alias + '__time')})"
         if orders:
             raise _NoRoute
+        total = (lambda x: x) if identity else (lambda x: f"sum({x})")  # noqa: E731
         if kind == "count":
             alias = by_function.get(("count", column))
             if alias is not None:
-                return f"sum({quote(alias)})::BIGINT"
+                return f"{total(quote(alias))}::BIGINT"
             state = _state_with_count(by_function, column)
-            return f"sum({quote(state + '__count')})::BIGINT"
+            return f"{total(quote(state + '__count'))}::BIGINT"
         if kind in ("min", "max"):
             alias = by_function.get((kind, column))
             if alias is None:
                 raise _NoRoute
-            return f"{kind}({quote(alias)})"
+            return quote(alias) if identity else f"{kind}({quote(alias)})"
         if kind == "sum":
             alias = by_function.get(("sum", column))
             integer = _integer(spec, column, lake, source)
-            if alias is not None:
-                return f"sum({quote(alias)})" + ("::HUGEINT" if integer else "")
-            avg = by_function.get(("avg", column))
-            if avg is None:
-                raise _NoRoute
-            return f"sum({quote(avg + '__sum')})" + ("::HUGEINT" if integer else "")
+            if alias is None:
+                alias = by_function.get(("avg", column))
+                if alias is None:
+                    raise _NoRoute
+                alias += "__sum"
+            return total(quote(alias)) + ("::HUGEINT" if integer else "")
         if kind == "avg":
             avg = by_function.get(("avg", column))
             if avg is None:
                 raise _NoRoute
+            if identity:
+                return quote(avg)  # the stored average, as the raw rows gave it
             return f"(sum({quote(avg + '__sum')})::DOUBLE / sum({quote(avg + '__count')}))"
         # deviations: merged from count, mean and M2 (Chan et al.)
         state = next((by_function[(k, column)] for k in _rollup._DEVIATIONS if (k, column) in by_function), None)
         if state is None:
             raise _NoRoute
+        if identity and (kind, column) in by_function:
+            return quote(by_function[(kind, column)])  # stored as the raw rows gave it
         n, mean, m2 = (quote(state + s) for s in ("__count", "__mean", "__m2"))
+        if identity:
+            if kind == "var_pop":
+                return f"({m2} / nullif({n}, 0))"
+            if kind == "stddev_pop":
+                return f"sqrt({m2} / nullif({n}, 0))"
+            if kind == "var_samp":
+                return f"(CASE WHEN {n} > 1 THEN {m2} / ({n} - 1) END)"
+            return f"(CASE WHEN {n} > 1 THEN sqrt({m2} / ({n} - 1)) END)"
         total = f"sum({n})"
         grand = f"(sum({n} * {mean}) / nullif({total}, 0))"
         squares = f"(sum({m2} + {n} * {mean} * {mean}) - {total} * {grand} * {grand})"
@@ -218,8 +236,8 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
                     widths.add(_width(con, select, args[0]))
                     continue
                 if function in _AGGREGATES or function == "count_star":
-                    at, size = _span(e)
-                    edits.append((at, size, merge(e)))
+                    merge(e)  # raises _NoRoute if the rollup cannot merge it
+                    aggregates.append(e)
                     continue
                 if function in ("time_bucket_gapfill", "date_bin_gapfill", "locf", "interpolate",
                                 "time_weighted_mean"):
@@ -259,9 +277,19 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             raise _NoRoute
     elif months or not micros or micros % spec.micros:
         raise _NoRoute
-    if not edits:
+    if not aggregates:
         raise _NoRoute  # nothing aggregated: a plain GROUP BY reads the raw rows
     bounds = _where(con, select, node.get("where_clause"), groups, time_column, shape)
+    # The query's buckets and groups are the rollup's own: each output row is one row of the
+    # relation, so the GROUP BY goes and each aggregate becomes an expression of its row (no
+    # hash aggregation over every stored row).
+    group_by = _group_by_span(select, node) if (months, micros) == (spec.months, spec.micros) \
+        and not node.get("having") and _groups_of(node) == groups else None
+    for e in aggregates:
+        at, size = _span(e)
+        edits.append((at, size, merge(e, identity=group_by is not None)))
+    if group_by is not None:
+        edits.append((group_by[0], group_by[1], ""))
 
     # Unaliased select items keep the name the raw query's column would have.
     for e in items:
@@ -276,6 +304,72 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
     for at, size, replacement in sorted(edits, key=lambda e: (e[0], -e[1]), reverse=True):
         text = text[:at] + replacement.encode("utf-8") + text[at + size:]
     return text.decode("utf-8")
+
+
+def _groups_of(node: Dict[str, Any]) -> Optional[set]:
+    """The plain columns (lowercase) a query groups by besides its time_bucket, or None when it
+    groups by anything else."""
+    items = node["select_list"]
+    aliases = {e.get("alias", "").lower(): e for e in items if e.get("alias")}
+    if node.get("aggregate_handling") == "FORCE_AGGREGATES":
+        keys = [e for e in items if not _has_aggregate(e)]
+    else:
+        keys = []
+        for e in node.get("group_expressions", []):
+            if e.get("class") == "CONSTANT":
+                i = int(e.get("literal", {}).get("text", "0")) - 1
+                if not 0 <= i < len(items):
+                    return None
+                e = items[i]
+            elif e.get("class") == "COLUMN_REF" and len(e["column_names"]) == 1 and \
+                    e["column_names"][0].lower() in aliases:
+                e = aliases[e["column_names"][0].lower()]
+            keys.append(e)
+    out = set()
+    buckets = 0
+    for e in keys:
+        if e.get("class") == "FUNCTION" and e.get("function_name", "").lower() == "time_bucket":
+            buckets += 1
+        elif e.get("class") == "COLUMN_REF":
+            out.add(_column(e).lower())
+        else:
+            return None
+    return out if buckets >= 1 else None
+
+
+def _has_aggregate(expr: Dict[str, Any]) -> bool:
+    return any(isinstance(n, dict) and n.get("class") == "FUNCTION"
+               and n.get("function_name", "").lower() in _AGGREGATES | {"count_star"} for n in _tree.nodes(expr))
+
+
+def _group_by_span(select: str, node: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """The byte range of the query's `GROUP BY ...` clause, or None if it cannot be told."""
+    text = select.encode("utf-8")
+    tokens = duckdb.tokenize(select)
+    # Token offsets are character offsets into `select`; spans in the tree are byte offsets.
+    to_byte = (lambda i: len(select[:i].encode("utf-8"))) if len(text) != len(select) else (lambda i: i)
+    starts = [(to_byte(start), kind.name) for start, kind in tokens]
+    words = []
+    for i, (start, kind) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
+        words.append((start, text[start:end].strip().decode("utf-8", "replace").lower(), kind))
+    found = [i for i in range(len(words) - 1)
+             if words[i][1] == "group" and words[i][2] == "keyword" and words[i + 1][1] == "by"]
+    if len(found) != 1:
+        return None
+    begin = words[found[0]][0]
+    ends = [sum(_span(e)) for e in node.get("group_expressions", [])]
+    if node.get("aggregate_handling") == "FORCE_AGGREGATES":
+        if found[0] + 2 >= len(words) or words[found[0] + 2][1] != "all":
+            return None
+        ends = [words[found[0] + 2][0] + 3]
+    if not ends:
+        return None
+    end = max(ends)
+    following = [w for w in words if w[0] >= end]
+    if following and following[0][1] not in ("order", "limit", "offset", ";", "having"):
+        return None
+    return begin, end - begin
 
 
 def _within(at: int, span: Tuple[int, int]) -> bool:
@@ -312,6 +406,7 @@ def _default_name(con: duckdb.DuckDBPyConnection, node: Dict[str, Any], item: Di
     """The column name DuckDB gives an unaliased select item (its expression's rendering)."""
     shell = copy.deepcopy({k: v for k, v in node.items() if k != "select_list"})
     shell.update(select_list=[item], where_clause=None, group_expressions=[], group_sets=[], having=None,
+                 aggregate_handling="STANDARD_HANDLING",
                  modifiers=[], from_table={"type": "EMPTY", "alias": "", "sample": None, "query_location": 0})
     try:
         rendered = con.execute("SELECT json_deserialize_sql(?)",

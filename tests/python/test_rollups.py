@@ -47,6 +47,12 @@ ROUTED = [
     "WHERE time >= TIMESTAMPTZ '2024-03-05 01:30:00+00' AND time < '2024-03-06 05:10' GROUP BY h HAVING count(*) > 1",
     "SELECT time_bucket(INTERVAL '1 hour', time) AS h, device_id, stddev_pop(temp) AS s FROM readings "
     "WHERE time BETWEEN '2024-03-05 00:10' AND '2024-03-05 23:00' AND device_id <> 'b' GROUP BY 1, 2",
+    # The rollup's own buckets and groups: answered row by row, without a GROUP BY.
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, device_id, count(temp), avg(temp) AS a, min(temp), "
+    "var_samp(temp) AS v, sum(temp) AS s FROM readings WHERE time < '2024-03-06 07:30' GROUP BY ALL "
+    "ORDER BY h, device_id LIMIT 50",
+    "SELECT device_id, time_bucket(INTERVAL '1 hour', time) AS h, max(temp) - min(temp) AS spread "
+    "FROM readings GROUP BY h, device_id ORDER BY spread DESC, h, device_id",
 ]
 
 
