@@ -272,6 +272,10 @@ class Table:
     def append(self, data: Any, batch_id: Optional[str] = None, maintain: Optional[bool] = None) -> dict:
         """Appends rows; returns rows, files, bytes, version, commit_ms, attempts, duplicate."""
         batch_id = _optional_str(batch_id, "batch_id")
+        spec = _rollup.spec_of(self._core.properties)
+        if spec is not None:
+            raise ValueError(f"{self.name} is a rollup: its rows come from refreshes of {spec.source} "
+                             "(append to the source; REFRESH MATERIALIZED ROLLUP brings it up to date)")
         if maintain is not None:
             try:
                 maintain = _flag(maintain, "maintain")

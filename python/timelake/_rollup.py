@@ -533,7 +533,7 @@ def _lock_for(key: str) -> threading.Lock:
 
 
 def refresh(lake: Any, name: str) -> int:
-    """Brings the rollup up to the source's latest version; returns the rows it wrote."""
+    """Brings the rollup up to the source's latest version; returns the rows it recomputed."""
     rollup = lake._snapshot(name)
     spec = spec_of(rollup.properties)
     if spec is None:
@@ -543,33 +543,39 @@ def refresh(lake: Any, name: str) -> int:
 
 
 def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
+    """One refresh: the changed pairs recomputed, the rollup files holding them rewritten with the
+    new rows in one commit (a concurrent commit that removed those files makes it read again)."""
     from ._catalog import Reconnected
 
-    source = _source_handle(lake, name, spec)
-    reflected = rollup.recorded_batch_version(spec.app_id)
-    plan_now = source.scan()
-    target = plan_now.version
-    if reflected is not None and reflected >= target:
-        return 0
-    schema = pa.schema(SchemaCapsule(rollup.schema_capsule()))
-    plan_old = None
-    if reflected is not None:
-        try:
-            plan_old = source.scan(version=reflected)
-        except KeyError:
-            pass  # that version's log expired: rebuild
-    for _ in range(3):
+    for attempt in range(4):
+        source = _source_handle(lake, name, spec)
+        reflected = rollup.recorded_batch_version(spec.app_id)
+        plan_now = source.scan()
+        target = plan_now.version
+        if reflected is not None and reflected >= target:
+            return 0
+        stored = rollup.scan()
+        schema = pa.schema(SchemaCapsule(stored.declared_schema))
+        plan_old = None
+        if reflected is not None:
+            try:
+                plan_old = source.scan(version=reflected)
+            except KeyError:
+                pass  # that version's log expired: rebuild
         try:
             with _Session(lake._catalog(), spec.source.split(".", 1)[0]) as session:
                 changed = session.changed_pairs(spec, source.contract, plan_old, plan_now) if plan_old else None
-                rows = session.recompute(spec, schema, plan_now, changed, rollup if changed is None else None)
-            break
+                rows, replaced, recomputed = session.rewrite(spec, schema, plan_now, changed, stored, source.contract)
         except Reconnected:
             continue  # the connection was replaced to admit the source's files: once more
-    else:
-        raise RuntimeError(f"rollup {name}: could not admit the source's files to the query connection")
-    result = rollup.append(rows.__arrow_c_stream__(), spec.app_id, False, False, target)
-    return 0 if result["duplicate"] else int(result["rows"])
+        try:
+            result = rollup.append(rows.__arrow_c_stream__(), spec.app_id, False, False, target, replaced)
+        except RuntimeError as e:
+            if "commit conflict" in str(e) and attempt < 3:
+                continue  # another commit rewrote (or compacted) those files: read them again
+            raise
+        return 0 if result["duplicate"] else recomputed
+    raise RuntimeError(f"rollup {name}: could not refresh it after 4 attempts (the source's files kept changing)")
 
 
 def _source_handle(lake: Any, name: str, spec: Spec) -> Any:
@@ -667,31 +673,75 @@ class _Session:
             return pa.table({spec.bucket: pa.array([], pa.timestamp("us", "UTC"))})
         return self.query(" UNION ".join(parts))
 
-    def recompute(self, spec: Spec, schema: pa.Schema, plan_now: Any, changed: Optional[pa.Table],
-                  rollup: Any) -> pa.Table:
-        """Stored rows for the `changed` pairs (every pair when None) at `plan_now`'s version,
-        with a row of __rows = 0 for each changed pair that no longer has rows."""
-        if changed is not None and changed.num_rows == 0:
-            return schema.empty_table()
+    def recompute(self, spec: Spec, schema: pa.Schema, plan_now: Any, changed: Optional[pa.Table]) -> pa.Table:
+        """Stored rows for the `changed` pairs (every pair when None) at `plan_now`'s version; a
+        changed pair without raw rows any more has none."""
         source = self.view(plan_now)
         if changed is None:
-            body = state_select(spec, schema, source)
-            rows = self.query(body)
-            if rollup is not None:
-                rows = _with_vanished(self, spec, schema, rows, rollup)
-            return _conform(rows, schema)
+            return _conform(self.query(state_select(spec, schema, source)), schema)
         pairs = self.register(changed)
         lo, hi = _time_range(changed, spec)
         on = " AND ".join([f"time_bucket({spec.width}, s.{quote(spec.time_column)}) = d.{quote(spec.bucket)}"]
                           + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
         filtered = (f"(SELECT s.* FROM {source} s SEMI JOIN {pairs} d ON {on} "
                     f"WHERE s.{quote(spec.time_column)} >= {lo} AND s.{quote(spec.time_column)} < {hi})")
-        rows = self.query(state_select(spec, schema, filtered))
-        gone_on = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
-                               + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-        found = self.register(rows)
-        gone = self.query(f"SELECT d.* FROM {pairs} d ANTI JOIN {found} r ON {gone_on}")
-        return _conform(pa.concat_tables([_conform(rows, schema), _tombstones(gone, schema)]), schema)
+        return _conform(self.query(state_select(spec, schema, filtered)), schema)
+
+    def rewrite(self, spec: Spec, schema: pa.Schema, plan_now: Any, changed: Optional[pa.Table], stored: Any,
+                contract: Dict[str, Any]) -> Tuple[pa.Table, List[str], int]:
+        """The rows of the rollup files that hold changed pairs, with those pairs recomputed, and
+        the store paths of those files, and how many rows were recomputed: written in their place,
+        every pair keeps one row (what Spark and delta-rs read is the rollup, with no duplicate to
+        hide)."""
+        if changed is not None and changed.num_rows == 0:
+            return schema.empty_table(), [], 0
+        fresh = self.recompute(spec, schema, plan_now, changed)
+        if changed is None:
+            files = list(stored.files)  # a rebuild rewrites everything
+        else:
+            chunks = _chunks_of(changed.column(spec.bucket), stored.contract.get("chunk"))
+            files = [f for f in stored.files if not f.chunk or f.chunk in chunks]
+        if not files:
+            return fresh, [], fresh.num_rows
+        paths = [f.store_path for f in files]
+        if any(not p for p in paths):
+            raise RuntimeError("a rollup file lies outside the rollup's folder; rebuild the rollup")
+        old = self.view(_core.plan_subset(stored, set(paths)))
+        on = " AND ".join([f"o.{quote(spec.bucket)} = n.{quote(spec.bucket)}"]
+                          + [f"o.{quote(g)} IS NOT DISTINCT FROM n.{quote(g)}" for g in spec.groups])
+        if changed is None:
+            # Pairs the source no longer has stay only if the source's retention dropped them.
+            horizon = _horizon_us(contract, plan_now)
+            keep = "FALSE" if horizon is None else (
+                f"o.{quote(spec.bucket)} < {_instant_sql(horizon, schema.field(spec.bucket).type)}")
+            gone = self.register(fresh)
+            kept = self.query(f"SELECT o.* FROM {old} o ANTI JOIN {gone} n ON {on} WHERE o.{ROWS} > 0 AND {keep}")
+        else:
+            pairs = self.register(changed)
+            kept = self.query(f"SELECT o.* FROM {old} o ANTI JOIN {pairs} n ON {on} WHERE o.{ROWS} > 0")
+        return pa.concat_tables([_conform(kept, schema), fresh]), paths, fresh.num_rows
+
+
+def _chunks_of(buckets: Any, chunk: Optional[str]) -> set:
+    """The chunk labels (as the rollup's files carry them) of bucket start times."""
+    fmt = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "month": "%Y-%m"}.get(chunk or "")
+    if fmt is None:
+        return set()
+    return {b.strftime(fmt) for b in buckets.to_pylist() if b is not None}
+
+
+def _horizon_us(contract: Dict[str, Any], plan: Any) -> Optional[int]:
+    """For a source with a retention: the start of its oldest live chunk (microseconds)."""
+    if not contract.get("retention"):
+        return None
+    from ._durations import chunk_start_us
+
+    starts = [s for f in plan.files if f.chunk and (s := chunk_start_us(contract.get("chunk"), f.chunk)) is not None]
+    return min(starts) if starts else 1 << 62
+
+
+def _instant_sql(us: int, kind: pa.DataType) -> str:
+    return f"make_timestamp({us})" + ("::TIMESTAMPTZ" if kind.tz is not None else "")
 
 
 def _time_range(pairs: pa.Table, spec: Spec) -> Tuple[str, str]:
@@ -703,37 +753,6 @@ def _time_range(pairs: pa.Table, spec: Spec) -> Tuple[str, str]:
     lo_text = f"TIMESTAMPTZ {literal(lo.isoformat())}" if lo.tzinfo else f"TIMESTAMP {literal(lo.isoformat())}"
     hi_text = f"TIMESTAMPTZ {literal(hi.isoformat())}" if hi.tzinfo else f"TIMESTAMP {literal(hi.isoformat())}"
     return lo_text, f"({hi_text} + {spec.width})"
-
-
-def _tombstones(pairs: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Rows marking pairs that lost all their raw rows: __rows = 0, counts 0, the rest null."""
-    n = pairs.num_rows
-    columns = []
-    for f in schema:
-        if f.name in pairs.column_names:
-            columns.append(pairs.column(f.name).cast(f.type))
-        elif not f.nullable:
-            columns.append(pa.array([0] * n, f.type))
-        else:
-            columns.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _with_vanished(session: _Session, spec: Spec, schema: pa.Schema, rows: pa.Table, rollup: Any) -> pa.Table:
-    """A rebuild also marks the pairs the rollup holds that the source no longer has, except those
-    of chunks the source's retention dropped (kept, see the module docstring)."""
-    plan = rollup.scan()
-    if not plan.files:
-        return rows
-    stored = session.view(plan)
-    found = session.register(rows)
-    on = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
-                      + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-    keys = ", ".join(f"d.{quote(c)}" for c in [spec.bucket] + spec.groups)
-    vanished = session.query(f"SELECT {keys} FROM {stored} d ANTI JOIN {found} r ON {on} WHERE d.{ROWS} > 0")
-    if vanished.num_rows == 0:
-        return rows
-    return pa.concat_tables([_conform(rows, schema), _tombstones(vanished, schema)])
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:

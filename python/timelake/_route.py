@@ -543,7 +543,7 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -
     if spec.time_column.lower() in {c.lower() for c in states}:
         raise _NoRoute  # an aggregate named like the time column: the relation cannot hold both
     start, end = _whole_buckets(spec, bounds)
-    horizon = _horizon(r.source.contract, r.plan_src)
+    horizon = _rollup._horizon_us(r.source.contract, r.plan_src)
     if horizon is not None:
         start = max(start, _whole_buckets(spec, _Bounds(horizon, None))[0])
     changed = r.changed()
@@ -652,12 +652,3 @@ def bucket_next(spec: Spec, floor: int) -> int:
     return (start - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
 
 
-def _horizon(contract: Dict[str, Any], plan: Any) -> Optional[int]:
-    """For a source with a retention: the start of its oldest live chunk (microseconds). Stored
-    buckets before it may hold rows the source's retention dropped, so they are not used."""
-    if not contract.get("retention"):
-        return None
-    from ._durations import chunk_start_us
-
-    starts = [s for f in plan.files if f.chunk and (s := chunk_start_us(contract.get("chunk"), f.chunk)) is not None]
-    return min(starts) if starts else None

@@ -264,6 +264,10 @@ def run_latest(lake: Any, name: str) -> pa.Table:
     except UnicodeEncodeError as e:
         raise ValueError(f"invalid table name {name!r}: {e.reason}") from None
     handle = lake._snapshot(name)
+    spec = _rollup.spec_of(handle.properties)
+    if spec is not None:
+        raise ValueError(f"{handle.name} is a rollup of {spec.source}: latest() answers for raw tables; "
+                         f"ask latest({spec.source!r}), or query the rollup with ORDER BY {spec.bucket} DESC")
     try:
         rows = read_stream(handle.latest())
         declared = pa.schema(SchemaCapsule(handle.schema_capsule()))

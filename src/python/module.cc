@@ -274,7 +274,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("contract", [](Table& t) { return ContractDict(t.contract()); })
       .def("append",
            [](Table& t, nb::handle stream_capsule, std::optional<std::string> batch_id,
-              std::optional<bool> maintain, bool streamed, int64_t batch_version) {
+              std::optional<bool> maintain, bool streamed, int64_t batch_version,
+              std::vector<std::string> replace) {
              auto* stream = static_cast<ArrowArrayStream*>(
                  CapsulePointer(stream_capsule, "arrow_array_stream"));
              auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
@@ -284,6 +285,7 @@ NB_MODULE(_core, m) {
                  [&] {
                    AppendOptions options{batch_id, batch_version, maintain, interrupt.check()};
                    options.copy_input = streamed;  // an in-memory table is the caller's anyway
+                   options.replace = std::move(replace);
                    auto result = t.Append(reader.get(), options);
                    reader.reset();
                    return result;
@@ -305,7 +307,7 @@ NB_MODULE(_core, m) {
              return d;
            },
            "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none(), "streamed"_a = true,
-           "batch_version"_a = 0)
+           "batch_version"_a = 0, "replace"_a = std::vector<std::string>{})
       .def("recorded_batch_version",
            [](Table& t, const std::string& batch_id) {
              return Released([&] { return t.RecordedBatchVersion(batch_id); });

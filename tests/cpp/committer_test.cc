@@ -330,6 +330,25 @@ TEST(ConflictRulesTest, AWinnersTxnCountsOnlyAtTheSameOrAHigherVersion) {
   EXPECT_EQ(Judge(refresh, winner, Before()).effect, WinnerEffect::kRecordedSameTxn);
 }
 
+// A rewrite (an append that replaces live files: a rollup refresh) fails with a conflict when a
+// winner removed one of its files, yields to a winner that recorded its txn at the same or a
+// later version, and rebases over everything else.
+TEST(ConflictRulesTest, ARewriteConflictsOverItsFilesAndYieldsToANewerRefresh) {
+  CommitIntent rewrite{CommitKind::kRewrite, {"day.parquet"}, {{"timelake:rollup", 8}}};
+  Commit winner;
+  winner.adds = {Add("x.parquet")};
+  EXPECT_EQ(Judge(rewrite, winner, Before()).resolution, Resolution::kRebase);
+  winner.removes = {Remove("other.parquet")};
+  EXPECT_EQ(Judge(rewrite, winner, Before()).resolution, Resolution::kRebase);
+  winner.removes = {Remove("day.parquet")};
+  EXPECT_EQ(Judge(rewrite, winner, Before()).resolution, Resolution::kConflict);
+  winner.removes = {};
+  winner.txns = {{"timelake:rollup", 8, 1}};
+  EXPECT_EQ(Judge(rewrite, winner, Before()).resolution, Resolution::kAbandon);
+  winner.txns = {{"timelake:rollup", 7, 1}};
+  EXPECT_EQ(Judge(rewrite, winner, Before()).resolution, Resolution::kRebase);
+}
+
 TEST(RecordedTxnsTest, AVersionedTxnIsRecordedAtItsVersionAndBelow) {
   Snapshot table = Before();
   table.recent_txns["timelake:rollup"] = {"timelake:rollup", 5, NowMillis()};

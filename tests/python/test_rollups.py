@@ -18,6 +18,7 @@ import textwrap
 import time
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 import timelake
@@ -276,9 +277,10 @@ def test_other_engines_deletes_are_exact_and_an_emptied_pair_disappears(quiet_la
     assert_exact(quiet_lake)
     stored = quiet_lake.sql("SELECT * FROM hourly WHERE device_id = 'b' ORDER BY hour")
     assert stored.column("hour").to_pylist()[0] == at(2024, 3, 5, 2)
-    # The emptied pairs are kept as marks (no rows) that readers of the rollup never see.
-    marks = quiet_lake.sql("SELECT count(*) AS n FROM hourly WHERE device_id = 'b' AND hour < '2024-03-05 02:00'")
-    assert marks.to_pylist() == [{"n": 0}]
+    # The emptied pairs are gone from the rollup's files too (other engines read one row per pair).
+    other = deltalake.DeltaTable(str(lake_path / "default" / "hourly")).to_pyarrow_table()
+    assert other.num_rows == quiet_lake.sql("SELECT count(*) AS n FROM hourly").to_pylist()[0]["n"]
+    assert not [r for r in other.to_pylist() if r["device_id"] == "b" and r["hour"] < at(2024, 3, 5, 2)]
 
 
 def test_the_sources_retention_drops_chunks_the_rollup_keeps(lake_location):
@@ -633,6 +635,10 @@ def test_random_histories_with_other_engines_deletes(quiet_lake, lake_path):
         assert_exact(quiet_lake)
     quiet_lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
     assert_same(stored_rows(quiet_lake), quiet_lake.sql(HOURLY_RAW, rollups=False))
+    # Another engine reads the rollup's files: one row per pair, the same rows.
+    other = deltalake.DeltaTable(str(lake_path / "default" / "hourly")).to_pyarrow_table()
+    other = other.filter(pa.compute.greater(other.column("__rows"), 0)).select(stored_rows(quiet_lake).column_names)
+    assert_same(other.cast(stored_rows(quiet_lake).schema), stored_rows(quiet_lake))
 
 
 _EXIT_WHILE_REFRESHING = textwrap.dedent(
@@ -663,3 +669,16 @@ def test_the_interpreter_exits_cleanly_while_a_background_refresh_runs(tmp_path)
         assert_same(lake.sql("SELECT * FROM h"), lake.sql(
             "SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, avg(temp) AS a FROM readings GROUP BY 1, 2",
             rollups=False))
+
+
+def test_a_rollup_takes_no_appends_and_has_no_latest(quiet_lake):
+    t = make_readings(quiet_lake)
+    t.append(iot_table(iot_series(at(2024, 3, 5), 6)))
+    quiet_lake.sql(HOURLY)
+    before = quiet_lake.table("hourly").version
+    with pytest.raises(ValueError, match="is a rollup"):
+        quiet_lake.table("hourly").append(quiet_lake.sql("SELECT * FROM hourly"))
+    assert quiet_lake.table("hourly").version == before
+    with pytest.raises(ValueError, match="latest"):
+        quiet_lake.latest("hourly")
+    assert quiet_lake.latest("readings").num_rows == 3

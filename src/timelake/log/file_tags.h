@@ -33,6 +33,7 @@ inline constexpr const char* kMaxKeyTag = "timelake.maxKey";
 inline constexpr const char* kRemovedByTag = "timelake.removedBy";
 inline constexpr const char* kRemovedByCompaction = "compaction";
 inline constexpr const char* kRemovedByRetention = "retention";
+inline constexpr const char* kRemovedByRewrite = "rewrite";  // AppendOptions::replace
 
 /// A decimal integer, or nullopt for anything else (never throws).
 inline std::optional<int64_t> ParseInt64(const std::string& text) {

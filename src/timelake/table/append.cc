@@ -60,6 +60,7 @@ arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* read
   ingest_options.copy_input = options.copy_input;
   out->batch_id = options.batch_id;
   out->batch_version = options.batch_version;
+  out->replace = options.replace;
   out->compact_after = options.maintain.value_or(true);
   out->head_checked_ms = plan.head_checked_ms;
   out->ingestor = std::make_unique<Ingestor>(plan.store, plan.table_path, plan.contract, plan.declared,
@@ -94,7 +95,7 @@ arrow::Result<AppendResult> AppendBatches(TableContext& t, arrow::RecordBatchRea
   if (arrow::Status st = StageAppend(plan, reader, options, &staged); !st.ok()) {
     return DroppedOr(t, st);
   }
-  if (staged.files.empty() && !options.batch_id) {
+  if (staged.files.empty() && !options.batch_id && options.replace.empty()) {
     AppendResult empty;
     empty.version = t.snapshot.version;
     return empty;
@@ -143,7 +144,7 @@ arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContex
   AppendPlan plan;
   if (!group.PlanWhileCommitting(options, &plan)) {
     ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append", options.interrupt));
-    if (options.maintain.value_or(AutoMaintain(t)) || options.batch_version != 0) {
+    if (options.maintain.value_or(AutoMaintain(t)) || options.batch_version != 0 || !options.replace.empty()) {
       // Inline maintenance runs right after the append's own commit: all of it under the lock.
       return AppendBatches(t, reader, options);
     }

@@ -45,6 +45,10 @@ struct AppendOptions {
   std::optional<int64_t> buffer_bytes;
   /// Whether the buffer copies each input batch (IngestOptions::copy_input).
   bool copy_input = true;
+  /// Live data files (store paths, ScanFile::store_path) the commit removes along with adding
+  /// the new rows: the rows replace them (CommitKind::kRewrite). A concurrent commit that removed
+  /// one of them makes the append fail with a commit conflict. Commits alone, like batch_version.
+  std::vector<std::string> replace;
 };
 
 struct AppendResult {
@@ -84,6 +88,7 @@ constexpr int64_t kSharedFileMaxRows = 4096;
 struct StagedAppend {
   std::optional<std::string> batch_id;
   int64_t batch_version = 0;  // AppendOptions::batch_version
+  std::vector<std::string> replace;  // AppendOptions::replace
   std::unique_ptr<Ingestor> ingestor;  // deletes the files if they are not committed
   std::vector<WrittenFile> files;
   // The rows wait in the ingestor's buffer for the group's shared file (files is empty); `rows`

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "timelake/log/data_path.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/table/spool.h"
 #include "timelake/util/ids.h"
@@ -140,12 +141,34 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
 
   arrow::Status st = share();
   CommitOutcome outcome;
+  // Files a rewrite replaces (AppendOptions::replace), as live in the handle's snapshot; a file
+  // that is not live there was removed by a commit this one would have to be judged against.
+  std::vector<RemoveFile> replaced;
+  std::set<std::string> replaced_paths;
+  for (size_t i : live) {
+    if (!st.ok() || group[i]->replace.empty()) continue;
+    std::set<std::string> wanted(group[i]->replace.begin(), group[i]->replace.end());
+    const int64_t now_ms = NowMillis();
+    for (const auto& [path, add] : t.snapshot.files) {
+      auto store_path = DataFileStorePath(t.table_path, add.path);
+      if (!store_path.ok() || !wanted.erase(*store_path)) continue;
+      replaced.push_back(RemoveOf(add, /*data_change=*/true, now_ms, kRemovedByRewrite));
+      replaced_paths.insert(add.path);
+    }
+    if (!wanted.empty()) {
+      st = CommitConflict("commit conflict: the files to replace are no longer live in '" + t.name +
+                          "' (another commit removed " + *wanted.begin() + "); read it again and retry");
+    }
+  }
   if (st.ok()) {
     PendingCommit pending;
     pending.commit.commit_info = NewCommitInfo("WRITE");
-    pending.commit.commit_info->is_blind_append = true;
+    pending.commit.commit_info->is_blind_append = replaced.empty();
     fill(&pending.commit);
-    pending.intent.kind = CommitKind::kAppend;
+    pending.commit.removes = replaced;
+    pending.intent.kind = replaced.empty() ? CommitKind::kAppend : CommitKind::kRewrite;
+    pending.intent.removes = replaced_paths;
+    if (!replaced.empty()) pending.commit.commit_info->operation_parameters["timelake.replaced"] = std::to_string(replaced.size());
     for (size_t i : live) {
       if (group[i]->batch_id) pending.intent.txn_app_ids[BatchAppId(*group[i]->batch_id)] = group[i]->batch_version;
     }
@@ -538,7 +561,7 @@ void GroupCommit::Publish(const AppendPlan& plan, bool auto_maintain) {
 }
 
 bool GroupCommit::PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan) {
-  if (options.maintain == true || options.batch_version != 0) return false;
+  if (options.maintain == true || options.batch_version != 0 || !options.replace.empty()) return false;
   std::lock_guard<std::mutex> group(mutex_);
   if (!leader_ || !plan_ || (plan_auto_maintain_ && !options.maintain)) return false;
   *plan = *plan_;

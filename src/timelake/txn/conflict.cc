@@ -160,6 +160,7 @@ const char* CommitKindName(CommitKind kind) {
     case CommitKind::kAppend: return "append";
     case CommitKind::kRetention: return "retention";
     case CommitKind::kCompaction: return "compaction";
+    case CommitKind::kRewrite: return "rewrite";
     case CommitKind::kSchemaChange: return "schema change";
   }
   return "commit";

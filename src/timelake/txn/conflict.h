@@ -26,7 +26,9 @@
 namespace timelake {
 
 /// What kind of commit is pending, for choosing the rules that apply to it.
-enum class CommitKind { kCreate, kAppend, kRetention, kCompaction, kSchemaChange };
+/// kRewrite: an append that also removes live files it replaces (a rollup refresh rewriting the
+/// files that hold the pairs it recomputed).
+enum class CommitKind { kCreate, kAppend, kRetention, kCompaction, kSchemaChange, kRewrite };
 
 /// What a pending commit depends on: the files it removes and the batch ids it records.
 struct CommitIntent {
@@ -87,6 +89,10 @@ inline constexpr ConflictRule kConflictRules[] = {
      "the Delta protocol gained features whose rules this commit already follows"},
     {CommitKind::kAppend, WinnerEffect::kRecordedSameTxn, Resolution::kAbandon,
      "another append recorded the same batch_id"},
+    {CommitKind::kRewrite, WinnerEffect::kRecordedSameTxn, Resolution::kAbandon,
+     "another rewrite recorded the same batch_id at the same or a later version"},
+    {CommitKind::kRewrite, WinnerEffect::kRemovedSameFile, Resolution::kConflict,
+     "another commit removed files this rewrite replaces"},
     {CommitKind::kCompaction, WinnerEffect::kRemovedSameFile, Resolution::kAbandon,
      "another commit removed files this compaction rewrites"},
     {CommitKind::kRetention, WinnerEffect::kRemovedSameFile, Resolution::kAbandon,
