@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from . import _core, _tree
 from ._capsules import SchemaCapsule
+from ._gapfill import install as install_macros
 from ._confine import confined_connection, lake_directory, readable, table_directory
 from ._render import view_sql
 from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
@@ -95,6 +96,7 @@ class Catalog:
 
     def _connect(self) -> None:
         self.con = confined_connection(self._directories, self._files)
+        install_macros(self.con)  # time_weighted_mean (TEMP: the configuration is locked)
         self.generation += 1
         self._views: Dict[str, _View] = {}
         self._travel_empty: Dict[str, str] = {}  # time-travel view -> the empty table it reads
