@@ -251,6 +251,12 @@ class _Rewriter:
                     "makes: use it in a SELECT that buckets with time_bucket_gapfill(width, time) and GROUP BY")
             if buckets:
                 legal.update(id(item) for item in items if _is_call(item, _NAMES))
+                # ORDER BY may repeat a select item (it is ordered by that result column).
+                stripped = [_strip(item) for item in items]
+                for m in node.get("modifiers") or []:
+                    for order in m.get("orders") or [] if m.get("type") == "ORDER_MODIFIER" else []:
+                        if _strip(order.get("expression")) in stripped:
+                            legal.update(id(n) for n in _tree.nodes(order["expression"]) if _is_call(n, _NAMES))
                 targets.append((node, buckets[0]))
         for call in calls:
             if id(call) not in legal:
@@ -383,12 +389,11 @@ class _Rewriter:
             finish_sql = parts[0] if len(parts) == 1 else f"least({', '.join(parts)})"
         if start_sql is None or finish_sql is None:
             column = ".".join(time.get("column_names", [])) if time.get("class") == "COLUMN_REF" else "<time>"
-            missing = " and ".join(w for w, s in (("a start", start_sql), ("an end", finish_sql)) if s is None)
-            example = (f"WHERE {column} >= '2026-11-01' AND {column} < '2026-11-02'")
+            missing = " and ".join(w for w, s in (("start", start_sql), ("end", finish_sql)) if s is None)
             raise ValueError(
-                f"{fn}() needs the window's start and end, and found no {missing}: bound the time column "
-                f"{column} in the WHERE clause with constants ({example})"
-                + (", or pass start and finish: time_bucket_gapfill(width, time, start, finish)"
+                f"{fn}() needs the window's start and end, and the WHERE clause gives no {missing}: "
+                f"bound the time column with constants, e.g. WHERE {column} >= '2026-11-01' AND {column} < '2026-11-02'"
+                + (" (or pass them as arguments: time_bucket_gapfill(width, time, start, finish))"
                    if fn == "time_bucket_gapfill" else ""))
         env.update(bucket_env)
 
@@ -512,8 +517,8 @@ class _Rewriter:
         ctes.append(
             f"__tl_bounds AS (SELECT f AS __tl_first, l AS __tl_last FROM (SELECT {bucket_of(start_sql)} AS f, "
             f"{bucket_of('(' + finish_sql + ') - INTERVAL 1 microsecond')} AS l) "
-            f"WHERE CASE WHEN l > f AND (epoch_us(l) - epoch_us(f)) > {MAX_BUCKETS} * "
-            f"(epoch_us(f + CAST(@w AS INTERVAL)) - epoch_us(f)) THEN error('{too_many}') ELSE true END)")
+            f"WHERE CASE WHEN l > f AND (epoch_us(l) - epoch_us(f)) / "
+            f"(epoch_us(f + CAST(@w AS INTERVAL)) - epoch_us(f)) > {MAX_BUCKETS} THEN error('{too_many}') ELSE true END)")
         ctes.append(
             "__tl_grid AS (SELECT g.*, s.__tl_b FROM __tl_groups g CROSS JOIN "
             "(SELECT unnest(generate_series(__tl_first, __tl_last, CAST(@w AS INTERVAL))) AS __tl_b "
