@@ -350,6 +350,11 @@ class _Rewriter:
             for expr in node.get("group_expressions") or []:
                 position = _integer(expr)
                 name = _single_name(expr)
+                if alias and name is not None and name.lower() == alias and _same_column(expr, time):
+                    raise ValueError(
+                        f"GROUP BY {name} groups by the column {name}, not by the bucket named {name} (SQL "
+                        f"reads a GROUP BY name as a column first): write GROUP BY {index + 1}, or give "
+                        f"{fn}() another alias")
                 if position == index + 1 or (alias and name is not None and name.lower() == alias) or (
                         _strip(expr) == _strip(gap)):
                     bucket_grouped = True

@@ -536,6 +536,8 @@ WINDOW = "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-02'"
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, avg(temp) {WINDOW} GROUP BY device",
      r"add GROUP BY 1"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, avg(temp) {WINDOW}", r"add GROUP BY 1"),
+    (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS time, avg(temp) {WINDOW} GROUP BY time",
+     r"GROUP BY time groups by the column time, not by the bucket"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, avg(temp) OVER () {WINDOW} GROUP BY 1, temp",
      r"window functions are not supported"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, device, avg(temp) {WINDOW} GROUP BY ROLLUP (1, 2)",
@@ -642,3 +644,20 @@ def test_time_weighted_mean_bad_method(lake, readings):
     with pytest.raises(RuntimeError, match="the method must be 'locf' or 'linear', got spline"):
         lake.sql("SELECT time_weighted_mean(time, temp, 'spline') FROM readings")
     assert math.isclose(lake.sql("SELECT time_weighted_mean(time, temp, 'locf') AS w FROM readings").column(0)[0].as_py(), 17.5)
+
+
+def test_file_pruning_keeps_the_files_the_statement_needs(lake, readings):
+    # One file per day and device. Without a look-up the window's WHERE prunes as for any
+    # query; with one, files before the window stay readable (the upper bound and the series
+    # still prune).
+    for day in range(1, 6):
+        for device in ("a", "b"):
+            put(readings, [(utc(2024, 5, day, 12), device, float(day))])
+    views = lambda: lake._catalog()._views["default.readings"].files  # noqa: E731
+    window = ("FROM readings WHERE device = 'a' AND time >= '2024-05-04' AND time < '2024-05-05' GROUP BY 1")
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '12 hours', time) AS h, locf(avg(temp), NULL) AS l " + window)
+    assert rows(got) == [(utc(2024, 5, 4), None), (utc(2024, 5, 4, 12), 4.0)]
+    assert views() == 1
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '12 hours', time) AS h, locf(avg(temp)) AS l " + window)
+    assert rows(got) == [(utc(2024, 5, 4), 3.0), (utc(2024, 5, 4, 12), 4.0)]
+    assert views() == 4
