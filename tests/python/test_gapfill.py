@@ -661,3 +661,14 @@ def test_file_pruning_keeps_the_files_the_statement_needs(lake, readings):
     got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '12 hours', time) AS h, locf(avg(temp)) AS l " + window)
     assert rows(got) == [(utc(2024, 5, 4), 3.0), (utc(2024, 5, 4, 12), 4.0)]
     assert views() == 4
+
+
+def test_the_examples_in_the_docs_run():
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    section = text[text.index("#### Gap filling"):text.index("### `lake.latest(table)")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "docs/api.md", "exec"), {})
