@@ -325,6 +325,8 @@ class _Rewriter:
             if any(n.get("class") == "WINDOW" for n in _walk_expression(item)):
                 raise ValueError(f"{fn}(): window functions are not supported in a gapfill SELECT; "
                                  "apply them in an outer query")
+            if item.get("class") in ("STAR", "COLUMNS") or item.get("type") in ("STAR", "COLUMNS"):
+                raise ValueError(f"{fn}(): name the columns of a gapfill SELECT (no * or COLUMNS(...))")
             if k == index:
                 kinds.append("bucket")
             elif _is_call(item, _FILLS):
@@ -401,6 +403,7 @@ class _Rewriter:
                 + (" (or pass them as arguments: time_bucket_gapfill(width, time, start, finish))"
                    if fn == "time_bucket_gapfill" else ""))
         env.update(bucket_env)
+        env.update({f"ki{k}": items[k] for k in range(len(items))})
 
         lookup = any(f.prev is None for f in fills.values())
         agg = self._aggregate_node(node, index, items, fills, bucket_expr, keys)
@@ -513,8 +516,11 @@ class _Rewriter:
             group_cols = [f"__tl_i{k}" for k in key_items]
             # No series: one group, whether or not the window holds rows (the grid alone).
             if key_items:
+                # Without keys such items hold no columns (DuckDB refuses them otherwise): their
+                # own expressions give them even when the window has no rows.
                 ctes.append("__tl_groups AS (SELECT " + ", ".join(
-                    f"(SELECT any_value(__tl_i{k}) FROM __tl_agg) AS __tl_i{k}" for k in key_items) + ")")
+                    (f"@ki{k}" if not _has_columns(node["select_list"][k]) else
+                     f"(SELECT any_value(__tl_i{k}) FROM __tl_agg)") + f" AS __tl_i{k}" for k in key_items) + ")")
             else:
                 ctes.append("__tl_groups AS (SELECT 1 AS __tl_one)")
         too_many = (f"time_bucket_gapfill/date_bin_gapfill: the window holds more than {MAX_BUCKETS:,} buckets "
@@ -623,6 +629,8 @@ class _Rewriter:
     def _output_name(self, item: Dict[str, Any]) -> str:
         if item.get("alias"):
             return str(item["alias"])
+        if item.get("class") == "COLUMN_REF" and item.get("column_names"):
+            return str(item["column_names"][-1])  # DuckDB names m.device "device"
         return _render_expression(self.con, item)
 
     def _order(self, new: Dict[str, Any], node: Dict[str, Any], items, kinds, keys) -> None:
@@ -793,7 +801,7 @@ def _fill_placeholders(tree: Any, env: Dict[str, Any], subqueries: Dict[str, Any
     for node in expr_nodes:
         name = node["column_names"][0][len("__tl_at_"):]
         value = _copy(env[name])
-        value["alias"] = ""
+        value["alias"] = node.get("alias") or ""  # the template's AS, if any
         node.clear()
         node.update(value)
     for node in subquery_nodes:

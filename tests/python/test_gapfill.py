@@ -290,6 +290,18 @@ def test_expressions_of_the_series_key_fill_gap_rows(lake, readings):
     assert rows(got) == [(utc(2024, 5, 1, 0), "A", "x", 2.0), (utc(2024, 5, 1, 1), "A", "x", None)]
 
 
+def test_constant_items_and_qualified_names_in_an_empty_window(lake, readings):
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', r.time) AS h, 'x' AS c, 1 + 1, avg(r.temp) "
+                   "FROM readings r WHERE r.time >= '2024-05-01' AND r.time < '2024-05-01 02:00' GROUP BY 1")
+    assert got.column_names == ["h", "c", "(1 + 1)", 'avg(r."temp")']
+    assert rows(got) == [(utc(2024, 5, 1, 0), "x", 2, None), (utc(2024, 5, 1, 1), "x", 2, None)]
+    put(readings, [(utc(2024, 5, 1), "a", 1.0)])
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', r.time) AS h, r.device, count(*) FROM readings r "
+                   "WHERE r.time >= '2024-05-01' AND r.time < '2024-05-01 02:00' GROUP BY 1, 2")
+    assert got.column_names == ["h", "device", "count_star()"]
+    assert rows(got) == [(utc(2024, 5, 1, 0), "a", 1), (utc(2024, 5, 1, 1), "a", None)]
+
+
 def test_bounds_from_where_strict_inclusive_between_and_equal(lake, readings):
     put(readings, [(utc(2024, 5, 1, 1), "a", 1.0)])
     q = "SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h FROM readings WHERE {} GROUP BY 1"
@@ -540,6 +552,7 @@ WINDOW = "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-02'"
      r"GROUP BY time groups by the column time, not by the bucket"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, avg(temp) OVER () {WINDOW} GROUP BY 1, temp",
      r"window functions are not supported"),
+    (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, * {WINDOW} GROUP BY ALL", r"no \* or COLUMNS"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, device, avg(temp) {WINDOW} GROUP BY ROLLUP (1, 2)",
      r"ROLLUP"),
 ])
