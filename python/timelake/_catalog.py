@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from . import _core, _tree
 from ._capsules import SchemaCapsule
-from ._gapfill import install as install_macros
 from ._confine import confined_connection, lake_directory, readable, table_directory
+from ._gapfill import install as install_macros
 from ._render import view_sql
 from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
 from ._sql_filter import resolve as resolve_filter

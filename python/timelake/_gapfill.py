@@ -47,7 +47,8 @@ _NAMES = frozenset(_GAPFILL + _FILLS)
 # rows per series, which is a mistake, not a chart.
 MAX_BUCKETS = 10_000_000
 
-# time_weighted_mean(time, value [, 'locf' | 'linear']): the readings of the group, nulls left
+# time_weighted_mean(time, value [, 'locf' | 'linear']) ('forward_fill', the seed system's name,
+# is 'locf'): the readings of the group, nulls left
 # out, in time order (equal times in value order, so the answer does not depend on file order),
 # as microseconds and doubles; each reading's value held until the next reading ('locf') or
 # linear between consecutive readings ('linear'), over the span from the first to the last
@@ -59,7 +60,7 @@ _TWM_LIST = (
 _TWM_BODY = (
     "(SELECT CASE WHEN len(r) = 0 THEN NULL "
     "WHEN r[len(r)].t = r[1].t THEN list_avg(list_transform(r, lambda x: x.v)) "
-    "WHEN m = 'locf' THEN list_sum(list_transform(range(1, len(r)), "
+    "WHEN m IN ('locf', 'forward_fill') THEN list_sum(list_transform(range(1, len(r)), "
     "lambda i: r[i].v * (r[i + 1].t - r[i].t))) / (r[len(r)].t - r[1].t) "
     "WHEN m = 'linear' THEN list_sum(list_transform(range(1, len(r)), "
     "lambda i: (r[i].v + r[i + 1].v) / 2 * (r[i + 1].t - r[i].t))) / (r[len(r)].t - r[1].t) "
@@ -78,6 +79,7 @@ _REWRITES_SIZE = 256
 _REWRITES_LOCK = threading.Lock()
 _AGGREGATES: Optional[frozenset] = None
 _PLACEHOLDER = re.compile(r"@(\w+)")
+_MENTIONED = re.compile(r"(?i)gapfill|locf|interpolate")
 
 
 class Rewritten(NamedTuple):
@@ -94,7 +96,8 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
 def rewrite(con: duckdb.DuckDBPyConnection, select: str, tree: Dict[str, Any]) -> Optional[Tuple[str, Dict[str, Any], Dict[str, Any]]]:
     """(select, tree, pruning tree) of the statement with its gap filling rewritten, or None when
     it uses none of the gapfill functions. Raises ValueError for a gapfill query it cannot run."""
-    if not any(_is_call(n, _NAMES) for n in _tree.nodes(tree)):
+    # Most statements use none of them: a look at the text spares walking their tree.
+    if not _MENTIONED.search(select) or not any(_is_call(n, _NAMES) for n in _tree.nodes(tree)):
         return None
     with _REWRITES_LOCK:
         known = _REWRITES.get(select)
@@ -227,7 +230,6 @@ class _Fill(NamedTuple):
 class _Rewriter:
     def __init__(self, con: duckdb.DuckDBPyConnection, tree: Dict[str, Any]) -> None:
         self.con = con
-        self.original = _copy(tree)
         self.tree = tree
         self.aggregates = _aggregate_names(con)
         self.pruning = _copy(tree)

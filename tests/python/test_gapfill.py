@@ -656,7 +656,9 @@ def test_time_weighted_mean_bad_method(lake, readings):
     put(readings, TWM)
     with pytest.raises(RuntimeError, match="the method must be 'locf' or 'linear', got spline"):
         lake.sql("SELECT time_weighted_mean(time, temp, 'spline') FROM readings")
-    assert math.isclose(lake.sql("SELECT time_weighted_mean(time, temp, 'locf') AS w FROM readings").column(0)[0].as_py(), 17.5)
+    for method in ("locf", "forward_fill"):
+        got = lake.sql(f"SELECT time_weighted_mean(time, temp, '{method}') AS w FROM readings").column(0)[0].as_py()
+        assert math.isclose(got, 17.5)
 
 
 def test_file_pruning_keeps_the_files_the_statement_needs(lake, readings):
