@@ -584,7 +584,8 @@ class _Rewriter:
             f"WINDOW __tl_w AS ({partition}ORDER BY r.__tl_b ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), "
             f"__tl_wn AS ({partition}ORDER BY r.__tl_b ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING), "
             f"__tl_wg AS ({partition.strip()}))")
-        final = []
+        final: List[str] = []
+        ends: List[str] = []  # interpolate's two ends, per gap row
         for k in range(n):
             name = f"__tl_out{k}"  # the real names are set on the parsed tree (no quoting)
             kind = kinds[k]
@@ -615,18 +616,23 @@ class _Rewriter:
                 x0 = f"epoch_us(CASE WHEN __tl_l{k} IS NULL THEN {pt} ELSE __tl_l{k}.t END)"
                 y1 = f"CAST(CASE WHEN __tl_n{k} IS NULL THEN {nv} ELSE __tl_n{k}.v END AS DOUBLE)"
                 x1 = f"epoch_us(CASE WHEN __tl_n{k} IS NULL THEN {nt} ELSE __tl_n{k}.t END)"
+                ends.append(f"{y0} AS __tl_y0_{k}, {x0} AS __tl_x0_{k}, {y1} AS __tl_y1_{k}, {x1} AS __tl_x1_{k}")
+                y0, x0, y1, x1, x = f"__tl_y0_{k}", f"__tl_x0_{k}", f"__tl_y1_{k}", f"__tl_x1_{k}", "epoch_us(__tl_b)"
                 final.append(
                     f"CASE WHEN __tl_row THEN CAST(__tl_i{k} AS DOUBLE) "
-                    f"ELSE (SELECT CASE WHEN y0 IS NULL OR y1 IS NULL OR x0 IS NULL OR x1 IS NULL THEN NULL "
-                    f"WHEN y0 = y1 THEN y0 "
-                    f"ELSE (y0 * (x1 - x) + y1 * (x - x0)) / (x1 - x0) END "
-                    f"FROM (SELECT {y0} AS y0, {x0} AS x0, {y1} AS y1, {x1} AS x1, epoch_us(__tl_b) AS x)) END AS {name}")
+                    f"WHEN {y0} IS NULL OR {y1} IS NULL OR {x0} IS NULL OR {x1} IS NULL THEN NULL "
+                    f"WHEN {y0} = {y1} THEN {y0} "
+                    f"ELSE ({y0} * ({x1} - {x}) + {y1} * ({x} - {x0})) / ({x1} - {x0}) END AS {name}")
         order = ""
         has_order = any(m.get("type") == "ORDER_MODIFIER" for m in node.get("modifiers") or [])
         distinct = any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
         if not has_order and not distinct:
             order = " ORDER BY " + ", ".join(key_cols + ["__tl_b"])
-        return f"WITH {', '.join(ctes)} SELECT {', '.join(final)} FROM __tl_filled{order}"
+        source = "__tl_filled"
+        if ends:
+            ctes.append(f"__tl_ends AS (SELECT f.*, {', '.join(ends)} FROM __tl_filled f)")
+            source = "__tl_ends"
+        return f"WITH {', '.join(ctes)} SELECT {', '.join(final)} FROM {source}{order}"
 
     def _output_name(self, item: Dict[str, Any]) -> str:
         if item.get("alias"):

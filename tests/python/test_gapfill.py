@@ -687,3 +687,79 @@ def test_the_examples_in_the_docs_run():
     assert len(blocks) == 2
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), {})
+
+
+# -- against a reference written out in Python ---------------------------------------------------
+def _reference(readings, start, end, width, treat):
+    """(bucket, device) -> (avg, locf, interpolate) as docs/api.md describes them."""
+    origin = utc(2000, 1, 3)
+    bucket = lambda t: origin + width * ((t - origin) // width)  # noqa: E731
+
+    def averages(rows):
+        sums = {}
+        for t, d, v in rows:
+            sums.setdefault((d, bucket(t)), []).append(v)
+        return {k: (sum(x for x in vs if x is not None) / len([x for x in vs if x is not None])
+                    if any(x is not None for x in vs) else None) for k, vs in sums.items()}
+
+    inside = averages([r for r in readings if start <= r[0] < end])
+    before = averages([r for r in readings if r[0] < start])
+    grid = []
+    b = bucket(start)
+    while b <= bucket(end - dt.timedelta(microseconds=1)):
+        grid.append(b)
+        b += width
+    out = {}
+    for device in sorted({d for d, _ in inside}):
+        earlier = sorted((b, v) for (d, b), v in before.items() if d == device and v is not None)
+        prev = earlier[-1] if earlier else (None, None)
+        have = sorted((b, v) for (d, b), v in inside.items() if d == device)
+        for b in grid:
+            rows_before = [(x, v) for x, v in have if x <= b]
+            rows_after = [(x, v) for x, v in have if x >= b]
+            here = inside.get((device, b), "gap")
+            value = None if here == "gap" else here
+            if treat:
+                seen = [v for _, v in rows_before if v is not None]
+                locf = seen[-1] if seen else prev[1]
+            else:
+                locf = rows_before[-1][1] if rows_before else prev[1]
+            if here != "gap":
+                line = here
+            else:
+                x0, y0 = rows_before[-1] if rows_before else prev
+                x1, y1 = rows_after[0] if rows_after else (None, None)
+                if None in (x0, y0, x1, y1):
+                    line = None
+                elif y0 == y1:
+                    line = y0
+                else:
+                    line = (y0 * (x1 - b).total_seconds() + y1 * (b - x0).total_seconds()) / (x1 - x0).total_seconds()
+            out[(b, device)] = (value, locf, line)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_tables_match_the_reference(lake, readings, seed):
+    import random
+    rng = random.Random(seed)
+    base = utc(2024, 5, 1)
+    data = [(base + dt.timedelta(minutes=rng.randrange(0, 3 * 24 * 60)), rng.choice("abc"),
+             None if rng.random() < 0.2 else float(rng.randrange(-50, 50)))
+            for _ in range(rng.randrange(0 if seed == 0 else 20, 60))]
+    for chunk in range(0, len(data), 7):  # several files, not in time order
+        put(readings, data[chunk:chunk + 7])
+    width = rng.choice([dt.timedelta(minutes=15), dt.timedelta(hours=1), dt.timedelta(hours=5), dt.timedelta(days=1)])
+    start = base + dt.timedelta(minutes=rng.randrange(0, 2 * 24 * 60))
+    end = start + dt.timedelta(minutes=rng.randrange(1, 24 * 60))
+    treat = rng.random() < 0.5
+    got = lake.sql(
+        f"SELECT time_bucket_gapfill(INTERVAL '{int(width.total_seconds())} seconds', time) AS b, device, avg(temp) AS a, "
+        f"locf(avg(temp), treat_null_as_missing => {str(treat).lower()}) AS l, interpolate(avg(temp)) AS i "
+        f"FROM readings WHERE time >= '{start.isoformat()}' AND time < '{end.isoformat()}' GROUP BY 1, 2")
+    want = _reference(data, start, end, width, treat)
+    assert sorted((r["b"], r["device"]) for r in got.to_pylist()) == sorted(want)
+    for r in got.to_pylist():
+        expected = want[(r["b"], r["device"])]
+        for value, wanted in zip((r["a"], r["l"], r["i"]), expected):
+            assert (value is None and wanted is None) or value == pytest.approx(wanted, rel=1e-9, abs=1e-9), (r, expected)
