@@ -437,7 +437,7 @@ class _Rewriter:
                     raise ValueError(f"{usage}: treat_null_as_missing must be true or false")
                 text = literal.get("text") if literal else value.get("value")
                 kind_of = literal.get("kind") if literal else (value.get("type") or {}).get("id")
-                if kind_of in ("NULL", "SQLNULL") or (value.get("is_null") if isinstance(value, dict) else False):
+                if kind_of in ("NULL", "NULL_LITERAL", "SQLNULL") or (value.get("is_null") if isinstance(value, dict) else False):
                     flag = False
                 elif kind_of == "BOOLEAN":
                     flag = str(text).lower() in ("true", "1", "t")
@@ -446,6 +446,10 @@ class _Rewriter:
             return _Fill("locf", bound["value"], bound.get("prev"), None, flag)
         usage = "interpolate(value [, prev] [, next])"
         bound = _bind(item, ("value", "prev", "next"), 1, usage)
+        for what in ("prev", "next"):
+            if bound.get(what) is not None and not _is_row(bound[what]):
+                raise ValueError(f"{usage}: {what} is a (time, value) row, e.g. (SELECT (time, temp) FROM ... "
+                                 "ORDER BY time DESC LIMIT 1), or NULL")
         return _Fill("interpolate", bound["value"], bound.get("prev"), bound.get("next"), False)
 
     def _has_aggregate(self, expr: Any) -> bool:
@@ -681,6 +685,19 @@ class _Rewriter:
         dropped = [_strip(c) for c in lower_conjuncts]
         kept = [c for c in _and_children(target.get("where_clause")) if _strip(c) not in dropped]
         target["where_clause"] = _conjunction(kept)
+
+
+def _is_row(expr: Dict[str, Any]) -> bool:
+    """Whether an expression can be interpolate's (time, value): a row, a struct, a subquery or NULL."""
+    while expr.get("class") == "CAST":
+        expr = expr["child"]
+    if expr.get("class") == "SUBQUERY":
+        return True
+    if expr.get("class") == "CONSTANT":
+        literal = expr.get("literal") or {}
+        value = expr.get("value") or {}
+        return literal.get("kind") in ("NULL", "NULL_LITERAL") or (isinstance(value, dict) and bool(value.get("is_null")))
+    return expr.get("class") == "FUNCTION" and str(expr.get("function_name", "")).lower() in ("row", "struct_pack")
 
 
 def _renamed(call: Dict[str, Any]) -> Dict[str, Any]:

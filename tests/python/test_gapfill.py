@@ -541,6 +541,10 @@ WINDOW = "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-02'"
      r"start must be a constant"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp), NULL, 'yes') {WINDOW} GROUP BY 1",
      r"treat_null_as_missing must be true or false"),
+    (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, interpolate(avg(temp), 5) {WINDOW} GROUP BY 1",
+     r"prev is a \(time, value\) row"),
+    (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, interpolate(avg(temp), NULL, temp) {WINDOW} GROUP BY 1",
+     r"next is a \(time, value\) row"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(temp) {WINDOW} GROUP BY 1, temp",
      r"locf\(\) fills an aggregate"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp), bogus => 1) {WINDOW} GROUP BY 1",
@@ -559,6 +563,20 @@ WINDOW = "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-02'"
 def test_wrong_statements_are_value_errors(lake, readings, query, match):
     with pytest.raises(ValueError, match=match):
         lake.sql(query)
+
+
+def test_a_time_argument_that_is_not_a_time(lake, readings):
+    put(readings, [(utc(2024, 5, 1), "a", 1.0)])
+    with pytest.raises(RuntimeError, match="DOUBLE -> TIMESTAMP WITH TIME ZONE"):
+        lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', temp) AS h FROM readings "
+                 "WHERE temp >= 0 AND temp < 5 GROUP BY 1")
+
+
+def test_null_treat_null_as_missing_is_false(lake, readings):
+    put(readings, NULLS)
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp), NULL, NULL) AS l "
+                   + NULLS_WINDOW)
+    assert [v for _, v in rows(got)] == [1.0, 1.0, None, None, 5.0, 5.0]
 
 
 def test_too_many_buckets_is_refused(lake, readings):
