@@ -1,5 +1,4 @@
-"""Gap filling in lake.sql(): time_bucket_gapfill / date_bin_gapfill with locf and interpolate,
-and the time_weighted_mean aggregate.
+"""Gap filling in lake.sql(): time_bucket_gapfill / date_bin_gapfill with locf and interpolate.
 
 DuckDB has none of these functions, so a statement that uses them is rewritten before it runs:
 each SELECT whose select list holds `time_bucket_gapfill(width, time [, start, finish])` (or
@@ -14,18 +13,15 @@ InfluxDB's `date_bin_gapfill(width, time [, origin])`) becomes one SELECT of pla
    with TimescaleDB's semantics (see docs/api.md, "Gap filling");
 4. looks up, unless the call names its own `prev`, the last non-null value of each filled
    aggregate before the window (the same aggregate over the same buckets, the WHERE's time
-   bounds replaced by "before the window's first bucket"), so the first buckets of a group are
+   bounds replaced by "before the window's start"), so the first buckets of a group are
    filled from what came before the window;
 5. applies the user's ORDER BY and LIMIT (by default, ordered by group, then bucket).
 
-The rewrite works on DuckDB's parse tree (json_serialize_sql): the generated SQL is parsed from a
-template of timelake's own text, and the user's expressions are copied into it as parse trees,
-never as text, before DuckDB renders the whole tree back to SQL. The result is still one SELECT
-that _sql runs inside `query(?)`, so confinement is unchanged. The window width is evaluated
-once (inside `query(?)` too) to give a clear error for a width that is not an interval.
-
-time_weighted_mean is a macro over `list(... ORDER BY time)` (MACROS below), installed on every
-catalog connection as a TEMP macro; it needs no rewrite.
+The rewrite works on DuckDB's parse tree: the generated SQL is a template of timelake's own text
+with the user's expressions and SELECTs put in as parse trees, never as text (_sql_template). The
+result is still one SELECT that _sql runs inside `query(?)`, so confinement is unchanged. The
+bucket width is evaluated once (inside `query(?)` too) to give a clear error for a width that is
+not a positive interval. (time_weighted_mean, an aggregate, is a macro: _time_weighted.)
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import duckdb
 
-from . import _tree
+from . import _sql_template as _template, _tree
 from ._sql_text import message
 
 _GAPFILL = ("time_bucket_gapfill", "date_bin_gapfill")
@@ -47,38 +43,10 @@ _NAMES = frozenset(_GAPFILL + _FILLS)
 # rows per series, which is a mistake, not a chart.
 MAX_BUCKETS = 10_000_000
 
-# time_weighted_mean(time, value [, 'locf' | 'linear']) ('forward_fill', the seed system's name,
-# is 'locf'): the readings of the group, nulls left
-# out, in time order (equal times in value order, so the answer does not depend on file order),
-# as microseconds and doubles; each reading's value held until the next reading ('locf') or
-# linear between consecutive readings ('linear'), over the span from the first to the last
-# reading. All readings at one instant (one reading, say): their mean.
-_TWM_LIST = (
-    "list({'t': epoch_us(t), 'v': CAST(v AS DOUBLE)} ORDER BY epoch_us(t), CAST(v AS DOUBLE)) "
-    "FILTER (WHERE t IS NOT NULL AND v IS NOT NULL)"
-)
-_TWM_BODY = (
-    "(SELECT CASE WHEN len(r) = 0 THEN NULL "
-    "WHEN r[len(r)].t = r[1].t THEN list_avg(list_transform(r, lambda x: x.v)) "
-    "WHEN m IN ('locf', 'forward_fill') THEN list_sum(list_transform(range(1, len(r)), "
-    "lambda i: r[i].v * (r[i + 1].t - r[i].t))) / (r[len(r)].t - r[1].t) "
-    "WHEN m = 'linear' THEN list_sum(list_transform(range(1, len(r)), "
-    "lambda i: (r[i].v + r[i + 1].v) / 2 * (r[i + 1].t - r[i].t))) / (r[len(r)].t - r[1].t) "
-    "ELSE error('time_weighted_mean: the method must be ''locf'' or ''linear'', got ' || coalesce(m, 'NULL')) END "
-    "FROM (SELECT " + _TWM_LIST + " AS r, CAST(method AS VARCHAR) AS m))"
-)
-MACROS = (
-    "CREATE OR REPLACE TEMP MACRO time_weighted_mean(t, v) AS "
-    + _TWM_BODY.replace("CAST(method AS VARCHAR)", "'locf'")
-    + ", (t, v, method) AS "
-    + _TWM_BODY
-)
-
 _REWRITES: "OrderedDict[str, Rewritten]" = OrderedDict()
 _REWRITES_SIZE = 256
 _REWRITES_LOCK = threading.Lock()
 _AGGREGATES: Optional[frozenset] = None
-_PLACEHOLDER = re.compile(r"@(\w+)")
 _MENTIONED = re.compile(r"(?i)gapfill|locf|interpolate")
 
 
@@ -86,11 +54,6 @@ class Rewritten(NamedTuple):
     select: str  # the statement as plain DuckDB SQL
     tree: str  # its parse tree (JSON text)
     pruning_tree: str  # the tree that file pruning may read its WHERE from (JSON text)
-
-
-def install(con: duckdb.DuckDBPyConnection) -> None:
-    """Creates the time_weighted_mean macro (TEMP, so a locked connection takes it)."""
-    con.execute(MACROS)
 
 
 def rewrite(con: duckdb.DuckDBPyConnection, select: str, tree: Dict[str, Any]) -> Optional[Tuple[str, Dict[str, Any], Dict[str, Any]]]:
@@ -157,19 +120,6 @@ def _bind(call: Dict[str, Any], params: Tuple[str, ...], required: int, usage: s
     return bound
 
 
-def _strip(node: Any) -> Any:
-    """A copy without positions and aliases, for comparing expressions."""
-    if isinstance(node, dict):
-        return {k: _strip(v) for k, v in node.items() if k not in ("query_location", "query_location_length", "alias")}
-    if isinstance(node, list):
-        return [_strip(v) for v in node]
-    return node
-
-
-def _copy(node: Any) -> Any:
-    return _tree.loads(_tree.dumps(node))
-
-
 def _walk_expression(expr: Any):
     """The nodes of an expression, not descending into subqueries (their own queries)."""
     stack = [expr]
@@ -232,7 +182,7 @@ class _Rewriter:
         self.con = con
         self.tree = tree
         self.aggregates = _aggregate_names(con)
-        self.pruning = _copy(tree)
+        self.pruning = _template.copy(tree)
 
     def run(self) -> Rewritten:
         calls = [n for n in _tree.nodes(self.tree) if _is_call(n, _NAMES)]
@@ -254,10 +204,10 @@ class _Rewriter:
             if buckets:
                 legal.update(id(item) for item in items if _is_call(item, _NAMES))
                 # ORDER BY may repeat a select item (it is ordered by that result column).
-                stripped = [_strip(item) for item in items]
+                stripped = [_template.strip(item) for item in items]
                 for m in node.get("modifiers") or []:
                     for order in m.get("orders") or [] if m.get("type") == "ORDER_MODIFIER" else []:
-                        if _strip(order.get("expression")) in stripped:
+                        if _template.strip(order.get("expression")) in stripped:
                             legal.update(id(n) for n in _tree.nodes(order["expression"]) if _is_call(n, _NAMES))
                 targets.append((node, buckets[0]))
         for call in calls:
@@ -307,7 +257,7 @@ class _Rewriter:
         self._check_width(fn, width)
         origin = bound.get("origin")
         if fn == "date_bin_gapfill" and origin is None:
-            origin = _parse_expression(self.con, "TIMESTAMPTZ '1970-01-01 00:00:00+00'")
+            origin = _template.parse_expression(self.con, "TIMESTAMPTZ '1970-01-01 00:00:00+00'")
         for what in ("start", "finish", "origin"):
             if bound.get(what) is not None and _has_columns(bound[what]):
                 raise ValueError(f"{usage}: {what} must be a constant (no columns or subqueries)")
@@ -349,7 +299,7 @@ class _Rewriter:
         bucket_grouped = False
         if node.get("aggregate_handling") == "FORCE_AGGREGATES":  # GROUP BY ALL
             bucket_grouped = True
-            keys = [_copy(items[k]) for k in range(len(items)) if kinds[k] == "key"]
+            keys = [_template.copy(items[k]) for k in range(len(items)) if kinds[k] == "key"]
         else:
             for expr in node.get("group_expressions") or []:
                 position = _integer(expr)
@@ -360,12 +310,12 @@ class _Rewriter:
                         f"reads a GROUP BY name as a column first): write GROUP BY {index + 1}, or give "
                         f"{fn}() another alias")
                 if position == index + 1 or (alias and name is not None and name.lower() == alias) or (
-                        _strip(expr) == _strip(gap)):
+                        _template.strip(expr) == _template.strip(gap)):
                     bucket_grouped = True
                 elif position is not None and 1 <= position <= len(items):
-                    keys.append(_copy(items[position - 1]))
+                    keys.append(_template.copy(items[position - 1]))
                 else:
-                    keys.append(_copy(expr))
+                    keys.append(_template.copy(expr))
         if not bucket_grouped:
             raise ValueError(f"{fn}() buckets an aggregate query: add GROUP BY {index + 1} (its position) "
                              "or its alias, plus the columns of each series")
@@ -375,7 +325,7 @@ class _Rewriter:
         bucket_sql = "time_bucket(CAST(@w AS INTERVAL), CAST(@t AS TIMESTAMPTZ)" + (
             ", CAST(@o AS TIMESTAMPTZ))" if origin is not None else ")")
         bucket_env = {"w": width, "t": time, "o": origin}
-        bucket_expr = _template_expression(self.con, bucket_sql, bucket_env)
+        bucket_expr = _template.expression(self.con, bucket_sql, bucket_env)
 
         # The window: explicit start/finish, else the WHERE's bounds on the time column.
         lower, upper, lower_conjuncts = _where_bounds(node.get("where_clause"), time)
@@ -412,12 +362,12 @@ class _Rewriter:
         before = None
         if lookup:
             before = self._aggregate_node(node, index, items, fills, bucket_expr, keys)
-            where = [_copy(c) for c in _and_children(node.get("where_clause")) if not _is_bound(c, time)]
-            where.append(_template_expression(self.con, f"CAST(@t AS TIMESTAMPTZ) < {start_sql}", env))
+            where = [_template.copy(c) for c in _and_children(node.get("where_clause")) if not _is_bound(c, time)]
+            where.append(_template.expression(self.con, f"CAST(@t AS TIMESTAMPTZ) < {start_sql}", env))
             before["where_clause"] = _conjunction(where)
         sql = self._template(node, kinds, fills, keys, start_sql, finish_sql, origin is not None, lookup)
-        new = _parse_node(self.con, sql)
-        _fill_placeholders(new, env, {"__tl_ph_agg": agg, "__tl_ph_before": before})
+        new = _template.parse_node(self.con, sql)
+        _template.fill(new, env, {"__tl_ph_agg": agg, "__tl_ph_before": before})
         for k, item in enumerate(new["select_list"]):
             item["alias"] = self._output_name(items[k])
         self._order(new, node, items, kinds, keys)
@@ -458,7 +408,7 @@ class _Rewriter:
     def _check_width(self, fn: str, width: Dict[str, Any]) -> None:
         if _has_columns(width):
             raise ValueError(f"{fn}(): the bucket width must be a constant interval such as INTERVAL '1 hour'")
-        text = _render_expression(self.con, width)
+        text = _template.render(self.con, width)
         try:
             rows = self.con.execute(
                 "SELECT * FROM query(?)", [f"SELECT CAST(({text}) AS INTERVAL) > INTERVAL 0 SECONDS"]).fetchall()
@@ -471,30 +421,30 @@ class _Rewriter:
     def _aggregate_node(self, node, index, items, fills, bucket_expr, keys) -> Dict[str, Any]:
         """The user's SELECT with the bucket as time_bucket and each fill's aggregate in its place,
         plus the keys and explicit prev/next as further items; no ORDER BY or LIMIT."""
-        agg = _copy(node)
+        agg = _template.copy(node)
         agg["modifiers"] = [m for m in agg.get("modifiers") or [] if m.get("type") == "DISTINCT_MODIFIER"]
         out = []
         for k, item in enumerate(items):
             if k == index:
-                expr = _copy(bucket_expr)
+                expr = _template.copy(bucket_expr)
             elif k in fills:
-                expr = _copy(fills[k].value)
+                expr = _template.copy(fills[k].value)
             else:
-                expr = _copy(item)
+                expr = _template.copy(item)
             expr["alias"] = item.get("alias") or ""
             out.append(expr)
         for key in keys:
-            out.append(_copy(key))
+            out.append(_template.copy(key))
         for k, fill in sorted(fills.items()):
             for extra in (fill.prev, fill.next):
                 if extra is not None:
-                    e = _copy(extra)
+                    e = _template.copy(extra)
                     e["alias"] = ""
                     out.append(e)
         agg["select_list"] = out
         groups = []
         for expr in agg.get("group_expressions") or []:
-            groups.append(_copy(bucket_expr) if _strip(expr) == _strip(items[index]) else expr)
+            groups.append(_template.copy(bucket_expr) if _template.strip(expr) == _template.strip(items[index]) else expr)
         if groups:
             agg["group_expressions"] = groups
         return agg
@@ -643,14 +593,14 @@ class _Rewriter:
             return str(item["alias"])
         if item.get("class") == "COLUMN_REF" and item.get("column_names"):
             return str(item["column_names"][-1])  # DuckDB names m.device "device"
-        return _render_expression(self.con, item)
+        return _template.render(self.con, item)
 
     def _order(self, new: Dict[str, Any], node: Dict[str, Any], items, kinds, keys) -> None:
         """Moves the user's ORDER BY, LIMIT and DISTINCT onto the gap-filled SELECT."""
         names = {self._output_name(item).lower() for item in items}
         mods = []
         for m in node.get("modifiers") or []:
-            m = _copy(m)
+            m = _template.copy(m)
             if m.get("type") == "ORDER_MODIFIER":
                 for order in m.get("orders") or []:
                     expr = order["expression"]
@@ -658,12 +608,12 @@ class _Rewriter:
                     name = _single_name(expr)
                     if position is not None or (name is not None and name.lower() in names):
                         continue
-                    same = [k for k, item in enumerate(items) if _strip(item) == _strip(expr)]
+                    same = [k for k, item in enumerate(items) if _template.strip(item) == _template.strip(expr)]
                     if not same:
                         raise ValueError(
                             "ORDER BY in a gapfill SELECT names its result columns, by alias or position "
                             "(the gaps have no rows to evaluate other expressions on)")
-                    order["expression"] = _parse_expression(self.con, str(same[0] + 1))
+                    order["expression"] = _template.parse_expression(self.con, str(same[0] + 1))
             elif m.get("type") == "DISTINCT_MODIFIER" and m.get("distinct_on_targets"):
                 raise ValueError("DISTINCT ON is not supported in a gapfill SELECT")
             mods.append(m)
@@ -679,11 +629,11 @@ class _Rewriter:
         if len(statements) != 1:
             return
         target = statements[0].get("node") or {}
-        if target.get("type") != "SELECT_NODE" or _strip(target.get("where_clause")) != _strip(node.get("where_clause")):
+        if target.get("type") != "SELECT_NODE" or _template.strip(target.get("where_clause")) != _template.strip(node.get("where_clause")):
             self.pruning = {"statements": []}
             return
-        dropped = [_strip(c) for c in lower_conjuncts]
-        kept = [c for c in _and_children(target.get("where_clause")) if _strip(c) not in dropped]
+        dropped = [_template.strip(c) for c in lower_conjuncts]
+        kept = [c for c in _and_children(target.get("where_clause")) if _template.strip(c) not in dropped]
         target["where_clause"] = _conjunction(kept)
 
 
@@ -789,61 +739,3 @@ def _aggregate_names(con: duckdb.DuckDBPyConnection) -> frozenset:
     return _AGGREGATES
 
 
-def _parse_node(con: duckdb.DuckDBPyConnection, sql: str) -> Dict[str, Any]:
-    """The SELECT node of timelake's own SQL text; `@x` in it is placeholder x (_fill_placeholders)."""
-    sql = _PLACEHOLDER.sub(r"__tl_at_\1", sql)
-    tree = _tree.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
-    if tree.get("error"):  # pragma: no cover - timelake's own template
-        raise RuntimeError(f"gap filling built SQL DuckDB cannot parse: {tree.get('error_message')}")
-    return tree["statements"][0]["node"]
-
-
-def _parse_expression(con: duckdb.DuckDBPyConnection, sql: str) -> Dict[str, Any]:
-    return _parse_node(con, f"SELECT {sql}")["select_list"][0]
-
-
-def _template_expression(con: duckdb.DuckDBPyConnection, sql: str, env: Dict[str, Any]) -> Dict[str, Any]:
-    node = _parse_node(con, "SELECT " + sql)
-    _fill_placeholders(node, env, {})
-    return node["select_list"][0]
-
-
-def _fill_placeholders(tree: Any, env: Dict[str, Any], subqueries: Dict[str, Any]) -> None:
-    """Puts the user's expressions (`@x` in a template, parsed as column __tl_at_x) and SELECT
-    nodes (`SELECT 1 AS <name>` in a template) into a parsed template. The template's own nodes
-    are collected first, so nothing inside a copied user expression is ever taken for one."""
-    expr_nodes, subquery_nodes = [], []
-    for node in _tree.nodes(tree):
-        if not isinstance(node, dict):
-            continue
-        if node.get("class") == "COLUMN_REF" and len(node.get("column_names", [])) == 1 and str(
-                node["column_names"][0]).startswith("__tl_at_"):
-            expr_nodes.append(node)
-        elif node.get("type") == "SELECT_NODE":
-            items = node.get("select_list") or []
-            if len(items) == 1 and items[0].get("alias") in subqueries:
-                subquery_nodes.append(node)
-    for node in expr_nodes:
-        name = node["column_names"][0][len("__tl_at_"):]
-        value = _copy(env[name])
-        value["alias"] = node.get("alias") or ""  # the template's AS, if any
-        node.clear()
-        node.update(value)
-    for node in subquery_nodes:
-        value = subqueries[node["select_list"][0]["alias"]]
-        node.clear()
-        node.update(_copy(value))
-
-
-def _render_expression(con: duckdb.DuckDBPyConnection, expr: Dict[str, Any]) -> str:
-    """DuckDB's text of an expression (what it names an unaliased result column)."""
-    node = _parse_node(con, "SELECT 1")
-    e = _copy(expr)
-    e["alias"] = ""
-    node["select_list"] = [e]
-    tree = {"error": False, "statements": [{"node": node, "named_param_map": []}]}
-    try:
-        text = con.execute("SELECT json_deserialize_sql(?::JSON)", [_tree.dumps(tree)]).fetchall()[0][0]
-    except duckdb.Error as e:
-        raise ValueError(f"an expression of the gapfill SELECT nests too deeply: {message(e)}") from None
-    return text[len("SELECT "):] if text.startswith("SELECT ") else text
