@@ -39,9 +39,9 @@ from ._sql_text import message
 _GAPFILL = ("time_bucket_gapfill", "date_bin_gapfill")
 _FILLS = ("locf", "interpolate")
 _NAMES = frozenset(_GAPFILL + _FILLS)
-# The most buckets one group's grid may have: a width of a second over a year is 31.5 million
-# rows per series, which is a mistake, not a chart.
-MAX_BUCKETS = 10_000_000
+# The most rows gap filling may make (buckets of the window times series): a width of a second
+# over a year is 31.5 million rows per series, which is a mistake, not a chart.
+MAX_ROWS = 20_000_000
 
 _REWRITES: "OrderedDict[str, Rewritten]" = OrderedDict()
 _REWRITES_SIZE = 256
@@ -479,13 +479,15 @@ class _Rewriter:
                      f"(SELECT any_value(__tl_i{k}) FROM __tl_agg)") + f" AS __tl_i{k}" for k in key_items) + ")")
             else:
                 ctes.append("__tl_groups AS (SELECT 1 AS __tl_one)")
-        too_many = (f"time_bucket_gapfill/date_bin_gapfill: the window holds more than {MAX_BUCKETS:,} buckets "
-                    "per series; use a wider bucket or a shorter window")
+        too_many = (f"time_bucket_gapfill/date_bin_gapfill: the gap-filled result would hold more than "
+                    f"{MAX_ROWS:,} rows (buckets of the window times series); use a wider bucket, a shorter "
+                    "window or fewer series")
         ctes.append(
             f"__tl_bounds AS (SELECT f AS __tl_first, l AS __tl_last FROM (SELECT {bucket_of(start_sql)} AS f, "
             f"{bucket_of('(' + finish_sql + ') - INTERVAL 1 microsecond')} AS l) "
-            f"WHERE CASE WHEN l > f AND (epoch_us(l) - epoch_us(f)) / "
-            f"(epoch_us(f + CAST(@w AS INTERVAL)) - epoch_us(f)) > {MAX_BUCKETS} THEN error('{too_many}') ELSE true END)")
+            f"WHERE CASE WHEN l > f AND ((epoch_us(l) - epoch_us(f)) / "
+            f"(epoch_us(f + CAST(@w AS INTERVAL)) - epoch_us(f)) + 1) * (SELECT count(*) FROM __tl_groups) > {MAX_ROWS} "
+            f"THEN error('{too_many}') ELSE true END)")
         ctes.append(
             "__tl_grid AS (SELECT g.*, s.__tl_b FROM __tl_groups g CROSS JOIN "
             "(SELECT unnest(generate_series(__tl_first, __tl_last, CAST(@w AS INTERVAL))) AS __tl_b "

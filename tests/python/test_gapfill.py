@@ -579,10 +579,15 @@ def test_null_treat_null_as_missing_is_false(lake, readings):
     assert [v for _, v in rows(got)] == [1.0, 1.0, None, None, 5.0, 5.0]
 
 
-def test_too_many_buckets_is_refused(lake, readings):
-    with pytest.raises(RuntimeError, match="more than 10,000,000 buckets"):
+def test_too_many_rows_are_refused(lake, readings):
+    with pytest.raises(RuntimeError, match="would hold more than 20,000,000 rows"):
         lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 second', time) AS h FROM readings "
                  "WHERE time >= '2000-01-01' AND time < '2024-01-01' GROUP BY 1")
+    # 3 series of 8 million minutes: each alone would pass.
+    put(readings, [(utc(2024, 5, 1), d, 1.0) for d in "abc"])
+    with pytest.raises(RuntimeError, match="would hold more than 20,000,000 rows"):
+        lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 minute', time) AS h, device FROM readings "
+                 "WHERE time >= '2010-01-01' AND time < '2025-03-20' GROUP BY 1, 2")
 
 
 def test_hostile_text_stays_data(lake, readings):
