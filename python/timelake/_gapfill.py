@@ -254,6 +254,9 @@ class _Rewriter:
             usage = "date_bin_gapfill(width, time [, origin])"
             bound = _bind(gap, ("bucket_width", "time", "origin"), 2, usage)
         width, time = bound["bucket_width"], bound["time"]
+        for what in ("start", "finish"):
+            if bound.get(what) is not None and _is_null(bound[what]):
+                del bound[what]  # NULL: from the WHERE, as in TimescaleDB
         self._check_width(fn, width)
         origin = bound.get("origin")
         if fn == "date_bin_gapfill" and origin is None:
@@ -639,16 +642,21 @@ class _Rewriter:
         target["where_clause"] = _conjunction(kept)
 
 
+def _is_null(expr: Dict[str, Any]) -> bool:
+    while expr.get("class") == "CAST":
+        expr = expr["child"]
+    literal = expr.get("literal") or {}
+    value = expr.get("value") or {}
+    return expr.get("class") == "CONSTANT" and (
+        literal.get("kind") in ("NULL", "NULL_LITERAL") or (isinstance(value, dict) and bool(value.get("is_null"))))
+
+
 def _is_row(expr: Dict[str, Any]) -> bool:
     """Whether an expression can be interpolate's (time, value): a row, a struct, a subquery or NULL."""
     while expr.get("class") == "CAST":
         expr = expr["child"]
-    if expr.get("class") == "SUBQUERY":
+    if expr.get("class") == "SUBQUERY" or _is_null(expr):
         return True
-    if expr.get("class") == "CONSTANT":
-        literal = expr.get("literal") or {}
-        value = expr.get("value") or {}
-        return literal.get("kind") in ("NULL", "NULL_LITERAL") or (isinstance(value, dict) and bool(value.get("is_null")))
     return expr.get("class") == "FUNCTION" and str(expr.get("function_name", "")).lower() in ("row", "struct_pack")
 
 

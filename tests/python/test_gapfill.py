@@ -324,6 +324,12 @@ def test_explicit_start_and_finish_override_the_where(lake, readings):
     assert rows(got) == [(utc(2024, 5, 1, h), v) for h, v in ((0, None), (1, 1.0), (2, None), (5, 5.0))]
 
 
+def test_null_start_and_finish_come_from_the_where(lake, readings):
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', time, NULL, NULL::TIMESTAMPTZ) AS h FROM readings "
+                   "WHERE time >= '2024-05-01' AND time < '2024-05-01 02:00' GROUP BY 1")
+    assert rows(got) == [(utc(2024, 5, 1, 0),), (utc(2024, 5, 1, 1),)]
+
+
 def test_bounds_may_use_now(lake, readings):
     got = lake.sql("SELECT count(*) AS n FROM (SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h FROM readings "
                    "WHERE time >= now() - INTERVAL 6 HOURS AND time < now() GROUP BY 1)")
