@@ -52,27 +52,44 @@ _MENTIONED = re.compile(r"(?i)gapfill|locf|interpolate")
 
 class Rewritten(NamedTuple):
     select: str  # the statement as plain DuckDB SQL
-    tree: str  # its parse tree (JSON text)
-    pruning_tree: str  # the tree that file pruning may read its WHERE from (JSON text)
+    # What file pruning must give up, since the look-up before the window reads rows the WHERE's
+    # time bounds exclude: None (nothing), "all" (every conjunct), or the time column's name
+    # (its lower bounds; all its bounds when start is passed, which may lie past the WHERE's end).
+    unprune: Optional[str]
+    every_bound: bool
 
 
-def rewrite(con: duckdb.DuckDBPyConnection, select: str, tree: Dict[str, Any]) -> Optional[Tuple[str, Dict[str, Any], Dict[str, Any]]]:
-    """(select, tree, pruning tree) of the statement with its gap filling rewritten, or None when
-    it uses none of the gapfill functions. Raises ValueError for a gapfill query it cannot run."""
-    # Most statements use none of them: a look at the text spares walking their tree.
-    if not _MENTIONED.search(select) or not any(_is_call(n, _NAMES) for n in _tree.nodes(tree)):
-        return None
+def rewrite(con: duckdb.DuckDBPyConnection, select: str, conjuncts: Optional[List[Any]]) -> Tuple[str, Optional[List[Any]]]:
+    """(select, pruning conjuncts) with the statement's gap filling rewritten into plain DuckDB
+    SQL; both as given when it uses none of the gapfill functions. `conjuncts` are the WHERE
+    conjuncts that prune the files of the statement's table (_sql_filter.Conjunct, or None).
+    Raises ValueError for a gapfill statement it cannot run."""
+    if not _MENTIONED.search(select):  # most statements: no parse needed to know
+        return select, conjuncts
     with _REWRITES_LOCK:
         known = _REWRITES.get(select)
         if known is not None:
             _REWRITES.move_to_end(select)
     if known is None:
-        known = _Rewriter(con, tree).run()
+        text = con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0]
+        tree = _tree.loads(text)
+        if tree.get("error"):
+            raise RuntimeError(f"SQL syntax error: {tree.get('error_message')}")
+        if not any(_is_call(n, _NAMES) for n in _tree.nodes(tree)):
+            known = Rewritten(select, None, False)
+        else:
+            known = _Rewriter(con, tree).run()
         with _REWRITES_LOCK:
             _REWRITES[select] = known
             if len(_REWRITES) > _REWRITES_SIZE:
                 _REWRITES.popitem(last=False)
-    return known.select, _tree.loads(known.tree), _tree.loads(known.pruning_tree)
+    if conjuncts is None or known.unprune is None:
+        return known.select, conjuncts
+    if known.unprune == "all":
+        return known.select, None
+    kept = [c for c in conjuncts
+            if c.column.lower() != known.unprune or (not known.every_bound and c.op in ("<", "<="))]
+    return known.select, kept or None
 
 
 def _is_call(node: Any, names) -> bool:
@@ -182,7 +199,8 @@ class _Rewriter:
         self.con = con
         self.tree = tree
         self.aggregates = _aggregate_names(con)
-        self.pruning = _template.copy(tree)
+        self.unprune: Optional[str] = None
+        self.every_bound = False
 
     def run(self) -> Rewritten:
         calls = [n for n in _tree.nodes(self.tree) if _is_call(n, _NAMES)]
@@ -217,29 +235,26 @@ class _Rewriter:
                     "not part of another expression or clause: compute with its result in an outer query, "
                     "e.g. SELECT round(v, 1) FROM (SELECT time_bucket_gapfill(...) AS t, locf(avg(x)) AS v ...)")
         # Innermost first: an outer gapfill SELECT copies its FROM, which must be rewritten already.
-        lookups = False
         for node, index in reversed(targets):
-            new_node, lookup, lower_bounds = self._rewrite_node(node, index)
-            if lookup and len(targets) == 1:
-                self._drop_lower_bounds(node, lower_bounds)
-            lookups = lookups or lookup
+            new_node, lookup, column, explicit_start = self._rewrite_node(node, index)
+            if lookup:
+                if column is None or self.unprune is not None:
+                    self.unprune = "all"
+                else:
+                    self.unprune, self.every_bound = column.lower(), explicit_start
             node.clear()
             node.update(new_node)
-        if lookups and len(targets) > 1:
-            self.pruning = {"statements": []}  # several windows: no pruning (filter_conjuncts refuses)
         try:
             select = self.con.execute("SELECT json_deserialize_sql(?::JSON)", [_tree.dumps(self.tree)]).fetchall()[0][0]
         except duckdb.Error as e:
             raise ValueError(f"this gapfill statement nests too deeply to rewrite ({message(e)}): nest it less") from None
-        try:
-            text = self.con.execute("SELECT json_serialize_sql(?)", [select]).fetchall()[0][0]
-        except duckdb.Error as e:  # pragma: no cover - DuckDB renders what it parses
-            raise RuntimeError(f"gap filling produced SQL DuckDB cannot parse: {message(e)}") from None
-        return Rewritten(select, text, _tree.dumps(self.pruning))
+        return Rewritten(select, self.unprune, self.every_bound)
 
     # -- one SELECT ---------------------------------------------------------------------------
 
-    def _rewrite_node(self, node: Dict[str, Any], index: int) -> Tuple[Dict[str, Any], bool, List[Dict[str, Any]]]:
+    def _rewrite_node(self, node: Dict[str, Any], index: int) -> Tuple[Dict[str, Any], bool, Optional[str], bool]:
+        """(the gap-filled SELECT node, whether it looks up before the window, the name of its time
+        column if it is one, whether start was passed)."""
         items = node["select_list"]
         gap = items[index]
         fn = _name(gap)
@@ -331,7 +346,7 @@ class _Rewriter:
         bucket_expr = _template.expression(self.con, bucket_sql, bucket_env)
 
         # The window: explicit start/finish, else the WHERE's bounds on the time column.
-        lower, upper, lower_conjuncts = _where_bounds(node.get("where_clause"), time)
+        lower, upper = _where_bounds(node.get("where_clause"), time)
         start_sql, finish_sql, env = None, None, {}
         if bound.get("start") is not None:
             start_sql, env["s0"] = "CAST(@s0 AS TIMESTAMPTZ)", bound["start"]
@@ -374,7 +389,8 @@ class _Rewriter:
         for k, item in enumerate(new["select_list"]):
             item["alias"] = self._output_name(items[k])
         self._order(new, node, items, kinds, keys)
-        return new, lookup, lower_conjuncts
+        column = str(time["column_names"][-1]) if time.get("class") == "COLUMN_REF" else None
+        return new, lookup, column, bound.get("start") is not None
 
     def _fill(self, item: Dict[str, Any]) -> _Fill:
         kind = _name(item)
@@ -628,19 +644,6 @@ class _Rewriter:
                 m for m in mods if m.get("type") != "DISTINCT_MODIFIER"]
         new["modifiers"] = mods
 
-    def _drop_lower_bounds(self, node: Dict[str, Any], lower_conjuncts: List[Dict[str, Any]]) -> None:
-        """In the pruning tree: the WHERE without its lower time bounds (the lookup reads before them)."""
-        statements = self.pruning.get("statements") or []
-        if len(statements) != 1:
-            return
-        target = statements[0].get("node") or {}
-        if target.get("type") != "SELECT_NODE" or _template.strip(target.get("where_clause")) != _template.strip(node.get("where_clause")):
-            self.pruning = {"statements": []}
-            return
-        dropped = [_template.strip(c) for c in lower_conjuncts]
-        kept = [c for c in _and_children(target.get("where_clause")) if _template.strip(c) not in dropped]
-        target["where_clause"] = _conjunction(kept)
-
 
 def _is_null(expr: Dict[str, Any]) -> bool:
     while expr.get("class") == "CAST":
@@ -730,14 +733,12 @@ def _is_bound(conjunct: Dict[str, Any], time: Dict[str, Any]) -> bool:
 
 
 def _where_bounds(where: Any, time: Dict[str, Any]):
-    lower, upper, lower_conjuncts = [], [], []
+    """([(op, constant)] lower bounds, [(op, constant)] upper bounds) the WHERE puts on `time`."""
+    lower, upper = [], []
     for conjunct in _and_children(where):
-        found = _bound_of(conjunct, time)
-        for side, op, constant in found:
+        for side, op, constant in _bound_of(conjunct, time):
             (lower if side == "lower" else upper).append((op, constant))
-        if any(side == "lower" for side, _, _ in found):
-            lower_conjuncts.append(conjunct)
-    return lower, upper, lower_conjuncts
+    return lower, upper
 
 
 def _aggregate_names(con: duckdb.DuckDBPyConnection) -> frozenset:

@@ -209,9 +209,6 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
             return answered
     catalog = lake._catalog()
     prefix, select, tree = _statement(catalog.con, query)
-    # Gap filling (time_bucket_gapfill, locf, interpolate) becomes plain SQL; its pruning tree
-    # is the statement's own, without the lower time bound when locf/interpolate look before it.
-    select, tree, pruning_tree = _gapfill.rewrite(catalog.con, select, tree) or (select, tree, tree)
     tables = referenced_tables(lake, tree, namespace)
     travels = travel_views(catalog.con, tree, tables, namespace, wanted)
     if wanted is not None and "version" in wanted and len({(ns, name) for ns, name, _, _ in travels}) > 1:
@@ -224,7 +221,9 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
         select = rewrite_travels(catalog.con, select, tree)
         traveled = {(ns, name) for ns, name, _, _ in travels}
         current = [t for t in tables if t not in traveled or names_table(tree, t, namespace)]
-    conjuncts = pruning_conjuncts(pruning_tree, current, namespace) if not travels else None
+    conjuncts = pruning_conjuncts(tree, current, namespace) if not travels else None
+    # Gap filling (time_bucket_gapfill, locf, interpolate) becomes plain DuckDB SQL (_gapfill).
+    select, conjuncts = _gapfill.rewrite(catalog.con, select, conjuncts)
     try:
         try:
             # A table whose files need admitting restarts the preparation on a new connection;
