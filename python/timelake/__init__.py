@@ -21,6 +21,10 @@ from . import _confine
 
 _confine.warm()  # the first catalog's DuckDB database, made while the rest of the process starts
 from ._catalog import Catalog
+from . import _rollup
+
+# Background rollup refreshes stop before the upkeep drains (atexit runs in reverse order).
+atexit.register(_rollup.stop_refreshers)
 from ._sql import run_latest, run_sql
 
 __all__ = ["Lake", "Table", "__version__"]
@@ -288,7 +292,10 @@ class Table:
         try:
             # A stream's batches are copied as they are read (their memory is freed at once); an
             # in-memory table stays the caller's, so copying it would only add to it.
-            return self._core.append(reader.__arrow_c_stream__(), batch_id, maintain, streamed)
+            result = self._core.append(reader.__arrow_c_stream__(), batch_id, maintain, streamed)
+            if not result["duplicate"]:
+                self._lake._refresher.appended(self._lake, self.name)
+            return result
         except BaseException:
             # The list must not keep the exception: the exported reader (not seen by the garbage
             # collector) holds the generator, which holds the list.
@@ -307,15 +314,31 @@ class Table:
         finally:
             del error
 
-    def maintain(self, compact: bool = True, retention: bool = True, expire: bool = True) -> dict:
-        """Compacts, applies retention and expires old snapshots; returns what it did."""
-        return self._core.maintain(
+    def maintain(self, compact: bool = True, retention: bool = True, expire: bool = True,
+                 rollups: bool = True) -> dict:
+        """Compacts, applies retention, expires old snapshots and refreshes the table's rollups;
+        returns what it did. A table with rollups also gets ``rollups_refreshed`` and
+        ``rollup_rows`` (the rollups brought up to date and the rows they wrote)."""
+        rollups = _flag(rollups, "rollups")
+        report = dict(self._core.maintain(
             _flag(compact, "compact"), _flag(retention, "retention"), _flag(expire, "expire")
-        )
+        ))
+        found = self._lake._rollups.rollups_of(self._lake, self.name, fresh=True) if rollups else []
+        if found:
+            report["rollups_refreshed"], report["rollup_rows"] = 0, 0
+            for name, _ in found:
+                report["rollup_rows"] += _rollup.refresh(self._lake, name)
+                report["rollups_refreshed"] += 1
+        return report
 
     def info(self) -> dict:
-        """Contract, size, snapshots, manifests and last-value-index figures."""
-        return self._core.info()
+        """Contract, size, snapshots, manifests and last-value-index figures; for a rollup also
+        ``rollup`` (its source, bucket, aggregates, the source version it reflects and its lag)."""
+        info = dict(self._core.info())
+        spec = _rollup.spec_of(self._core.properties)
+        if spec is not None:
+            info["rollup"] = _rollup.describe(self._lake, self._core, spec)
+        return info
 
     def add_columns(self, columns: Any) -> dict:
         """Adds nullable columns after the existing ones; returns {"version", "columns"}.
@@ -366,10 +389,17 @@ class Lake:
             raise ValueError(f"location must be a path or URL string, got {type(location).__name__}")
         location = _text(location, "location")
         options = _string_map(storage_options, "storage_options")
+        interval = options.pop("timelake_rollup_refresh_interval", "60s")
+        routing = options.pop("timelake_rollup_routing", "on").strip().lower()
+        if routing not in ("on", "off"):
+            raise ValueError(f"timelake_rollup_routing must be 'on' or 'off', got {routing!r}")
+        self._route_rollups = routing == "on"
         self._opened_with = (location, options)
         self._core_lake = _core.Lake.open(location, options)
         self._pid = os.getpid()
         self._handles: dict = {}
+        self._rollups = _rollup.Registry()
+        self._refresher = _rollup.Refresher(interval)
         self._local = threading.local()
         _confine.warm()  # a DuckDB database for this lake's first query, made meanwhile
 
@@ -388,6 +418,7 @@ class Lake:
             self._core_lake = _core.Lake.open(*self._opened_with)
         for handle in self._handles.values():
             _abandon(handle)
+        self._refresher = _rollup.Refresher(self._refresher.interval_text)
         _abandon(getattr(self._local, "catalog", None))
         self._handles = {}
         self._local = threading.local()
@@ -413,6 +444,11 @@ class Lake:
         name = _text(name, "table name")
         capsule = _schema_capsule(schema)
         series_key = _column_names(series_key, "series_key")
+        properties = _string_map(properties, "properties")
+        reserved = sorted(k for k in properties if k.startswith("timelake.rollup."))
+        if reserved:
+            raise ValueError(f"properties {reserved} describe rollups: make one with lake.sql('CREATE MATERIALIZED "
+                             "ROLLUP ...')")
         core = self._core.create_table(
             name,
             capsule,
@@ -421,7 +457,7 @@ class Lake:
             _optional_str(chunk, "chunk"),
             _optional_str(retention, "retention"),
             _optional_str(dedup, "dedup"),
-            _string_map(properties, "properties"),
+            properties,
         )
         return Table(self, core)
 
@@ -434,22 +470,34 @@ class Lake:
         return list(self._core.tables())
 
     def drop_table(self, name: str) -> None:
-        """Deletes the table and all its files; KeyError if it does not exist."""
+        """Deletes the table and all its files; KeyError if it does not exist. The rollups of
+        the table go with it."""
         name = _text(name, "table name")
+        for rollup, _ in self._rollups.rollups_of(self, self._qualify(name), fresh=True):
+            try:
+                self.drop_table(rollup)
+            except KeyError:
+                pass  # dropped meanwhile
         self._core.drop_table(name)
+        self._rollups.forget()
         self._handles.pop(self._qualify(name).lower(), None)
         catalog = getattr(self._local, "catalog", None)
         if catalog is not None:
             catalog.forget(self._qualify(name))
 
-    def sql(self, query: str, namespace: str = "default", as_of: Any = None) -> pa.Table:
+    def sql(self, query: str, namespace: str = "default", as_of: Any = None, rollups: bool = True) -> pa.Table:
         """Runs a read-only SQL query (DuckDB dialect, UTC) over the lake's tables.
 
         `as_of` reads every table as of an older version: a version number (queries over one
         table) or a datetime (naive means UTC). `FROM t AT (VERSION => n)` and
         `AT (TIMESTAMP => t)` do the same for one table reference.
+
+        Also runs CREATE / REFRESH / DROP MATERIALIZED ROLLUP (docs/rollups.md). A GROUP BY
+        time_bucket(...) query that a rollup of its table can answer reads the rollup, with the
+        same answer; ``rollups=False`` (or the lake's storage option
+        ``timelake_rollup_routing = "off"``) reads the raw rows.
         """
-        return run_sql(self, query, namespace, as_of)
+        return run_sql(self, query, namespace, as_of, _flag(rollups, "rollups"))
 
     def cache_stats(self) -> Optional[dict]:
         """What the lake's cache of data-file reads did since this Lake was opened, or None for a

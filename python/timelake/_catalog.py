@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pyarrow as pa
 
-from . import _core, _tree
+from . import _core, _rollup, _tree
 from ._capsules import SchemaCapsule
 from ._confine import confined_connection, lake_directory, readable, table_directory
 from ._render import view_sql
@@ -44,7 +44,8 @@ class Reconnected(Exception):
 class _View:
     """What a catalog knows of the view it made for one table."""
 
-    __slots__ = ("version", "declared", "restored", "empty_name", "handle", "scan_filter", "files", "plan", "paths")
+    __slots__ = ("version", "declared", "restored", "empty_name", "handle", "scan_filter", "files", "plan", "paths",
+                 "session")
 
     def __init__(self, version: int, declared: pa.Schema, restored: Dict[str, pa.DataType], empty_name: Any,
                  handle: Any, scan_filter: Optional[ScanFilter], files: int, plan: Any,
@@ -58,6 +59,7 @@ class _View:
         self.files = files  # data files the view reads
         self.plan = plan  # the core ScanPlan
         self.paths = paths  # local copies the view reads (remote lakes), None for local lakes
+        self.session: Any = None  # a rollup's helper views (_rollup.current_view)
 
 
 class Catalog:
@@ -154,6 +156,9 @@ class Catalog:
         """
         qualified = f"{ns}.{name}"
         handle = self.lake._snapshot(qualified)
+        spec = _rollup.spec_of(handle.properties)
+        if spec is not None:
+            return handle, self._add_rollup(ns, name, handle, spec)
         version = handle.version
         scan_filter = self._scan_filter(handle, conjuncts) if conjuncts else None
         cached = self._views.get(qualified)
@@ -174,6 +179,21 @@ class Catalog:
                                            len(plan.files), plan, paths)
         self._note_types(declared, restored)
         return handle, declared
+
+    def _add_rollup(self, ns: str, name: str, handle: Any, spec: Any) -> pa.Schema:
+        """A rollup's view: its stored rows, with the pairs changed in its source since its last
+        refresh aggregated from the raw rows (_rollup.current_view). Made anew per statement."""
+        qualified = f"{ns}.{name}"
+        declared, sql, session = _rollup.current_view(self, ns, name, handle, spec)
+        self.con.execute(f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(name)} AS {sql}")
+        cached = self._views.get(qualified)
+        if cached is not None and cached.session is not None:
+            cached.session.close()
+        view = _View(-1, declared, {}, None, handle, None, 0, None, None)
+        view.session = session
+        self._views[qualified] = view
+        self._note_types(declared, {})
+        return declared
 
     def add_travel(self, ns: str, name: str, view: str, spec: Dict[str, int]) -> pa.Schema:
         """Makes `ns.view` a view of table `ns.name` as of an older version (`spec`: version= or

@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 import duckdb
 import pyarrow as pa
 
-from . import _gapfill, _select, _tree
+from . import _gapfill, _rollup, _route, _select, _tree
 from ._capsules import SchemaCapsule, read_stream
 from ._catalog import Catalog, Reconnected, names_table, pruning_conjuncts, referenced_tables
 from ._sql_text import message
@@ -198,10 +198,15 @@ def _interruptible(con: duckdb.DuckDBPyConnection, run):
     return box["value"]
 
 
-def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None) -> pa.Table:
+def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None, rollups: bool = True) -> pa.Table:
     _check_query(query)
     _check_namespace(namespace)
     wanted = as_of_spec(as_of)
+    if wanted is None:
+        # CREATE / REFRESH / DROP MATERIALIZED ROLLUP (_rollup): the only statements that write.
+        done = _rollup.run_statement(lake, query, namespace)
+        if done is not None:
+            return done
     if wanted is None:
         # One series over a time range: read by the core, no DuckDB (see _select).
         answered = _select.answer(lake, query, namespace)
@@ -222,15 +227,25 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
         traveled = {(ns, name) for ns, name, _, _ in travels}
         current = [t for t in tables if t not in traveled or names_table(tree, t, namespace)]
     conjuncts = pruning_conjuncts(tree, current, namespace) if not travels else None
-    # Gap filling (time_bucket_gapfill, locf, interpolate) becomes plain DuckDB SQL (_gapfill).
+    # Gap filling (time_bucket_gapfill, locf, interpolate) becomes plain DuckDB SQL (_gapfill);
+    # _route never routes such a statement (its tree still names them), so it reads the raw data.
     select, conjuncts = _gapfill.rewrite(catalog.con, select, conjuncts)
+    routed = None
     try:
         try:
             # A table whose files need admitting restarts the preparation on a new connection;
             # the second pass admits nothing new.
-            for attempt in range(len(tables) + len(travels) + 1):
+            for attempt in range(len(tables) + len(travels) + 3):
                 try:
                     catalog.begin(namespace)
+                    if rollups and wanted is None and not travels:
+                        # A GROUP BY time_bucket(...) a rollup can answer reads it (_route).
+                        routed = _route.route(lake, catalog, select, tree, namespace, tables)
+                    if routed is not None:
+                        declared = pa.schema(SchemaCapsule(lake._snapshot(f"{tables[0][0]}.{tables[0][1]}").schema_capsule()))
+                        catalog._note_types(declared, {})
+                        schemas = [declared]
+                        break
                     schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in current]
                     schemas += [catalog.add_travel(ns, name, view, spec) for ns, name, view, spec in travels]
                     break
@@ -239,8 +254,10 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
             catalog.use_fast_time_bucket(schemas)
         except duckdb.Error as e:
             raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None
-        result = _execute(catalog, namespace, prefix, select)
+        result = _execute(catalog, namespace, prefix, routed[0] if routed is not None else select)
     finally:
+        if routed is not None:
+            routed[1].close()
         catalog.end()  # the result is read: the copies it came from may be evicted
     return restore_result(result, catalog.declared, catalog.restored)
 

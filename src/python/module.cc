@@ -24,6 +24,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -39,6 +40,7 @@
 #include "timelake/table/table.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/status.h"
+#include "timelake/util/time.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -246,6 +248,9 @@ NB_MODULE(_core, m) {
     DrainEveryUpkeep();
   }, "Waits for the background upkeep of every live Lake's handles (registered with atexit).");
 
+  m.def("duration_us", [](const std::string& text) { return Unwrap(ParseDuration(text)); },
+        "A duration such as \"90d\" in microseconds (ValueError for bad text), as the contract reads it.");
+
   m.def("_warm", [] {
     nb::gil_scoped_release release;
     // Arrow's compute kernels register on first use (~4 ms): paid here, on the thread that
@@ -269,7 +274,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("contract", [](Table& t) { return ContractDict(t.contract()); })
       .def("append",
            [](Table& t, nb::handle stream_capsule, std::optional<std::string> batch_id,
-              std::optional<bool> maintain, bool streamed) {
+              std::optional<bool> maintain, bool streamed, int64_t batch_version) {
              auto* stream = static_cast<ArrowArrayStream*>(
                  CapsulePointer(stream_capsule, "arrow_array_stream"));
              auto reader = Unwrap(arrow::ImportRecordBatchReader(stream));
@@ -277,7 +282,7 @@ NB_MODULE(_core, m) {
              // The reader is released without the GIL too: a producer may hold it for long.
              AppendResult r = Released(
                  [&] {
-                   AppendOptions options{batch_id, maintain, interrupt.check()};
+                   AppendOptions options{batch_id, batch_version, maintain, interrupt.check()};
                    options.copy_input = streamed;  // an in-memory table is the caller's anyway
                    auto result = t.Append(reader.get(), options);
                    reader.reset();
@@ -299,7 +304,14 @@ NB_MODULE(_core, m) {
              }
              return d;
            },
-           "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none(), "streamed"_a = true)
+           "stream"_a, "batch_id"_a = nb::none(), "maintain"_a = nb::none(), "streamed"_a = true,
+           "batch_version"_a = 0)
+      .def("recorded_batch_version",
+           [](Table& t, const std::string& batch_id) {
+             return Released([&] { return t.RecordedBatchVersion(batch_id); });
+           })
+      .def_prop_ro("id", [](Table& t) { return t.id(); })
+      .def_prop_ro("properties", [](Table& t) { return t.properties(); })
       .def("maintain",
            [](Table& t, bool compact, bool retention, bool expire) {
              PythonInterrupt interrupt;
@@ -457,6 +469,14 @@ NB_MODULE(_core, m) {
       "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
       "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{},
       "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{});
+
+  // The plan with only the files at `store_paths` (in the plan's order; paths it does not list are
+  // ignored): a rollup refresh reads just the files a diff of two versions found changed.
+  m.def("plan_subset", [](const ScanPlan& plan, const std::set<std::string>& store_paths) {
+    ScanPlan subset = plan;
+    std::erase_if(subset.files, [&](const ScanFile& f) { return !store_paths.count(f.store_path); });
+    return subset;
+  });
 
   // The copies of one sql() statement, kept from eviction until released (scan/file_cache.h).
   nb::class_<CachePin>(m, "CachePin").def("release", &CachePin::Release);

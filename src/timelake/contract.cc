@@ -26,10 +26,14 @@ constexpr const char* kDedup = "timelake.dedup";
 
 constexpr const char* kRetentionCheck = kRetentionCheckKey;
 
-// Keys a user may set through `properties` under the timelake namespace.
+// Keys a user may set through `properties` under the timelake namespace. The timelake.rollup.*
+// keys describe a rollup table (python/timelake/_rollup.py); the Python API sets them only when
+// it creates a rollup.
 const std::set<std::string>& UserTimelakeKeys() {
   static const std::set<std::string> keys = {"timelake.autoMaintain", "timelake.backgroundCompaction",
-                                             "timelake.targetFileSize", kRetentionCheck};
+                                             "timelake.targetFileSize", kRetentionCheck,
+                                             "timelake.rollup.source", "timelake.rollup.sourceId",
+                                             "timelake.rollup.spec", "timelake.rollup.query"};
   return keys;
 }
 

@@ -296,7 +296,7 @@ RemoveFile Remove(const std::string& path) {
 }
 
 TEST(ConflictRulesTest, AppendsRebaseOverAppendsAndRemovals) {
-  CommitIntent append{CommitKind::kAppend, {}, {"timelake:b1"}};
+  CommitIntent append{CommitKind::kAppend, {}, {{"timelake:b1", 0}}};
   Commit winner;
   winner.adds = {Add("x.parquet")};
   winner.removes = {Remove("y.parquet")};
@@ -304,7 +304,7 @@ TEST(ConflictRulesTest, AppendsRebaseOverAppendsAndRemovals) {
 }
 
 TEST(ConflictRulesTest, AnAppendWhoseBatchIdAWinnerRecordedIsAbandoned) {
-  CommitIntent append{CommitKind::kAppend, {}, {"timelake:b1"}};
+  CommitIntent append{CommitKind::kAppend, {}, {{"timelake:b1", 0}}};
   Commit winner;
   winner.adds = {Add("x.parquet")};
   winner.txns = {{"timelake:b1", 0, 1}};
@@ -315,14 +315,37 @@ TEST(ConflictRulesTest, AnAppendWhoseBatchIdAWinnerRecordedIsAbandoned) {
   EXPECT_EQ(Judge(append, winner, Before()).resolution, Resolution::kRebase);
 }
 
+// A versioned txn (a rollup refresh records the source version it reflects): a winner that
+// recorded the same appId at a lower version does not make this commit redundant; the same or a
+// higher version does.
+TEST(ConflictRulesTest, AWinnersTxnCountsOnlyAtTheSameOrAHigherVersion) {
+  CommitIntent refresh{CommitKind::kAppend, {}, {{"timelake:rollup", 7}}};
+  Commit winner;
+  winner.adds = {Add("x.parquet")};
+  winner.txns = {{"timelake:rollup", 6, 1}};
+  EXPECT_EQ(Judge(refresh, winner, Before()).resolution, Resolution::kRebase);
+  winner.txns = {{"timelake:rollup", 7, 1}};
+  EXPECT_EQ(Judge(refresh, winner, Before()).resolution, Resolution::kAbandon);
+  winner.txns = {{"timelake:rollup", 9, 1}};
+  EXPECT_EQ(Judge(refresh, winner, Before()).effect, WinnerEffect::kRecordedSameTxn);
+}
+
+TEST(RecordedTxnsTest, AVersionedTxnIsRecordedAtItsVersionAndBelow) {
+  Snapshot table = Before();
+  table.recent_txns["timelake:rollup"] = {"timelake:rollup", 5, NowMillis()};
+  EXPECT_EQ(RecordedTxns({{"timelake:rollup", 4}}, table).ValueOrDie(), (std::set<std::string>{"timelake:rollup"}));
+  EXPECT_EQ(RecordedTxns({{"timelake:rollup", 5}}, table).ValueOrDie(), (std::set<std::string>{"timelake:rollup"}));
+  EXPECT_TRUE(RecordedTxns({{"timelake:rollup", 6}}, table).ValueOrDie().empty());
+}
+
 TEST(RecordedTxnsTest, ABatchIdIsRecordedUntilTheTableForgetsItsTxn) {
   Snapshot table = Before();
   const int64_t now = NowMillis();
   table.recent_txns["timelake:fresh"] = {"timelake:fresh", 0, now};
   table.recent_txns["timelake:old"] = {"timelake:old", 0, now - 2 * 3'600'000LL};
   table.recent_txns["timelake:undated"] = {"timelake:undated", 0, std::nullopt};
-  const std::set<std::string> asked = {"timelake:fresh", "timelake:old", "timelake:undated",
-                                       "timelake:never"};
+  const std::map<std::string, int64_t> asked = {
+      {"timelake:fresh", 0}, {"timelake:old", 0}, {"timelake:undated", 0}, {"timelake:never", 0}};
   // Without a retention every recorded txn holds.
   EXPECT_EQ(RecordedTxns(asked, table).ValueOrDie(),
             (std::set<std::string>{"timelake:fresh", "timelake:old", "timelake:undated"}));
@@ -348,7 +371,7 @@ TEST(ConflictRulesTest, CompactionAndRetentionGiveUpWhenTheirInputsWereRemoved) 
 
 TEST(ConflictRulesTest, SchemaProtocolAndIdentityChangesConflictWithEverything) {
   for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
-    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    CommitIntent pending{kind, {"a.parquet"}, {{"timelake:b", 0}}};
     Commit schema;
     schema.metadata = Before().metadata;
     schema.metadata->schema_string = "{\"fields\":[]}";
@@ -388,7 +411,7 @@ TEST(ConflictRulesTest, AddedNullableColumnsRebaseEverythingButAnotherSchemaChan
   added.metadata->configuration["timelake.arrowSchema"] = "new";
   added.metadata->configuration["timelake.schemaVersion"] = "2";
   for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
-    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    CommitIntent pending{kind, {"a.parquet"}, {{"timelake:b", 0}}};
     EXPECT_EQ(Judge(pending, added, before).resolution, Resolution::kRebase) << CommitKindName(kind);
   }
   CommitIntent schema_change{CommitKind::kSchemaChange, {}, {}};
@@ -439,7 +462,7 @@ TEST(ConflictRulesTest, WidenedColumnsAndTheTypeWideningFeatureRebaseAllButSchem
   widened.protocol = Protocol{3, 7, std::vector<std::string>{"typeWidening"},
                               std::vector<std::string>{"appendOnly", "invariants", "typeWidening"}};
   for (CommitKind kind : {CommitKind::kAppend, CommitKind::kCompaction, CommitKind::kRetention}) {
-    CommitIntent pending{kind, {"a.parquet"}, {"timelake:b"}};
+    CommitIntent pending{kind, {"a.parquet"}, {{"timelake:b", 0}}};
     EXPECT_EQ(Judge(pending, widened, before).resolution, Resolution::kRebase) << CommitKindName(kind);
   }
   EXPECT_EQ(Judge(CommitIntent{CommitKind::kSchemaChange, {}, {}}, widened, before).resolution,
@@ -618,7 +641,7 @@ std::unique_ptr<TwoBatches> TwoBatchesOf(const CommitInfo& info) {
   p.commit.commit_info = info;
   p.commit.adds = {Add("a.parquet"), Add("b.parquet")};
   p.commit.txns = {{"timelake:b1", 0, NowMillis()}, {"timelake:b2", 0, NowMillis()}};
-  p.intent.txn_app_ids = {"timelake:b1", "timelake:b2"};
+  p.intent.txn_app_ids = {{"timelake:b1", 0}, {"timelake:b2", 0}};
   p.withdraw = [raw = two.get()](const std::set<std::string>& recorded,
                                  Commit* commit) -> arrow::Result<bool> {
     raw->withdrawn.push_back(recorded);
@@ -640,7 +663,7 @@ PendingCommit RecordingBatch(const std::string& app_id, const std::string& path)
   p.commit.commit_info->txn_id = NewUuid();
   p.commit.adds = {Add(path)};
   p.commit.txns = {{app_id, 0, NowMillis()}};
-  p.intent.txn_app_ids = {app_id};
+  p.intent.txn_app_ids = {{app_id, 0}};
   return p;
 }
 
@@ -660,7 +683,7 @@ TEST_F(CommitterTest, ABatchIdAWinnerRecordedLeavesTheCommitAndTheRestCommitsInT
   EXPECT_EQ(out.recorded, (std::map<std::string, int64_t>{{"timelake:b1", 1}}));
   ASSERT_EQ(two->withdrawn.size(), 1u);
   EXPECT_EQ(two->withdrawn[0], (std::set<std::string>{"timelake:b1"}));
-  EXPECT_EQ(two->pending.intent.txn_app_ids, (std::set<std::string>{"timelake:b2"}));
+  EXPECT_EQ(two->pending.intent.txn_app_ids, (std::map<std::string, int64_t>{{"timelake:b2", 0}}));
   ASSERT_OK_AND_ASSIGN(auto landed, log_.ReadCommit(2));
   EXPECT_EQ(landed.commit_info->txn_id, txn_id);
   ASSERT_EQ(landed.adds.size(), 1u);

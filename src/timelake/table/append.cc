@@ -38,7 +38,8 @@ arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const 
   // the id again on the snapshot it commits on (txn/committer.h).
   std::set<std::string> recorded;
   if (options.batch_id) {
-    ARROW_ASSIGN_OR_RAISE(recorded, RecordedTxns({BatchAppId(*options.batch_id)}, t.snapshot));
+    ARROW_ASSIGN_OR_RAISE(recorded,
+                          RecordedTxns({{BatchAppId(*options.batch_id), options.batch_version}}, t.snapshot));
   }
   if (!recorded.empty()) {
     AppendResult result;
@@ -58,6 +59,7 @@ arrow::Status StageAppend(const AppendPlan& plan, arrow::RecordBatchReader* read
   if (options.buffer_bytes) ingest_options.buffer_bytes = std::max<int64_t>(1, *options.buffer_bytes);
   ingest_options.copy_input = options.copy_input;
   out->batch_id = options.batch_id;
+  out->batch_version = options.batch_version;
   out->compact_after = options.maintain.value_or(true);
   out->head_checked_ms = plan.head_checked_ms;
   out->ingestor = std::make_unique<Ingestor>(plan.store, plan.table_path, plan.contract, plan.declared,
@@ -141,7 +143,7 @@ arrow::Result<AppendResult> AppendThroughGroup(OperationLock& mutex, TableContex
   AppendPlan plan;
   if (!group.PlanWhileCommitting(options, &plan)) {
     ARROW_ASSIGN_OR_RAISE(auto lock, mutex.Acquire("append", options.interrupt));
-    if (options.maintain.value_or(AutoMaintain(t))) {
+    if (options.maintain.value_or(AutoMaintain(t)) || options.batch_version != 0) {
       // Inline maintenance runs right after the append's own commit: all of it under the lock.
       return AppendBatches(t, reader, options);
     }

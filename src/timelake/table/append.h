@@ -33,6 +33,11 @@ class GroupCommit;  // table/group_commit.h
 
 struct AppendOptions {
   std::optional<std::string> batch_id;
+  /// The version of the Delta txn that records `batch_id`: the append is a duplicate when the
+  /// table records the batch id at this version or a later one. Batch ids of users record 0; a
+  /// rollup refresh records the source version it reflects, so that an older refresh never
+  /// lands after a newer one. An append with a nonzero version commits alone (no group, no spool).
+  int64_t batch_version = 0;
   std::optional<bool> maintain;  // unset: the table's timelake.autoMaintain property
   InterruptCheck interrupt;      // see table/table.h
   /// Aligned input buffered before it is written out (unset: IngestOptions' default). A smaller
@@ -78,6 +83,7 @@ constexpr int64_t kSharedFileMaxRows = 4096;
 /// their commit.
 struct StagedAppend {
   std::optional<std::string> batch_id;
+  int64_t batch_version = 0;  // AppendOptions::batch_version
   std::unique_ptr<Ingestor> ingestor;  // deletes the files if they are not committed
   std::vector<WrittenFile> files;
   // The rows wait in the ingestor's buffer for the group's shared file (files is empty); `rows`

@@ -120,7 +120,9 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
         ++files;
         commit->adds.push_back(ToAddAction(f, /*data_change=*/true, now_ms));
       }
-      if (group[i]->batch_id) commit->txns.push_back({BatchAppId(*group[i]->batch_id), 0, now_ms});
+      if (group[i]->batch_id) {
+        commit->txns.push_back({BatchAppId(*group[i]->batch_id), group[i]->batch_version, now_ms});
+      }
     }
     info.metrics = {{"numFiles", files}, {"numOutputRows", rows}, {"numOutputBytes", bytes}};
     info.operation_parameters = {{"mode", "Append"}};
@@ -144,7 +146,9 @@ std::vector<arrow::Result<AppendResult>> CommitStaged(TableContext& t,
     pending.commit.commit_info->is_blind_append = true;
     fill(&pending.commit);
     pending.intent.kind = CommitKind::kAppend;
-    for (const auto& id : ids) pending.intent.txn_app_ids.insert(BatchAppId(id));
+    for (size_t i : live) {
+      if (group[i]->batch_id) pending.intent.txn_app_ids[BatchAppId(*group[i]->batch_id)] = group[i]->batch_version;
+    }
     // The oldest of the appends' head checks (the handle's snapshot head is at least as fresh).
     pending.head_checked_ms = INT64_MAX;
     for (size_t i : live) {
@@ -534,7 +538,7 @@ void GroupCommit::Publish(const AppendPlan& plan, bool auto_maintain) {
 }
 
 bool GroupCommit::PlanWhileCommitting(const AppendOptions& options, AppendPlan* plan) {
-  if (options.maintain == true) return false;
+  if (options.maintain == true || options.batch_version != 0) return false;
   std::lock_guard<std::mutex> group(mutex_);
   if (!leader_ || !plan_ || (plan_auto_maintain_ && !options.maintain)) return false;
   *plan = *plan_;

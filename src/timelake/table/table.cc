@@ -14,6 +14,7 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/log/data_path.h"
 #include "timelake/log/schema.h"
+#include "timelake/txn/conflict.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -53,6 +54,27 @@ int64_t Table::version() {
 arrow::Status Table::Refresh() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
   return Update(ctx_);
+}
+
+arrow::Result<std::optional<int64_t>> Table::RecordedBatchVersion(const std::string& batch_id) {
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("recorded batch version"));
+  ARROW_RETURN_NOT_OK(Update(ctx_));
+  const std::string app_id = BatchAppId(batch_id);
+  // RecordedTxns applies the retention; asked at the lowest version, it says whether any is held.
+  ARROW_ASSIGN_OR_RAISE(auto recorded, RecordedTxns({{app_id, INT64_MIN}}, ctx_.snapshot));
+  if (recorded.empty()) return std::nullopt;
+  ARROW_ASSIGN_OR_RAISE(const Txn* txn, ctx_.snapshot.FindTxn(app_id));
+  return txn->version;
+}
+
+std::string Table::id() {
+  auto lock = mutex_.Acquire("id", {}, /*allow_busy=*/true);
+  return ctx_.snapshot.metadata.id;
+}
+
+std::map<std::string, std::string> Table::properties() {
+  auto lock = mutex_.Acquire("properties", {}, /*allow_busy=*/true);
+  return ctx_.snapshot.metadata.configuration;
 }
 
 arrow::Status Table::WaitForUpkeep() {

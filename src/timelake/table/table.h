@@ -104,6 +104,16 @@ class Table {
   /// that raced it fails with a commit conflict.
   arrow::Result<int64_t> WidenColumns(const arrow::FieldVector& fields);
 
+  /// The txn version at which the table's latest version records `batch_id`
+  /// (AppendOptions::batch_version), or nullopt when it does not (never recorded, or forgotten
+  /// after delta.setTransactionRetentionDuration). Brings the handle up to date first.
+  arrow::Result<std::optional<int64_t>> RecordedBatchVersion(const std::string& batch_id);
+  /// The table's Delta id (metaData.id) at the handle's version: a table dropped and created
+  /// again under the same name has another.
+  std::string id();
+  /// The table's properties (Delta metaData.configuration) at the handle's version.
+  std::map<std::string, std::string> properties();
+
   /// The Delta txn appId that records `batch_id`.
   static std::string BatchAppId(const std::string& batch_id) { return timelake::BatchAppId(batch_id); }
 

@@ -103,7 +103,8 @@ std::vector<WinnerEffect> EffectsOf(const CommitIntent& pending, const Commit& w
     }
   }
   for (const auto& txn : winner.txns) {
-    if (pending.txn_app_ids.count(txn.app_id)) {
+    auto asked = pending.txn_app_ids.find(txn.app_id);
+    if (asked != pending.txn_app_ids.end() && txn.version >= asked->second) {
       effects.push_back(WinnerEffect::kRecordedSameTxn);
       break;
     }
@@ -135,18 +136,18 @@ Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot&
   return verdict;
 }
 
-arrow::Result<std::set<std::string>> RecordedTxns(const std::set<std::string>& app_ids,
+arrow::Result<std::set<std::string>> RecordedTxns(const std::map<std::string, int64_t>& app_ids,
                                                   const Snapshot& table) {
   std::set<std::string> recorded;
   if (app_ids.empty()) return recorded;
   const std::string retention = table.Config("delta.setTransactionRetentionDuration");
   const int64_t oldest_ms =
       retention.empty() ? INT64_MIN : NowMillis() - DeltaIntervalMillis(retention, INT64_MAX / 2);
-  for (const auto& app_id : app_ids) {
+  for (const auto& [app_id, version] : app_ids) {
     // The checkpoint's history is read here the first time (snapshot.h); one that cannot be
     // read is an error, never "not recorded".
     ARROW_ASSIGN_OR_RAISE(const Txn* txn, table.FindTxn(app_id));
-    if (txn == nullptr) continue;
+    if (txn == nullptr || txn->version < version) continue;
     // Batch ids older than the dedup window are forgotten, as Delta readers forget the txn.
     if (!txn->last_updated || *txn->last_updated >= oldest_ms) recorded.insert(app_id);
   }

@@ -15,6 +15,7 @@
 // any winner it rebased over leave the commit (txn/committer.h: PendingCommit::withdraw).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -31,7 +32,10 @@ enum class CommitKind { kCreate, kAppend, kRetention, kCompaction, kSchemaChange
 struct CommitIntent {
   CommitKind kind = CommitKind::kAppend;
   std::set<std::string> removes;      // paths of the files the commit removes
-  std::set<std::string> txn_app_ids;  // Delta txn appIds the commit records
+  /// Delta txn appIds the commit records, each with the txn version it records: the appId counts
+  /// as recorded by the table when the table holds it at this version or a later one (batch ids
+  /// record 0; a rollup refresh records the source version it reflects, see RecordedTxns).
+  std::map<std::string, int64_t> txn_app_ids;
 };
 
 /// What a winning commit did, as far as the rules care. Listed from the most to the least
@@ -105,11 +109,12 @@ struct Verdict {
 /// Of all the winner's effects the strictest resolution wins (conflict over abandon over rebase).
 Verdict Judge(const CommitIntent& pending, const Commit& winner, const Snapshot& before);
 
-/// The one judgement of batch ids: the appIds of `app_ids` that `table` records, as Delta readers
-/// see it (a txn whose lastUpdated is older than the table's
-/// delta.setTransactionRetentionDuration is forgotten). Pure: safe from any thread. An IOError
+/// The one judgement of batch ids: the appIds of `app_ids` that `table` records at the version
+/// asked for or a later one (Delta's idempotent-writer rule: a writer skips a txn version the
+/// table already holds, or a lower one), as Delta readers see it (a txn whose lastUpdated is
+/// older than the table's delta.setTransactionRetentionDuration is forgotten). Pure: safe from any thread. An IOError
 /// when the checkpoint history holding the answer cannot be read (log/snapshot.h).
-arrow::Result<std::set<std::string>> RecordedTxns(const std::set<std::string>& app_ids,
+arrow::Result<std::set<std::string>> RecordedTxns(const std::map<std::string, int64_t>& app_ids,
                                                   const Snapshot& table);
 
 const char* CommitKindName(CommitKind kind);

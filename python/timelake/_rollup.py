@@ -1,0 +1,970 @@
+"""Materialized rollups: per-bucket aggregates of a time-series table, kept in a Delta table of
+their own, refreshed incrementally and read exactly.
+
+A rollup is defined by one statement (the seed system's, so its users' statements run unchanged):
+
+    CREATE MATERIALIZED ROLLUP ns.hourly [WITH (retention = '1825d')] AS
+      SELECT time_bucket(INTERVAL '1 hour', time) AS hour, device_id,
+             avg(temp) AS temp, max(temp) AS peak, count(*) AS n
+      FROM ns.readings GROUP BY 1, 2
+
+It becomes a timelake table `ns.hourly` whose time column is the bucket, whose series key is the
+grouping columns and whose dedup policy is "last": a refresh appends the recomputed rows of the
+(group, bucket) pairs that changed, and the new row of a pair replaces the old one. Besides the
+aggregates users see, each row keeps the state that makes them mergeable (`temp__sum` and
+`temp__count` for an average, count/mean/M2 for a deviation, the time of a first or last value)
+and `__rows`, the raw rows the pair holds (0: the pair's rows were deleted since).
+
+Exactness. A refresh records the source version it reflects in the rollup's commit, as a Delta
+txn (appId `timelake:rollup:<source table id>`, version = the source version); the core's
+committer skips a refresh whose version the rollup already holds or has passed
+(AppendOptions::batch_version), so refreshes land in source-version order and never twice. The
+pairs a refresh recomputes are found by diffing the source's file list at the recorded version
+with the one at the new version: every (group, bucket) that an added or removed file holds is
+recomputed from the raw rows at the new version (appends, late rows, upserts, compaction, other
+engines' deletes alike). Chunks the source's own retention dropped are the exception: their
+buckets stay in the rollup (a rollup outlives the raw data; it has a retention of its own).
+
+Invariant (every row of the rollup equals its pair's aggregate at the recorded version V): a
+refresh from V to W rewrites exactly the pairs that changed in (V, W]; the others had their value
+at V and still have it at W; a refresh started from an older V' < V that lands later must have a
+W' > V (the committer refuses it otherwise), and it rewrote every pair changed in (V', W'], a
+superset of those changed in (V, W'].
+
+Reading: a query on the rollup sees, for the pairs that changed since V (the same diff, up to the
+source's latest version), the aggregate of the raw rows, and the stored rows for every other pair,
+so it always equals the raw data at the source's latest version (except for the retained buckets
+of dropped chunks). Routing of source queries to rollups lives in _route.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import duckdb
+import pyarrow as pa
+
+from . import _core, _tree
+from ._capsules import SchemaCapsule, read_stream
+from ._sql_text import literal, message, quote
+
+PROPERTY_SOURCE = "timelake.rollup.source"
+PROPERTY_SOURCE_ID = "timelake.rollup.sourceId"
+PROPERTY_SPEC = "timelake.rollup.spec"
+PROPERTY_QUERY = "timelake.rollup.query"
+ROWS = "__rows"  # raw rows the pair holds; 0 marks a pair whose rows were deleted
+
+_STATEMENT = re.compile(r"\s*(CREATE|REFRESH|DROP)\s+MATERIALIZED\s+ROLLUP\b", re.IGNORECASE)
+_IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
+_NAME = re.compile(rf"\s*({_IDENT})(?:\s*\.\s*({_IDENT}))?", re.DOTALL)
+
+# What each aggregate function of a definition is stored as.
+_FUNCTIONS = {
+    "count_star": "count_star", "count": "count", "sum": "sum", "avg": "avg", "mean": "avg",
+    "min": "min", "max": "max", "first": "first", "last": "last", "first_value": "first",
+    "last_value": "last", "stddev": "stddev_samp", "stddev_samp": "stddev_samp",
+    "stddev_pop": "stddev_pop", "variance": "var_samp", "var_samp": "var_samp", "var_pop": "var_pop",
+}
+_DEVIATIONS = ("stddev_samp", "stddev_pop", "var_samp", "var_pop")
+
+
+@dataclass
+class Aggregate:
+    alias: str
+    function: str  # a value of _FUNCTIONS
+    column: Optional[str]  # None for count(*)
+
+
+@dataclass
+class Spec:
+    """A rollup's definition, as its table properties keep it."""
+
+    source: str  # "ns.table"
+    source_id: str  # the source's Delta table id when the rollup was made
+    time_column: str
+    bucket: str  # the bucket column's name
+    months: int  # the bucket width: months, or microseconds
+    micros: int
+    groups: List[str]
+    aggregates: List[Aggregate] = field(default_factory=list)
+
+    @property
+    def width(self) -> str:
+        return f"INTERVAL '{self.months} months'" if self.months else f"INTERVAL '{self.micros} microseconds'"
+
+    @property
+    def app_id(self) -> str:
+        return f"rollup:{self.source_id}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "Spec":
+        raw = json.loads(text)
+        raw["aggregates"] = [Aggregate(**a) for a in raw["aggregates"]]
+        return Spec(**raw)
+
+    def visible(self) -> List[str]:
+        return [self.bucket] + self.groups + [a.alias for a in self.aggregates]
+
+
+def spec_of(properties: Dict[str, str]) -> Optional[Spec]:
+    text = properties.get(PROPERTY_SPEC)
+    return Spec.from_json(text) if text else None
+
+
+# -- statements --------------------------------------------------------------------------------
+
+
+def run_statement(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
+    """Runs CREATE / REFRESH / DROP MATERIALIZED ROLLUP; None if `query` is none of them."""
+    found = _STATEMENT.match(query)
+    if found is None:
+        return None
+    verb = found.group(1).upper()
+    rest = query[found.end():]
+    if verb == "CREATE":
+        return _create_statement(lake, rest, namespace)
+    if_exists = False
+    if verb == "DROP":
+        guard = re.match(r"\s*IF\s+EXISTS\b", rest, re.IGNORECASE)
+        if guard:
+            if_exists, rest = True, rest[guard.end():]
+    name, rest = _read_name(rest, namespace, verb)
+    if rest.strip().rstrip(";").strip():
+        raise ValueError(f"{verb} MATERIALIZED ROLLUP {name}: unexpected text after the name: {rest.strip()[:40]!r}")
+    if verb == "REFRESH":
+        rows = refresh(lake, name)
+        return _result(name, rows)
+    try:
+        rows = drop(lake, name)
+    except KeyError:
+        if not if_exists:
+            raise
+        rows = 0
+    return _result(name, rows)
+
+
+def _result(name: str, rows: int) -> pa.Table:
+    return pa.table({"rollup": pa.array([name], pa.string()), "rows": pa.array([rows], pa.uint64())},
+                    schema=pa.schema([pa.field("rollup", pa.string(), False), pa.field("rows", pa.uint64(), False)]))
+
+
+def _unquote(ident: str) -> str:
+    return ident[1:-1].replace('""', '"') if ident.startswith('"') else ident
+
+
+def _read_name(text: str, namespace: str, verb: str) -> Tuple[str, str]:
+    found = _NAME.match(text)
+    if found is None:
+        raise ValueError(f"{verb} MATERIALIZED ROLLUP needs a name such as ns.hourly")
+    first, second = found.group(1), found.group(2)
+    name = f"{_unquote(first)}.{_unquote(second)}" if second else f"{namespace}.{_unquote(first)}"
+    return name, text[found.end():]
+
+
+def _create_statement(lake: Any, text: str, namespace: str) -> pa.Table:
+    if_not_exists = False
+    guard = re.match(r"\s*IF\s+NOT\s+EXISTS\b", text, re.IGNORECASE)
+    if guard:
+        if_not_exists, text = True, text[guard.end():]
+    name, text = _read_name(text, namespace, "CREATE")
+    options: Dict[str, str] = {}
+    with_clause = re.match(r"\s*WITH\s*\((.*?)\)", text, re.IGNORECASE | re.DOTALL)
+    if with_clause:
+        for item in with_clause.group(1).split(","):
+            pair = re.fullmatch(r"\s*([A-Za-z_]+)\s*=\s*'([^']*)'\s*", item)
+            if pair is None:
+                raise ValueError(f"CREATE MATERIALIZED ROLLUP {name}: WITH takes key = 'value' pairs, got {item.strip()!r}")
+            options[pair.group(1).lower()] = pair.group(2)
+        text = text[with_clause.end():]
+    unknown = set(options) - {"retention", "chunk"}
+    if unknown:
+        raise ValueError(f"CREATE MATERIALIZED ROLLUP {name}: unknown option(s) {sorted(unknown)}: "
+                         "WITH takes retention and chunk")
+    as_clause = re.match(r"\s*AS\b", text, re.IGNORECASE)
+    if as_clause is None:
+        raise ValueError(f"CREATE MATERIALIZED ROLLUP {name}: expected AS SELECT ... after the name")
+    select = text[as_clause.end():].strip().rstrip(";")
+    if if_not_exists and name.lower() in {t.lower() for t in lake.tables()}:
+        return _result(name, 0)
+    rows = create(lake, name, select, namespace, retention=options.get("retention"), chunk=options.get("chunk"))
+    return _result(name, rows)
+
+
+# -- definitions -------------------------------------------------------------------------------
+
+
+def parse_definition(lake: Any, name: str, select: str, namespace: str) -> Tuple[Spec, pa.Schema]:
+    """The rollup's Spec and table schema from its SELECT; ValueError naming what is not a rollup."""
+    from ._catalog import referenced_tables
+    from ._sql import _statement
+
+    where = f"rollup {name}"
+    catalog = lake._catalog()
+    prefix, _, tree = _statement(catalog.con, select)
+    if prefix:
+        raise ValueError(f"{where}: the definition is a SELECT, not EXPLAIN")
+    node = tree["statements"][0]["node"]
+    if node.get("type") != "SELECT_NODE" or node.get("cte_map", {}).get("map"):
+        raise ValueError(f"{where}: the definition must be one SELECT ... FROM <table> GROUP BY ..., without WITH or set operations")
+    for clause, what in (("where_clause", "WHERE"), ("having", "HAVING"), ("qualify", "QUALIFY"), ("sample", "SAMPLE")):
+        if node.get(clause):
+            raise ValueError(f"{where}: {what} is not allowed in a rollup (it aggregates every row of its source)")
+    if node.get("modifiers"):
+        raise ValueError(f"{where}: ORDER BY, LIMIT and DISTINCT are not allowed in a rollup")
+    source_ref = node.get("from_table") or {}
+    if source_ref.get("type") != "BASE_TABLE" or source_ref.get("at_clause"):
+        raise ValueError(f"{where}: the definition must read one table (FROM ns.table)")
+    tables = referenced_tables(lake, tree, namespace)
+    if len(tables) != 1:
+        raise KeyError(f"{where}: source table {source_ref.get('table_name')!r} not found in lake {lake.location}")
+    source = f"{tables[0][0]}.{tables[0][1]}"
+    handle = lake._snapshot(source)
+    if spec_of(handle.properties) is not None:
+        raise ValueError(f"{where}: {source} is itself a rollup; define the rollup over the raw table")
+    contract = handle.contract
+    time_column = contract["time_column"]
+    if not time_column:
+        raise ValueError(f"{where}: {source} has no time column; rollups bucket a time-series table")
+    declared = pa.schema(SchemaCapsule(handle.schema_capsule()))
+    columns = {f.name.lower(): f for f in declared}
+    time_type = columns[time_column.lower()].type
+    if not pa.types.is_timestamp(time_type):
+        raise ValueError(f"{where}: the time column {time_column!r} must be a timestamp, not {time_type}")
+
+    def column_of(expr: Dict[str, Any], what: str) -> pa.Field:
+        if expr.get("class") != "COLUMN_REF" or len(expr.get("column_names", [])) > 2:
+            raise ValueError(f"{where}: {what} must be a column of {source}, got {_text(select, expr)!r}")
+        ref = expr["column_names"][-1]
+        found = columns.get(ref.lower())
+        if found is None:
+            raise ValueError(f"{where}: {source} has no column {ref!r}")
+        return found
+
+    bucket: Optional[Tuple[str, int, int]] = None
+    groups: List[pa.Field] = []
+    aggregates: List[Aggregate] = []
+    items: List[Tuple[str, Any]] = []  # the select list: ("bucket"|"group"|"aggregate", payload)
+    for expr in node["select_list"]:
+        if expr.get("class") == "FUNCTION" and expr.get("function_name", "").lower() == "time_bucket":
+            if bucket is not None:
+                raise ValueError(f"{where}: only one time_bucket(...) per rollup")
+            args = [a["expression"] for a in expr.get("arguments", [])]
+            if len(args) != 2:
+                raise ValueError(f"{where}: time_bucket takes (INTERVAL '<width>', {time_column}) in a rollup (no offset or origin)")
+            if column_of(args[1], "time_bucket's second argument").name.lower() != time_column.lower():
+                raise ValueError(f"{where}: time_bucket must bucket the time column {time_column!r}")
+            months, micros = _width(catalog.con, _text(select, args[0]), where)
+            alias = expr.get("alias") or ""
+            if not alias:
+                raise ValueError(f"{where}: name the bucket: time_bucket(...) AS bucket")
+            bucket = (alias, months, micros)
+            items.append(("bucket", alias))
+        elif expr.get("class") == "COLUMN_REF":
+            f = column_of(expr, "a grouping column")
+            if expr.get("alias") and expr["alias"] != f.name:
+                raise ValueError(f"{where}: grouping columns keep their names ({f.name!r} AS {expr['alias']!r} is not supported)")
+            groups.append(f)
+            items.append(("group", f.name))
+        elif expr.get("class") in ("FUNCTION", "AGGREGATE") or expr.get("type") == "FUNCTION":
+            aggregates.append(_aggregate(expr, select, where, column_of, time_column))
+            items.append(("aggregate", aggregates[-1].alias))
+        else:
+            raise ValueError(f"{where}: {_text(select, expr)!r} is neither time_bucket(...), a grouping column nor an aggregate")
+    if bucket is None:
+        raise ValueError(f"{where}: the definition needs time_bucket(INTERVAL '<width>', {time_column}) AS <name>")
+    if not aggregates:
+        raise ValueError(f"{where}: the definition has no aggregate (count, sum, min, max, avg, first, last, stddev, variance)")
+    _check_group_by(node, items, groups, bucket[0], select, where)
+    names = [bucket[0]] + [g.name for g in groups] + [a.alias for a in aggregates]
+    lowered = [n.lower() for n in names]
+    if len(set(lowered)) != len(lowered):
+        raise ValueError(f"{where}: two output columns share a name: {names}")
+    spec = Spec(source, handle.id, time_column, bucket[0], bucket[1], bucket[2], [g.name for g in groups], aggregates)
+    fields = [pa.field(bucket[0], time_type, False)] + [g.with_nullable(True) for g in groups]
+    for a in aggregates:
+        fields.extend(_state_fields(a, columns, time_type))
+    fields.append(pa.field(ROWS, pa.int64(), False))
+    taken = set()
+    for f in fields:
+        if f.name.lower() in taken:
+            raise ValueError(f"{where}: the column {f.name!r} the rollup keeps clashes with another; rename an aggregate")
+        taken.add(f.name.lower())
+    return spec, pa.schema(fields)
+
+
+def _text(select: str, expr: Dict[str, Any]) -> str:
+    start, length = expr.get("query_location"), expr.get("query_location_length")
+    if start is None or length is None or start > len(select):
+        return "<expression>"
+    return select[start:start + length]
+
+
+def _width(con: duckdb.DuckDBPyConnection, text: str, where: str) -> Tuple[int, int]:
+    try:
+        months, days, micros = con.execute(
+            "SELECT datepart('year', i) * 12 + datepart('month', i), datepart('day', i), "
+            "datepart('hour', i)::BIGINT * 3600000000 + datepart('minute', i)::BIGINT * 60000000 + "
+            f"datepart('microseconds', i) FROM (SELECT ({text})::INTERVAL AS i)").fetchall()[0]
+    except duckdb.Error as e:
+        raise ValueError(f"{where}: the bucket width {text!r} is not an interval: {message(e)}") from None
+    micros += days * 86_400_000_000
+    if months < 0 or micros < 0 or (months and micros) or not (months or micros):
+        raise ValueError(f"{where}: the bucket width {text!r} must be a positive number of months, or of days/hours/"
+                         "minutes/seconds (not both)")
+    return months, micros
+
+
+def _aggregate(expr: Dict[str, Any], select: str, where: str, column_of: Any, time_column: str) -> Aggregate:
+    name = expr.get("function_name", "").lower()
+    text = _text(select, expr)
+    function = _FUNCTIONS.get(name)
+    if function is None:
+        raise ValueError(f"{where}: {text!r} isn't an aggregate a rollup keeps: count, sum, min, max, avg, "
+                         "first/last (ORDER BY the time column), stddev, stddev_pop, variance, var_pop")
+    if expr.get("distinct") or expr.get("filter"):
+        raise ValueError(f"{where}: {text!r}: DISTINCT and FILTER are not supported in rollups")
+    alias = expr.get("alias") or ""
+    if not alias:
+        raise ValueError(f"{where}: name each aggregate: {text} AS <name>")
+    args = [a["expression"] for a in expr.get("arguments", [])]
+    orders = (expr.get("order_bys") or {}).get("orders", [])
+    if function == "count_star":
+        return Aggregate(alias, function, None)
+    if function in ("first", "last"):
+        if len(args) != 1 or len(orders) != 1 or orders[0].get("type") not in ("ORDER_DEFAULT", "ORDER_ASCENDING"):
+            raise ValueError(f"{where}: write {name}(<column> ORDER BY {time_column}) AS {alias}")
+        by = column_of(orders[0]["expression"], f"{name}'s ORDER BY")
+        if by.name.lower() != time_column.lower():
+            raise ValueError(f"{where}: {name}(...) must be ORDER BY the time column {time_column!r}")
+        return Aggregate(alias, function, column_of(args[0], f"{name}'s argument").name)
+    if orders:
+        raise ValueError(f"{where}: {text!r}: ORDER BY only goes with first/last")
+    if len(args) != 1:
+        raise ValueError(f"{where}: {text!r} takes one column")
+    if function == "count" and args[0].get("class") == "STAR":
+        return Aggregate(alias, "count_star", None)
+    return Aggregate(alias, function, column_of(args[0], f"{name}'s argument").name)
+
+
+def _check_group_by(node: Dict[str, Any], items: List[Tuple[str, Any]], groups: List[pa.Field], bucket: str,
+                    select: str, where: str) -> None:
+    wanted = {("bucket", bucket.lower())} | {("group", g.name.lower()) for g in groups}
+    got = set()
+    for expr in node.get("group_expressions", []):
+        if expr.get("class") == "CONSTANT" and expr.get("literal", {}).get("kind") in ("INTEGER", "BIGINT"):
+            i = int(expr["literal"]["text"]) - 1
+            if not 0 <= i < len(items) or items[i][0] == "aggregate":
+                raise ValueError(f"{where}: GROUP BY {i + 1} does not name the bucket or a grouping column")
+            got.add((items[i][0], items[i][1].lower()))
+        elif expr.get("class") == "COLUMN_REF":
+            ref = expr["column_names"][-1].lower()
+            got.add(("bucket", ref) if ref == bucket.lower() else ("group", ref))
+        elif expr.get("class") == "FUNCTION" and expr.get("function_name", "").lower() == "time_bucket":
+            got.add(("bucket", bucket.lower()))
+        else:
+            raise ValueError(f"{where}: GROUP BY {_text(select, expr)!r}: group by the bucket and the grouping columns")
+    if node.get("aggregate_handling") == "FORCE_AGGREGATES":  # GROUP BY ALL
+        got = wanted
+    if got != wanted:
+        raise ValueError(f"{where}: GROUP BY must list exactly the bucket and the grouping columns of the SELECT")
+
+
+def _is_integer(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t)
+
+
+def _state_fields(a: Aggregate, columns: Dict[str, pa.Field], time_type: pa.DataType) -> List[pa.Field]:
+    """The columns a rollup keeps for one aggregate: the value users see, then its state."""
+    if a.function in ("count_star", "count"):
+        return [pa.field(a.alias, pa.int64(), False)]
+    source = columns[a.column.lower()].type
+    numeric = pa.types.is_integer(source) or pa.types.is_floating(source) or pa.types.is_decimal(source)
+    if a.function in ("sum", "avg") + _DEVIATIONS and not (pa.types.is_integer(source) or pa.types.is_floating(source)):
+        raise ValueError(f"{a.function}({a.column}): rollups keep sums and deviations of integer and floating-point "
+                         f"columns, not {source}")
+    del numeric
+    if a.function == "sum":
+        return [pa.field(a.alias, pa.int64() if _is_integer(source) else pa.float64())]
+    if a.function == "avg":
+        return [pa.field(a.alias, pa.float64()),
+                pa.field(f"{a.alias}__sum", pa.int64() if _is_integer(source) else pa.float64()),
+                pa.field(f"{a.alias}__count", pa.int64(), False)]
+    if a.function in ("min", "max"):
+        return [pa.field(a.alias, source)]
+    if a.function in ("first", "last"):
+        return [pa.field(a.alias, source), pa.field(f"{a.alias}__time", time_type)]
+    return [pa.field(a.alias, pa.float64()), pa.field(f"{a.alias}__count", pa.int64(), False),
+            pa.field(f"{a.alias}__mean", pa.float64()), pa.field(f"{a.alias}__m2", pa.float64())]
+
+
+def state_select(spec: Spec, schema: pa.Schema, source: str) -> str:
+    """SELECT bucket, groups, every stored column FROM `source` GROUP BY bucket, groups."""
+    t = quote(spec.time_column)
+    out = [f"time_bucket({spec.width}, {t}) AS {quote(spec.bucket)}"] + [quote(g) for g in spec.groups]
+    for a in spec.aggregates:
+        c = quote(a.column) if a.column else None
+        alias = a.alias
+        kind = {f.name: f.type for f in schema}
+        integer = lambda name: "BIGINT" if pa.types.is_integer(kind[name]) else "DOUBLE"  # noqa: E731
+        if a.function == "count_star":
+            out.append(f"count(*) AS {quote(alias)}")
+        elif a.function == "count":
+            out.append(f"count({c}) AS {quote(alias)}")
+        elif a.function == "sum":
+            out.append(f"sum({c})::{integer(alias)} AS {quote(alias)}")
+        elif a.function == "avg":
+            out.append(f"avg({c})::DOUBLE AS {quote(alias)}")
+            out.append(f"sum({c})::{integer(alias + '__sum')} AS {quote(alias + '__sum')}")
+            out.append(f"count({c}) AS {quote(alias + '__count')}")
+        elif a.function in ("min", "max"):
+            out.append(f"{a.function}({c}) AS {quote(alias)}")
+        elif a.function in ("first", "last"):
+            out.append(f"{a.function}({c} ORDER BY {t}) AS {quote(alias)}")
+            out.append(f"{'min' if a.function == 'first' else 'max'}({t}) AS {quote(alias + '__time')}")
+        else:
+            out.append(f"{a.function}({c})::DOUBLE AS {quote(alias)}")
+            out.append(f"count({c}) AS {quote(alias + '__count')}")
+            out.append(f"avg({c})::DOUBLE AS {quote(alias + '__mean')}")
+            out.append(f"(var_pop({c}) * count({c}))::DOUBLE AS {quote(alias + '__m2')}")
+    out.append(f"count(*) AS {ROWS}")
+    keys = ", ".join(str(i + 1) for i in range(1 + len(spec.groups)))
+    return f"SELECT {', '.join(out)} FROM {source} GROUP BY {keys}"
+
+
+# -- the registry: which tables are rollups of which -----------------------------------------------
+
+
+class Registry:
+    """The rollups of a lake by source, from the tables' properties; listed again at most once per
+    `ttl` seconds (a rollup made by another process is found within that)."""
+
+    def __init__(self, ttl: float = 1.0) -> None:
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._listed_at = -1e18
+        self._known: Dict[str, Tuple[str, Optional[Spec]]] = {}  # qualified lower -> (name, spec)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._listed_at = -1e18
+
+    def rollups_of(self, lake: Any, source: str, fresh: bool = False) -> List[Tuple[str, Spec]]:
+        with self._lock:
+            if fresh or time.monotonic() - self._listed_at > self._ttl:
+                self._list(lake)
+            return [(name, spec) for name, spec in self._known.values()
+                    if spec is not None and spec.source.lower() == source.lower()]
+
+    def _list(self, lake: Any) -> None:
+        names = lake.tables()
+        known = {}
+        for name in names:
+            key = name.lower()
+            if key in self._known:
+                known[key] = self._known[key]
+                continue
+            try:
+                spec = spec_of(lake._snapshot(name).properties)
+            except (KeyError, RuntimeError, NotImplementedError):
+                continue  # dropped meanwhile, or a table timelake cannot read
+            known[key] = (name, spec)
+        self._known = known
+        self._listed_at = time.monotonic()
+
+
+# -- create, refresh, drop ---------------------------------------------------------------------
+
+
+def create(lake: Any, name: str, select: str, namespace: str, retention: Optional[str] = None,
+           chunk: Optional[str] = None) -> int:
+    """Creates the rollup table and fills it; returns the rows written."""
+    spec, schema = parse_definition(lake, name, select, namespace)
+    if chunk is None:
+        chunk = "month" if spec.months or spec.micros >= 3_600_000_000 else "day"
+    properties = {PROPERTY_SOURCE: spec.source, PROPERTY_SOURCE_ID: spec.source_id,
+                  PROPERTY_SPEC: spec.to_json(), PROPERTY_QUERY: select}
+    lake._core.create_table(name, _schema_capsule(schema), spec.bucket, spec.groups or None, chunk, retention,
+                            "last", properties)
+    lake._rollups.forget()
+    return refresh(lake, name)
+
+
+def _schema_capsule(schema: pa.Schema) -> Any:
+    return schema.__arrow_c_schema__()
+
+
+def drop(lake: Any, name: str) -> int:
+    handle = lake._snapshot(name)
+    if spec_of(handle.properties) is None:
+        raise ValueError(f"{name} is a table, not a rollup: drop it with Lake.drop_table")
+    rows = handle.info()["size"]["rows"]
+    lake.drop_table(name)
+    lake._rollups.forget()
+    return rows
+
+
+_LOCKS: Dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(key, threading.Lock())
+
+
+def refresh(lake: Any, name: str) -> int:
+    """Brings the rollup up to the source's latest version; returns the rows it wrote."""
+    rollup = lake._snapshot(name)
+    spec = spec_of(rollup.properties)
+    if spec is None:
+        raise ValueError(f"{name} is a table, not a rollup")
+    with _lock_for(f"{lake.location}|{rollup.id}"):
+        return _refresh(lake, name, rollup, spec)
+
+
+def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
+    from ._catalog import Reconnected
+
+    source = _source_handle(lake, name, spec)
+    reflected = rollup.recorded_batch_version(spec.app_id)
+    plan_now = source.scan()
+    target = plan_now.version
+    if reflected is not None and reflected >= target:
+        return 0
+    schema = pa.schema(SchemaCapsule(rollup.schema_capsule()))
+    plan_old = None
+    if reflected is not None:
+        try:
+            plan_old = source.scan(version=reflected)
+        except KeyError:
+            pass  # that version's log expired: rebuild
+    for _ in range(3):
+        try:
+            with _Session(lake._catalog(), spec.source.split(".", 1)[0]) as session:
+                changed = session.changed_pairs(spec, source.contract, plan_old, plan_now) if plan_old else None
+                rows = session.recompute(spec, schema, plan_now, changed, rollup if changed is None else None)
+            break
+        except Reconnected:
+            continue  # the connection was replaced to admit the source's files: once more
+    else:
+        raise RuntimeError(f"rollup {name}: could not admit the source's files to the query connection")
+    result = rollup.append(rows.__arrow_c_stream__(), spec.app_id, False, False, target)
+    return 0 if result["duplicate"] else int(result["rows"])
+
+
+def _source_handle(lake: Any, name: str, spec: Spec) -> Any:
+    try:
+        source = lake._snapshot(spec.source)
+    except KeyError:
+        raise RuntimeError(f"rollup {name}: its source {spec.source} no longer exists; drop the rollup") from None
+    if source.id != spec.source_id:
+        raise RuntimeError(f"rollup {name}: its source {spec.source} was dropped and created again since the rollup "
+                           "was made; drop the rollup and create it anew")
+    return source
+
+
+class _Session:
+    """Internal queries of one refresh or read on the thread's catalog connection: views over
+    plans (or parts of plans) and registered Arrow tables, all dropped at the end."""
+
+    def __init__(self, catalog: Any, namespace: str) -> None:
+        self.catalog = catalog
+        self.namespace = namespace
+        self._views: List[str] = []
+        self._registered: List[Any] = []
+        self._count = 0
+
+    def __enter__(self) -> "_Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+        self.catalog.end()
+
+    def close(self) -> None:
+        """Drops the session's views and registered tables."""
+        con = self.catalog.con
+        for view in self._views:
+            try:
+                con.execute(f"DROP VIEW IF EXISTS {view}")
+            except duckdb.Error:
+                pass
+        for names in self._registered:
+            try:
+                self.catalog._unregister(names)
+            except Exception:  # noqa: BLE001 - a connection replaced meanwhile has none of them
+                pass
+        self._views, self._registered = [], []
+
+    def view(self, plan: Any) -> str:
+        """A view over `plan` (a core ScanPlan); its qualified name. Reconnected (from the
+        catalog) when the connection had to be replaced to admit the plan's files: the views
+        made before are gone, so the caller starts over."""
+        self._count += 1
+        view = f"__timelake_rollup_{id(self)}_{self._count}"
+        self.catalog._ensure_schema(self.namespace)
+        _, _, registered, _ = self.catalog._make_view(self.namespace, view, plan, None)
+        qualified = f"{quote(self.namespace)}.{quote(view)}"
+        self._views.append(qualified)
+        if registered is not None:
+            self._registered.append(registered)
+        return qualified
+
+    def register(self, table: pa.Table) -> str:
+        name = self.catalog._register("rollup", table)
+        self._registered.append(name)
+        return f"temp.main.{quote(name)}"
+
+    def query(self, sql: str) -> pa.Table:
+        try:
+            return self.catalog.con.sql(sql).to_arrow_table()
+        except duckdb.Error as e:
+            raise RuntimeError(f"rollup query failed: {message(e)}") from None
+
+    def changed_pairs(self, spec: Spec, contract: Dict[str, Any], plan_old: Any, plan_now: Any) -> pa.Table:
+        """The (bucket, groups) pairs that files added or removed between the plans hold."""
+        def key(f: Any) -> Tuple[str, int]:
+            return f.path if not f.store_path else f.store_path, len(f.deleted_rows)
+
+        old = {key(f): f for f in plan_old.files}
+        new = {key(f): f for f in plan_now.files}
+        added = {f.store_path for k, f in new.items() if k not in old}
+        removed = {f.store_path for k, f in old.items() if k not in new}
+        removed -= _dropped_by_retention(contract, old, new, removed)
+        parts = []
+        for plan, paths in ((plan_now, added), (plan_old, removed)):
+            if not paths:
+                continue
+            subset = _core.plan_subset(plan, paths)
+            if len(subset.files) != len(paths):
+                # A file the log names outside the table's folder has no store path: read all.
+                subset = plan
+            view = self.view(subset)
+            columns = ", ".join([f"time_bucket({spec.width}, {quote(spec.time_column)}) AS {quote(spec.bucket)}"]
+                                + [quote(g) for g in spec.groups])
+            parts.append(f"SELECT DISTINCT {columns} FROM {view}")
+        if not parts:
+            return pa.table({spec.bucket: pa.array([], pa.timestamp("us", "UTC"))})
+        return self.query(" UNION ".join(parts))
+
+    def recompute(self, spec: Spec, schema: pa.Schema, plan_now: Any, changed: Optional[pa.Table],
+                  rollup: Any) -> pa.Table:
+        """Stored rows for the `changed` pairs (every pair when None) at `plan_now`'s version,
+        with a row of __rows = 0 for each changed pair that no longer has rows."""
+        if changed is not None and changed.num_rows == 0:
+            return schema.empty_table()
+        source = self.view(plan_now)
+        if changed is None:
+            body = state_select(spec, schema, source)
+            rows = self.query(body)
+            if rollup is not None:
+                rows = _with_vanished(self, spec, schema, rows, rollup)
+            return _conform(rows, schema)
+        pairs = self.register(changed)
+        lo, hi = _time_range(changed, spec)
+        on = " AND ".join([f"time_bucket({spec.width}, s.{quote(spec.time_column)}) = d.{quote(spec.bucket)}"]
+                          + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+        filtered = (f"(SELECT s.* FROM {source} s SEMI JOIN {pairs} d ON {on} "
+                    f"WHERE s.{quote(spec.time_column)} >= {lo} AND s.{quote(spec.time_column)} < {hi})")
+        rows = self.query(state_select(spec, schema, filtered))
+        gone_on = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
+                               + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+        found = self.register(rows)
+        gone = self.query(f"SELECT d.* FROM {pairs} d ANTI JOIN {found} r ON {gone_on}")
+        return _conform(pa.concat_tables([_conform(rows, schema), _tombstones(gone, schema)]), schema)
+
+
+def _time_range(pairs: pa.Table, spec: Spec) -> Tuple[str, str]:
+    """SQL literals bounding the rows of `pairs`' buckets."""
+    import pyarrow.compute as pc
+
+    buckets = pairs.column(spec.bucket)
+    lo, hi = pc.min(buckets).as_py(), pc.max(buckets).as_py()
+    lo_text = f"TIMESTAMPTZ {literal(lo.isoformat())}" if lo.tzinfo else f"TIMESTAMP {literal(lo.isoformat())}"
+    hi_text = f"TIMESTAMPTZ {literal(hi.isoformat())}" if hi.tzinfo else f"TIMESTAMP {literal(hi.isoformat())}"
+    return lo_text, f"({hi_text} + {spec.width})"
+
+
+def _tombstones(pairs: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows marking pairs that lost all their raw rows: __rows = 0, counts 0, the rest null."""
+    n = pairs.num_rows
+    columns = []
+    for f in schema:
+        if f.name in pairs.column_names:
+            columns.append(pairs.column(f.name).cast(f.type))
+        elif not f.nullable:
+            columns.append(pa.array([0] * n, f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _with_vanished(session: _Session, spec: Spec, schema: pa.Schema, rows: pa.Table, rollup: Any) -> pa.Table:
+    """A rebuild also marks the pairs the rollup holds that the source no longer has, except those
+    of chunks the source's retention dropped (kept, see the module docstring)."""
+    plan = rollup.scan()
+    if not plan.files:
+        return rows
+    stored = session.view(plan)
+    found = session.register(rows)
+    on = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
+                      + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+    keys = ", ".join(f"d.{quote(c)}" for c in [spec.bucket] + spec.groups)
+    vanished = session.query(f"SELECT {keys} FROM {stored} d ANTI JOIN {found} r ON {on} WHERE d.{ROWS} > 0")
+    if vanished.num_rows == 0:
+        return rows
+    return pa.concat_tables([_conform(rows, schema), _tombstones(vanished, schema)])
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = []
+    for f in schema:
+        column = rows.column(f.name)
+        if column.type != f.type:
+            column = column.cast(f.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _dropped_by_retention(contract: Dict[str, Any], old: Dict[Any, Any], new: Dict[Any, Any], removed: set) -> set:
+    """Removed files of chunks the source's retention dropped whole: their buckets stay in the
+    rollup. Only chunks that ended before the retention cutoff and have no live file left."""
+    retention = contract.get("retention")
+    if not retention or not removed:
+        return set()
+    from ._durations import chunk_end_us, duration_us
+
+    cutoff = int(time.time() * 1_000_000) - duration_us(retention)
+    live_chunks = {f.chunk for f in new.values()}
+    kept = set()
+    for f in old.values():
+        if f.store_path in removed and f.chunk and f.chunk not in live_chunks:
+            end = chunk_end_us(contract.get("chunk"), f.chunk)
+            if end is not None and end <= cutoff:
+                kept.add(f.store_path)
+    return kept
+
+
+# -- reading a rollup ---------------------------------------------------------------------------
+
+# (source id, recorded version, source version) -> the pairs changed between them; bounded.
+_CHANGED: Dict[Tuple[str, int, int], pa.Table] = {}
+_CHANGED_LOCK = threading.Lock()
+_CHANGED_SIZE = 64
+
+
+def current_view(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> Tuple[pa.Schema, str, "_Session"]:
+    """The SQL of what a query on rollup `ns.name` reads: its stored rows for the pairs unchanged
+    since the source version it reflects, and the aggregate of the raw rows at the source's latest
+    version for the pairs changed since (so the answer always equals the raw data). Returns the
+    declared schema of the visible columns, the SQL, and the session holding its helper views
+    (closed by the caller when the view is replaced)."""
+    reflected = handle.recorded_batch_version(spec.app_id)
+    plan = handle.scan()
+    declared = pa.schema(SchemaCapsule(plan.declared_schema))
+    visible = pa.schema([declared.field(n) for n in spec.visible()])
+    columns = ", ".join(quote(n) for n in spec.visible())
+    session = _Session(catalog, ns)
+    stored = session.view(plan)
+    kept = f"SELECT {columns} FROM {stored} WHERE {ROWS} > 0"
+    try:
+        source = catalog.lake._snapshot(spec.source)
+        same = source.id == spec.source_id
+    except KeyError:
+        same = False
+    if not same:
+        return visible, kept, session  # the source is gone: the rollup is all there is
+    plan_src = source.scan()
+    if reflected is not None and reflected >= plan_src.version:
+        return visible, kept, session
+    schema = declared
+    if reflected is None:
+        changed = None
+    else:
+        key = (spec.source_id, reflected, plan_src.version)
+        with _CHANGED_LOCK:
+            changed = _CHANGED.get(key)
+        if changed is None:
+            try:
+                plan_old = source.scan(version=reflected)
+            except KeyError:
+                plan_old = None
+            if plan_old is not None:
+                changed = session.changed_pairs(spec, source.contract, plan_old, plan_src)
+                with _CHANGED_LOCK:
+                    _CHANGED[key] = changed
+                    while len(_CHANGED) > _CHANGED_SIZE:
+                        _CHANGED.pop(next(iter(_CHANGED)))
+    source_view = session.view(plan_src)
+    if changed is None:
+        # Nothing recorded yet (never refreshed, or forgotten): the raw data answers.
+        return visible, f"SELECT {columns} FROM ({state_select(spec, schema, source_view)})", session
+    if changed.num_rows == 0:
+        return visible, kept, session
+    pairs = session.register(changed)
+    lo, hi = _time_range(changed, spec)
+    on = " AND ".join([f"time_bucket({spec.width}, s.{quote(spec.time_column)}) = d.{quote(spec.bucket)}"]
+                      + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+    raw = (f"(SELECT s.* FROM {source_view} s SEMI JOIN {pairs} d ON {on} "
+           f"WHERE s.{quote(spec.time_column)} >= {lo} AND s.{quote(spec.time_column)} < {hi})")
+    stale = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
+                         + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+    sql = (f"SELECT {columns} FROM (SELECT r.* FROM {stored} r ANTI JOIN {pairs} d ON {stale} WHERE r.{ROWS} > 0) "
+           f"UNION ALL BY NAME SELECT {columns} FROM ({state_select(spec, schema, raw)})")
+    return visible, sql, session
+
+
+def _described(a: Aggregate, spec: Spec) -> str:
+    if a.function == "count_star":
+        return "count(*)"
+    if a.function in ("first", "last"):
+        return f"{a.function}({a.column} ORDER BY {spec.time_column})"
+    return f"{a.function}({a.column})"
+
+
+def describe(lake: Any, handle: Any, spec: Spec) -> Dict[str, Any]:
+    """What info() says of a rollup: its definition and how far it is behind its source."""
+    reflected = handle.recorded_batch_version(spec.app_id)
+    out: Dict[str, Any] = {
+        "source": spec.source,
+        "bucket": spec.bucket,
+        "width": spec.width,
+        "group_by": list(spec.groups),
+        "aggregates": {a.alias: _described(a, spec) for a in spec.aggregates},
+        "source_version": reflected,
+        "lag_versions": None,
+        "query": handle.properties.get(PROPERTY_QUERY),
+    }
+    try:
+        source = lake._snapshot(spec.source)
+        if source.id == spec.source_id:
+            out["lag_versions"] = source.version - (reflected if reflected is not None else -1)
+    except KeyError:
+        pass
+    return out
+
+
+# -- refresh after appends ------------------------------------------------------------------------
+
+_REFRESHERS: "weakref.WeakSet[Refresher]" = None  # type: ignore[assignment]
+
+
+class Refresher:
+    """Refreshes a lake's rollups after appends to their sources, in one background thread per
+    Lake: an append queues each rollup of its table whose last refresh from this Lake started
+    `interval` ago or longer (storage option `timelake_rollup_refresh_interval`, "60s" by default,
+    "off" for never; maintain() and REFRESH MATERIALIZED ROLLUP refresh regardless). A refresh
+    that fails leaves the rollup as it was (queries stay exact either way) and its error in
+    `errors`; the next append tries again."""
+
+    def __init__(self, interval_text: str) -> None:
+        global _REFRESHERS
+        self.interval_text = interval_text
+        if interval_text.strip().lower() == "off":
+            self.interval: Optional[float] = None
+        elif interval_text.strip() in ("0", "0s"):
+            self.interval = 0.0  # after every append
+        else:
+            try:
+                self.interval = _durations_us(interval_text) / 1e6
+            except ValueError:
+                raise ValueError(f"timelake_rollup_refresh_interval must be a duration such as '60s' or 'off', "
+                                 f"got {interval_text!r}") from None
+        self._lock = threading.Condition()
+        self._last: Dict[str, float] = {}
+        self._queue: List[str] = []
+        self._busy = False
+        self._stopped = False
+        self._thread: Optional[threading.Thread] = None
+        self.errors: Dict[str, str] = {}
+        if _REFRESHERS is None:
+            import weakref
+
+            _REFRESHERS = weakref.WeakSet()
+        _REFRESHERS.add(self)
+
+    def appended(self, lake: Any, source: str) -> None:
+        if self.interval is None:
+            return
+        rollups = lake._rollups.rollups_of(lake, source)
+        if not rollups:
+            return
+        now = time.monotonic()
+        with self._lock:
+            for name, _ in rollups:
+                if name in self._queue or now - self._last.get(name, -1e18) < self.interval:
+                    continue
+                self._last[name] = now
+                self._queue.append(name)
+            if self._queue and not self._stopped and (self._thread is None or not self._thread.is_alive()):
+                import weakref
+
+                self._thread = threading.Thread(target=self._run, args=(weakref.ref(lake),),
+                                                name="timelake-rollups", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def _run(self, lake_ref: Any) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._stopped:
+                    if not self._lock.wait(timeout=5.0):
+                        if not self._queue:
+                            self._thread = None
+                            return  # idle: the next append starts another
+                if self._stopped:
+                    return
+                name = self._queue.pop(0)
+                self._busy = True
+            try:
+                lake = lake_ref()
+                if lake is None:
+                    return
+                refresh(lake, name)
+                self.errors.pop(name, None)
+            except Exception as e:  # noqa: BLE001 - kept for info(); the rollup stays as it was
+                self.errors[name] = f"{type(e).__name__}: {e}"
+            finally:
+                del lake
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+
+    def wait(self, timeout: float = 60.0) -> bool:
+        """Waits until every queued refresh is done; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def stop(self) -> None:
+        """Drops what is queued and waits for the refresh in progress (at interpreter exit)."""
+        with self._lock:
+            self._stopped = True
+            self._queue.clear()
+            self._lock.notify_all()
+            while self._busy:
+                self._lock.wait(1.0)
+
+
+def _durations_us(text: str) -> int:
+    from ._durations import duration_us
+
+    return duration_us(text)
+
+
+def stop_refreshers() -> None:
+    for refresher in list(_REFRESHERS or ()):
+        refresher.stop()

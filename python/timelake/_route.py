@@ -1,0 +1,565 @@
+"""Routing: a `GROUP BY time_bucket(...)` query on a table answered from one of its rollups.
+
+A query qualifies when it reads one table that has a rollup, groups by one
+`time_bucket(<width>, <time column>)` whose width is a whole multiple of the rollup's (both are
+aligned to DuckDB's origin, so a coarse bucket is a union of the rollup's), and everything else
+it groups, filters or returns outside its aggregates is a grouping column of the rollup; each
+aggregate must be one the rollup's stored state can merge (count, sum, avg, min, max, first/last
+by time, stddev/variance); its WHERE may only bound the time column by constants and filter on
+grouping columns. Anything else reads the raw table, as without rollups.
+
+The answer is the raw data's at the source's latest version, by construction: the query runs
+over a relation that holds, per (rollup bucket, group), either the rollup's stored state (for a
+bucket wholly inside the query's time range, unchanged since the rollup's last refresh, and not
+older than the source's oldest live chunk when the source has a retention) or the same state
+computed from the raw rows that pass the query's WHERE (edge buckets, pairs changed since the
+refresh, and buckets whose raw chunks retention dropped). Its time column is the bucket's start
+for stored rows and the group's earliest raw time for computed ones, so the query's own
+time_bucket and time bounds keep working on it unchanged; each aggregate call is replaced by the
+merge of the stored state (avg(x) -> sum(x__sum) / sum(x__count), ...), aliased to the name the
+raw query's column would have.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional, Tuple
+
+import duckdb
+import pyarrow as pa
+
+from . import _rollup, _tree
+from ._capsules import SchemaCapsule
+from ._rollup import ROWS, Spec, _Session
+from ._sql_text import quote
+
+_AGGREGATES = {
+    "count_star", "count", "sum", "avg", "mean", "min", "max", "first", "last", "stddev", "stddev_samp",
+    "stddev_pop", "variance", "var_samp", "var_pop",
+}
+_NOT_ROUTABLE = {"SUBQUERY", "WINDOW", "STAR", "LAMBDA", "COLUMNS", "PARAMETER", "POSITIONAL_REFERENCE"}
+
+
+class _NoRoute(Exception):
+    """The query cannot be answered from a rollup: it reads the raw table."""
+
+
+def route(lake: Any, catalog: Any, select: str, tree: Dict[str, Any], namespace: str,
+          tables: List[Tuple[str, str]]) -> Optional[Tuple[str, "_Session"]]:
+    """The rewritten SELECT and the session holding the views it reads, or None."""
+    if len(tables) != 1 or not getattr(lake, "_route_rollups", True):
+        return None
+    source = f"{tables[0][0]}.{tables[0][1]}"
+    rollups = lake._rollups.rollups_of(lake, source)
+    if not rollups:
+        return None
+    try:
+        shape = _Shape(tree, select)
+    except _NoRoute:
+        return None
+    for name, spec in sorted(rollups, key=lambda r: -(r[1].months * 10**15 + r[1].micros)):
+        try:
+            return _rewrite(lake, catalog, select, namespace, source, name, spec, shape)
+        except _NoRoute:
+            continue
+    return None
+
+
+class _Shape:
+    """What a query asks for, as far as routing cares."""
+
+    def __init__(self, tree: Dict[str, Any], select: str) -> None:
+        statements = tree.get("statements", [])
+        if len(statements) != 1:
+            raise _NoRoute
+        node = statements[0]["node"]
+        if node.get("type") != "SELECT_NODE" or node.get("cte_map", {}).get("map"):
+            raise _NoRoute
+        if node.get("qualify") or node.get("sample") or len(node.get("group_sets") or []) > 1:
+            raise _NoRoute
+        handling = node.get("aggregate_handling")
+        if handling not in (None, "STANDARD_HANDLING", "FORCE_AGGREGATES"):
+            raise _NoRoute
+        if not node.get("group_expressions") and handling != "FORCE_AGGREGATES":
+            raise _NoRoute  # no GROUP BY: nothing is bucketed
+        ref = node.get("from_table") or {}
+        if ref.get("type") != "BASE_TABLE" or ref.get("at_clause") or ref.get("sample"):
+            raise _NoRoute
+        self.node = node
+        self.select = select
+        self.table_alias = ref.get("alias") or ""
+        self.from_span = _span(ref)
+        self.aliases = {e.get("alias", "").lower() for e in node["select_list"] if e.get("alias")}
+        for modifier in node.get("modifiers") or []:
+            if modifier.get("type") not in ("ORDER_MODIFIER", "LIMIT_MODIFIER", "DISTINCT_MODIFIER"):
+                raise _NoRoute
+            if modifier.get("type") == "LIMIT_MODIFIER" and (
+                    not _is_constant(modifier.get("limit")) or not _is_constant(modifier.get("offset"))):
+                raise _NoRoute
+
+
+def _is_constant(expr: Any) -> bool:
+    return expr is None or (isinstance(expr, dict) and expr.get("class") == "CONSTANT")
+
+
+def _span(expr: Dict[str, Any]) -> Tuple[int, int]:
+    start, length = expr.get("query_location"), expr.get("query_location_length")
+    if not isinstance(start, int) or not isinstance(length, int) or length <= 0 or start > 1 << 40:
+        raise _NoRoute
+    return start, length
+
+
+def _column(expr: Dict[str, Any]) -> Optional[str]:
+    if expr.get("class") == "COLUMN_REF":
+        return expr["column_names"][-1]
+    return None
+
+
+def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, name: str, spec: Spec,
+             shape: _Shape) -> Tuple[str, _Session]:
+    node = shape.node
+    groups = {g.lower() for g in spec.groups}
+    time_column = spec.time_column.lower()
+    by_function: Dict[Tuple[str, str], str] = {}  # (function, column) -> rollup alias
+    for a in spec.aggregates:
+        by_function[(a.function, (a.column or "").lower())] = a.alias
+    edits: List[Tuple[int, int, str]] = []
+    widths: set = set()
+    con = catalog.con
+
+    def merge(expr: Dict[str, Any]) -> str:
+        function = expr.get("function_name", "").lower()
+        if expr.get("distinct") or expr.get("filter") or expr.get("export_state"):
+            raise _NoRoute
+        args = [a["expression"] for a in expr.get("arguments", [])]
+        orders = (expr.get("order_bys") or {}).get("orders", [])
+        if function == "count" and len(args) == 1 and args[0].get("class") == "STAR":
+            function, args = "count_star", []
+        kind = _rollup._FUNCTIONS.get(function)
+        if kind is None:
+            raise _NoRoute
+        if kind == "count_star":
+            if args or orders:
+                raise _NoRoute
+            return f"sum({ROWS})::BIGINT"
+        if len(args) != 1 or _column(args[0]) is None:
+            raise _NoRoute
+        column = _column(args[0]).lower()
+        if kind in ("first", "last"):
+            if len(orders) != 1 or (_column(orders[0]["expression"]) or "").lower() != time_column \
+                    or orders[0].get("type") not in ("ORDER_DEFAULT", "ORDER_ASCENDING"):
+                raise _NoRoute
+            alias = by_function.get((kind, column))
+            if alias is None:
+                raise _NoRoute
+            return f"{kind}({quote(alias)} ORDER BY {quote(alias + '__time')})"
+        if orders:
+            raise _NoRoute
+        if kind == "count":
+            alias = by_function.get(("count", column))
+            if alias is not None:
+                return f"sum({quote(alias)})::BIGINT"
+            state = _state_with_count(by_function, column)
+            return f"sum({quote(state + '__count')})::BIGINT"
+        if kind in ("min", "max"):
+            alias = by_function.get((kind, column))
+            if alias is None:
+                raise _NoRoute
+            return f"{kind}({quote(alias)})"
+        if kind == "sum":
+            alias = by_function.get(("sum", column))
+            integer = _integer(spec, column, lake, source)
+            if alias is not None:
+                return f"sum({quote(alias)})" + ("::HUGEINT" if integer else "")
+            avg = by_function.get(("avg", column))
+            if avg is None:
+                raise _NoRoute
+            return f"sum({quote(avg + '__sum')})" + ("::HUGEINT" if integer else "")
+        if kind == "avg":
+            avg = by_function.get(("avg", column))
+            if avg is None:
+                raise _NoRoute
+            return f"(sum({quote(avg + '__sum')})::DOUBLE / sum({quote(avg + '__count')}))"
+        # deviations: merged from count, mean and M2 (Chan et al.)
+        state = next((by_function[(k, column)] for k in _rollup._DEVIATIONS if (k, column) in by_function), None)
+        if state is None:
+            raise _NoRoute
+        n, mean, m2 = (quote(state + s) for s in ("__count", "__mean", "__m2"))
+        total = f"sum({n})"
+        grand = f"(sum({n} * {mean}) / nullif({total}, 0))"
+        squares = f"(sum({m2} + {n} * {mean} * {mean}) - {total} * {grand} * {grand})"
+        squares = f"greatest({squares}, 0)"
+        if kind == "var_pop":
+            return f"({squares} / nullif({total}, 0))"
+        if kind == "stddev_pop":
+            return f"sqrt({squares} / nullif({total}, 0))"
+        if kind == "var_samp":
+            return f"(CASE WHEN {total} > 1 THEN {squares} / ({total} - 1) END)"
+        return f"(CASE WHEN {total} > 1 THEN sqrt({squares} / ({total} - 1)) END)"
+
+    def walk(expr: Any, inside_aggregate: bool = False) -> None:
+        """Checks `expr` (outside aggregates) and records the edits its aggregates need."""
+        stack = [expr]
+        while stack:
+            e = stack.pop()
+            if not isinstance(e, dict):
+                continue
+            cls = e.get("class")
+            if cls in _NOT_ROUTABLE or e.get("type") in _NOT_ROUTABLE:
+                raise _NoRoute
+            if cls == "FUNCTION":
+                function = e.get("function_name", "").lower()
+                if function == "time_bucket":
+                    args = [a["expression"] for a in e.get("arguments", [])]
+                    if len(args) != 2 or (_column(args[1]) or "").lower() != time_column:
+                        raise _NoRoute
+                    widths.add(_width(con, select, args[0]))
+                    continue
+                if function in _AGGREGATES or function == "count_star":
+                    at, size = _span(e)
+                    edits.append((at, size, merge(e)))
+                    continue
+                if function in ("time_bucket_gapfill", "date_bin_gapfill", "locf", "interpolate",
+                                "time_weighted_mean"):
+                    raise _NoRoute
+            if cls == "COLUMN_REF":
+                ref = _column(e).lower()
+                if ref not in groups and ref not in shape.aliases:
+                    raise _NoRoute
+                if len(e["column_names"]) > 1 and e["column_names"][0].lower() not in (
+                        shape.table_alias.lower(), source.split(".", 1)[1].lower()):
+                    raise _NoRoute
+                continue
+            for value in e.values():
+                if isinstance(value, dict):
+                    stack.append(value)
+                elif isinstance(value, list):
+                    stack.extend(v for v in value if isinstance(v, dict))
+
+    items = node["select_list"]
+    for e in items:
+        walk(e)
+    for e in node.get("group_expressions", []):
+        if e.get("class") == "CONSTANT":
+            continue
+        walk(e)
+    if node.get("having"):
+        walk(node["having"])
+    for modifier in node.get("modifiers") or []:
+        for order in modifier.get("orders", []) if modifier.get("type") == "ORDER_MODIFIER" else []:
+            if order["expression"].get("class") != "CONSTANT":
+                walk(order["expression"])
+    if len(widths) != 1:
+        raise _NoRoute
+    months, micros = widths.pop()
+    if spec.months:
+        if micros or not months or months % spec.months:
+            raise _NoRoute
+    elif months or not micros or micros % spec.micros:
+        raise _NoRoute
+    if not edits:
+        raise _NoRoute  # nothing aggregated: a plain GROUP BY reads the raw rows
+    bounds = _where(con, select, node.get("where_clause"), groups, time_column, shape)
+
+    # Unaliased select items keep the name the raw query's column would have.
+    for e in items:
+        if not e.get("alias") and any(_within(at, _span(e)) for at, _, _ in edits):
+            at, size = _span(e)
+            edits.append((at + size, 0, f" AS {quote(_default_name(con, shape.node, e))}"))
+    relation, session = _relation(lake, catalog, namespace, source, name, spec, bounds)
+    alias = shape.table_alias or source.split(".", 1)[1]
+    at, size = shape.from_span
+    edits.append((at, size, f"({relation}) AS {quote(alias)}"))
+    text = select.encode("utf-8")
+    for at, size, replacement in sorted(edits, key=lambda e: (e[0], -e[1]), reverse=True):
+        text = text[:at] + replacement.encode("utf-8") + text[at + size:]
+    return text.decode("utf-8"), session
+
+
+def _within(at: int, span: Tuple[int, int]) -> bool:
+    return span[0] <= at < span[0] + span[1]
+
+
+def _state_with_count(by_function: Dict[Tuple[str, str], str], column: str) -> str:
+    for kind in ("avg",) + _rollup._DEVIATIONS:
+        if (kind, column) in by_function:
+            return by_function[(kind, column)]
+    raise _NoRoute
+
+
+def _integer(spec: Spec, column: str, lake: Any, source: str) -> bool:
+    declared = pa.schema(SchemaCapsule(lake._snapshot(source).schema_capsule()))
+    for f in declared:
+        if f.name.lower() == column:
+            return pa.types.is_integer(f.type)
+    raise _NoRoute
+
+
+def _width(con: duckdb.DuckDBPyConnection, select: str, expr: Dict[str, Any]) -> Tuple[int, int]:
+    if expr.get("class") not in ("CONSTANT", "CAST"):
+        raise _NoRoute
+    at, size = _span(expr)
+    text = select.encode("utf-8")[at:at + size].decode("utf-8", "replace")
+    try:
+        return _rollup._width(con, text, "")
+    except ValueError:
+        raise _NoRoute from None
+
+
+def _default_name(con: duckdb.DuckDBPyConnection, node: Dict[str, Any], item: Dict[str, Any]) -> str:
+    """The column name DuckDB gives an unaliased select item (its expression's rendering)."""
+    shell = copy.deepcopy({k: v for k, v in node.items() if k != "select_list"})
+    shell.update(select_list=[item], where_clause=None, group_expressions=[], group_sets=[], having=None,
+                 modifiers=[], from_table={"type": "EMPTY", "alias": "", "sample": None, "query_location": 0})
+    try:
+        rendered = con.execute("SELECT json_deserialize_sql(?)",
+                               [_tree.dumps({"error": False, "statements": [{"node": shell, "named_param_map": []}]})]
+                               ).fetchall()[0][0]
+    except duckdb.Error:
+        raise _NoRoute from None
+    if not rendered.startswith("SELECT "):
+        raise _NoRoute
+    return rendered[len("SELECT "):]
+
+
+class _Bounds:
+    """The query's time range as lo <= t < hi, in microseconds (None: unbounded)."""
+
+    def __init__(self, lo: Optional[int] = None, hi: Optional[int] = None) -> None:
+        self.lo = lo  # inclusive lower bound
+        self.hi = hi  # exclusive upper bound
+
+
+def _where(con: duckdb.DuckDBPyConnection, select: str, where: Any, groups: set, time_column: str,
+           shape: _Shape) -> _Bounds:
+    bounds = _Bounds()
+    if not where:
+        return bounds
+    conjuncts, stack = [], [where]
+    while stack:
+        e = stack.pop()
+        if e.get("class") == "CONJUNCTION" and e.get("type") == "CONJUNCTION_AND":
+            stack.extend(e["children"])
+        else:
+            conjuncts.append(e)
+    for c in conjuncts:
+        refs = [_column(n).lower() for n in _tree.nodes(c) if isinstance(n, dict) and n.get("class") == "COLUMN_REF"]
+        bad = [n for n in _tree.nodes(c) if isinstance(n, dict) and (
+            n.get("class") in _NOT_ROUTABLE or n.get("type") in _NOT_ROUTABLE
+            or (n.get("class") == "FUNCTION" and n.get("function_name", "").lower() in _AGGREGATES))]
+        if bad:
+            raise _NoRoute
+        if refs and all(r in groups for r in refs):
+            continue  # applies to stored and computed rows alike
+        if refs != [time_column]:
+            raise _NoRoute
+        _time_bound(con, select, c, bounds, time_column)
+    return bounds
+
+
+_FLIP = {"COMPARE_GREATERTHAN": "COMPARE_LESSTHAN", "COMPARE_GREATERTHANOREQUALTO": "COMPARE_LESSTHANOREQUALTO",
+         "COMPARE_LESSTHAN": "COMPARE_GREATERTHAN", "COMPARE_LESSTHANOREQUALTO": "COMPARE_GREATERTHANOREQUALTO"}
+
+
+def _time_bound(con: duckdb.DuckDBPyConnection, select: str, c: Dict[str, Any], bounds: _Bounds,
+                time_column: str) -> None:
+    kind = c.get("type")
+    if kind == "COMPARE_BETWEEN":
+        if (_column(c["input"]) or "").lower() != time_column:
+            raise _NoRoute
+        _narrow(bounds, "COMPARE_GREATERTHANOREQUALTO", _instant(con, select, c["lower"]))
+        _narrow(bounds, "COMPARE_LESSTHANOREQUALTO", _instant(con, select, c["upper"]))
+        return
+    if kind not in _FLIP:
+        raise _NoRoute
+    left, right = c["left"], c["right"]
+    if (_column(left) or "").lower() == time_column:
+        _narrow(bounds, kind, _instant(con, select, right))
+    elif (_column(right) or "").lower() == time_column:
+        _narrow(bounds, _FLIP[kind], _instant(con, select, left))
+    else:
+        raise _NoRoute
+
+
+def _narrow(bounds: _Bounds, kind: str, us: int) -> None:
+    if kind == "COMPARE_GREATERTHAN":
+        lo = us + 1
+    elif kind == "COMPARE_GREATERTHANOREQUALTO":
+        lo = us
+    elif kind == "COMPARE_LESSTHAN":
+        bounds.hi = us if bounds.hi is None else min(bounds.hi, us)
+        return
+    else:
+        bounds.hi = us + 1 if bounds.hi is None else min(bounds.hi, us + 1)
+        return
+    bounds.lo = lo if bounds.lo is None else max(bounds.lo, lo)
+
+
+def _instant(con: duckdb.DuckDBPyConnection, select: str, expr: Dict[str, Any]) -> int:
+    """A constant time expression in microseconds since the epoch (UTC)."""
+    if any(isinstance(n, dict) and n.get("class") in ("COLUMN_REF", "SUBQUERY") for n in _tree.nodes(expr)):
+        raise _NoRoute
+    at, size = _span(expr)
+    text = select.encode("utf-8")[at:at + size].decode("utf-8", "replace")
+    try:
+        value = con.execute(f"SELECT epoch_us(({text})::TIMESTAMPTZ)").fetchall()[0][0]
+    except duckdb.Error:
+        raise _NoRoute from None
+    if not isinstance(value, int):
+        raise _NoRoute
+    return value
+
+
+def _us_literal(us: int, tz: bool) -> str:
+    return f"make_timestamp({us})" + ("::TIMESTAMPTZ" if tz else "")
+
+
+def _relation(lake: Any, catalog: Any, namespace: str, source: str, name: str, spec: Spec,
+              bounds: _Bounds) -> Tuple[str, _Session]:
+    """The SQL of the per-(bucket, group) relation the rewritten query reads (module docstring).
+
+    The query's time range [lo, hi) splits into the buckets wholly inside it from `start` to
+    `end`, read from the rollup except for changed pairs, and the edges [lo, start) and [end, hi),
+    computed from the raw rows. Each raw read is a plain time range (so the scan skips files and
+    row groups outside it), and the ranges are disjoint (so no row counts twice).
+    """
+    rollup = lake._snapshot(name)
+    if _rollup.spec_of(rollup.properties) is None:
+        raise _NoRoute
+    reflected = rollup.recorded_batch_version(spec.app_id)
+    if reflected is None:
+        raise _NoRoute
+    plan = rollup.scan()
+    src = lake._snapshot(source)  # after the rollup's: its rows reflect no later source version
+    if src.id != spec.source_id:
+        raise _NoRoute
+    plan_src = src.scan()
+    declared = pa.schema(SchemaCapsule(plan.declared_schema))
+    tz = declared.field(spec.bucket).type.tz is not None
+    states = [c for c in declared.names if c not in [spec.bucket] + spec.groups]
+    if spec.time_column.lower() in {c.lower() for c in states}:
+        raise _NoRoute  # an aggregate named like the time column: the relation cannot hold both
+    start, end = _whole_buckets(catalog.con, spec, bounds)
+    horizon = _horizon(src.contract, plan_src)
+    if horizon is not None:
+        start = max(start, _whole_buckets(catalog.con, spec, _Bounds(horizon, None))[0])
+    session = _Session(catalog, namespace)
+    try:
+        changed = _changed(session, spec, src, reflected, plan_src)
+        stored = session.view(plan)
+        raw = session.view(plan_src)
+        b, t, w = quote(spec.bucket), quote(spec.time_column), spec.width
+        lo = bounds.lo if bounds.lo is not None else _MIN_US
+        hi = bounds.hi if bounds.hi is not None else _MAX_US
+
+        def at(us: int) -> str:
+            return _us_literal(us, tz)
+
+        parts = []
+        groups = "".join(f", r.{quote(g)}" for g in spec.groups)
+        anti, pairs = "", None
+        if changed is not None and changed.num_rows:
+            pairs = session.register(changed)
+            on = " AND ".join([f"r.{b} = d.{b}"] + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+            anti = f" ANTI JOIN {pairs} d ON {on}"
+        if start < end:
+            parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)}" for c in states)
+                         + f" FROM {stored} r{anti} WHERE r.{ROWS} > 0 AND r.{b} >= {at(start)} AND r.{b} < {at(end)}")
+        raw_ranges = []  # (from, to, only changed pairs)
+        if start >= end:
+            raw_ranges.append((lo, hi, False))
+        else:
+            if lo < start:
+                raw_ranges.append((lo, start, False))
+            if end < hi:
+                raw_ranges.append((end, hi, False))
+            if pairs is not None:
+                c_lo, c_hi = _changed_range(catalog.con, spec, changed)
+                c_lo, c_hi = max(c_lo, start), min(c_hi, end)
+                if c_lo < c_hi:
+                    raw_ranges.append((c_lo, c_hi, True))
+        for r_lo, r_hi, only_changed in raw_ranges:
+            conditions = []
+            if r_lo > _MIN_US:
+                conditions.append(f"s.{t} >= {at(r_lo)}")
+            if r_hi < _MAX_US:
+                conditions.append(f"s.{t} < {at(r_hi)}")
+            rows = f"SELECT s.* FROM {raw} s"
+            if only_changed:
+                match = " AND ".join([f"time_bucket({w}, s.{t}) = d.{b}"]
+                                     + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+                rows += f" SEMI JOIN {pairs} d ON {match}"
+            if conditions:
+                rows += " WHERE " + " AND ".join(conditions)
+            computed = _rollup.state_select(spec, declared, f"({rows})")
+            # Computed rows carry their earliest raw time (inside both the bucket and the query's
+            # time range) as the time column.
+            computed = computed.replace(" FROM ", f", min({t}) AS {quote('__timelake_first')} FROM ", 1)
+            columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}"] + [f"c.{quote(g)}" for g in spec.groups]
+                                + [f"c.{quote(s)}" for s in states])
+            parts.append(f"SELECT {columns} FROM ({computed}) c")
+    except BaseException:
+        session.close()
+        raise
+    if not parts:
+        raise _NoRoute
+    return " UNION ALL BY NAME ".join(f"({p})" for p in parts), session
+
+
+_MIN_US = -(1 << 62)
+_MAX_US = 1 << 62
+
+
+def _whole_buckets(con: duckdb.DuckDBPyConnection, spec: Spec, bounds: _Bounds) -> Tuple[int, int]:
+    """[start, end): the rollup buckets that lie wholly inside the bounds, in microseconds."""
+    start, end = _MIN_US, _MAX_US
+    w = spec.width
+    if bounds.lo is not None:
+        # The first bucket that starts at or after lo.
+        start = con.execute(
+            f"SELECT epoch_us(CASE WHEN b < x THEN b + {w} ELSE b END) FROM "
+            f"(SELECT x, time_bucket({w}, x) AS b FROM (SELECT make_timestamp(?::BIGINT) AS x))", [bounds.lo]).fetchall()[0][0]
+    if bounds.hi is not None:
+        # The end of the last bucket that ends at or before hi: the start of hi's bucket.
+        end = con.execute(f"SELECT epoch_us(time_bucket({w}, make_timestamp(?::BIGINT)))", [bounds.hi]).fetchall()[0][0]
+    return start, end
+
+
+def _changed_range(con: duckdb.DuckDBPyConnection, spec: Spec, changed: pa.Table) -> Tuple[int, int]:
+    import pyarrow.compute as pc
+
+    buckets = changed.column(spec.bucket).cast(pa.timestamp("us"))
+    lo, hi = pc.min(buckets).cast(pa.int64()).as_py(), pc.max(buckets).cast(pa.int64()).as_py()
+    hi = con.execute(f"SELECT epoch_us(make_timestamp(?::BIGINT) + {spec.width})", [hi]).fetchall()[0][0]
+    return lo, hi
+
+
+def _changed(session: _Session, spec: Spec, src: Any, reflected: int, plan_src: Any) -> Optional[pa.Table]:
+    """Pairs changed in the source since the rollup's refresh (cached like _rollup's reads)."""
+    version = plan_src.version
+    if reflected >= version:
+        return None
+    key = (spec.source_id, reflected, version)
+    with _rollup._CHANGED_LOCK:
+        changed = _rollup._CHANGED.get(key)
+    if changed is not None:
+        return changed
+    try:
+        plan_old = src.scan(version=reflected)
+    except KeyError:
+        raise _NoRoute from None
+    changed = session.changed_pairs(spec, src.contract, plan_old, plan_src)
+    with _rollup._CHANGED_LOCK:
+        _rollup._CHANGED[key] = changed
+    return changed
+
+
+def _horizon(contract: Dict[str, Any], plan: Any) -> Optional[int]:
+    """For a source with a retention: the start of its oldest live chunk (microseconds). Stored
+    buckets before it may hold rows the source's retention dropped, so they are not used."""
+    if not contract.get("retention"):
+        return None
+    from ._durations import chunk_start_us
+
+    starts = [s for f in plan.files if f.chunk and (s := chunk_start_us(contract.get("chunk"), f.chunk)) is not None]
+    return min(starts) if starts else None
