@@ -792,3 +792,15 @@ def test_random_tables_match_the_reference(lake, readings, seed):
         expected = want[(r["b"], r["device"])]
         for value, wanted in zip((r["a"], r["l"], r["i"]), expected):
             assert (value is None and wanted is None) or value == pytest.approx(wanted, rel=1e-9, abs=1e-9), (r, expected)
+
+
+def test_a_table_with_a_rollup_fills_from_the_raw_rows(lake, readings):
+    put(readings, [(utc(2024, 5, 1, 0, 10), "a", 1.0), (utc(2024, 5, 1, 0, 50), "a", 3.0), (utc(2024, 5, 1, 3), "a", 8.0)])
+    lake.sql("CREATE MATERIALIZED ROLLUP hourly AS SELECT time_bucket(INTERVAL '1 hour', time) AS hour, device, "
+             "avg(temp) AS temp FROM readings GROUP BY 1, 2")
+    q = ("SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, device, avg(temp) AS a, interpolate(avg(temp)) AS i "
+         "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-01 04:00' GROUP BY 1, 2")
+    want = [(utc(2024, 5, 1, 0), "a", 2.0, 2.0), (utc(2024, 5, 1, 1), "a", None, 4.0),
+            (utc(2024, 5, 1, 2), "a", None, 6.0), (utc(2024, 5, 1, 3), "a", 8.0, 8.0)]
+    assert rows(lake.sql(q)) == want
+    assert rows(lake.sql(q, rollups=False)) == want
