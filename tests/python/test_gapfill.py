@@ -476,6 +476,15 @@ def test_non_default_namespace(lake):
     assert rows(lake.sql(q.format("readings"), namespace="iot")) == want
 
 
+def test_having_makes_gaps(lake, readings):
+    put(readings, [(utc(2024, 5, 1, 0), "a", 1.0), (utc(2024, 5, 1, 1), "a", 5.0), (utc(2024, 5, 1, 2), "a", 2.0)])
+    got = lake.sql("SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, avg(temp) AS a, locf(avg(temp)) AS l, "
+                   "interpolate(avg(temp)) AS i FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-01 03:00' "
+                   "GROUP BY 1 HAVING avg(temp) < 4")
+    assert rows(got) == [(utc(2024, 5, 1, 0), 1.0, 1.0, 1.0), (utc(2024, 5, 1, 1), None, 1.0, 1.5),
+                         (utc(2024, 5, 1, 2), 2.0, 2.0, 2.0)]
+
+
 def test_order_by_and_limit_apply_after_filling(lake, readings):
     put(readings, [(utc(2024, 5, 1, 0), "a", 1.0)])
     base = ("SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp)) AS l FROM readings "
