@@ -229,6 +229,9 @@ class _Rewriter:
                             legal.update(id(n) for n in _tree.nodes(order["expression"]) if _is_call(n, _NAMES))
                 targets.append((node, buckets[0]))
         for call in calls:
+            if call.get("filter") is not None or call.get("distinct") or (call.get("order_bys") or {}).get("orders"):
+                raise ValueError(f"{_name(call)}() takes no FILTER, DISTINCT or ORDER BY of its own: "
+                                 f"put them on the aggregate inside, e.g. locf(avg(x) FILTER (WHERE ...))")
             if id(call) not in legal:
                 raise ValueError(
                     f"{_name(call)}() must be a whole item of the SELECT list (optionally with AS name), "

@@ -560,6 +560,8 @@ WINDOW = "FROM readings WHERE time >= '2024-05-01' AND time < '2024-05-02'"
      r"prev is a \(time, value\) row"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, interpolate(avg(temp), NULL, temp) {WINDOW} GROUP BY 1",
      r"next is a \(time, value\) row"),
+    (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp)) FILTER (WHERE temp > 0) {WINDOW} "
+     "GROUP BY 1", r"locf\(\) takes no FILTER"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(temp) {WINDOW} GROUP BY 1, temp",
      r"locf\(\) fills an aggregate"),
     (f"SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, locf(avg(temp), bogus => 1) {WINDOW} GROUP BY 1",
@@ -813,3 +815,13 @@ def test_a_table_with_a_rollup_fills_from_the_raw_rows(lake, readings):
             (utc(2024, 5, 1, 2), "a", None, 6.0), (utc(2024, 5, 1, 3), "a", 8.0, 8.0)]
     assert rows(lake.sql(q)) == want
     assert rows(lake.sql(q, rollups=False)) == want
+
+
+def test_two_gapfill_selects_in_one_statement_fill_each_their_own(lake, readings):
+    put(readings, [(utc(2024, 4, 30, 2), "a", 5.0), (utc(2024, 5, 1, 0, 10), "a", 1.0), (utc(2024, 5, 1, 2), "b", 3.0)])
+    part = ("SELECT time_bucket_gapfill(INTERVAL '1 hour', time) AS h, '{d}' AS d, locf(avg(temp)) AS l FROM readings "
+            "WHERE time >= '2024-05-01' AND time < '2024-05-01 03:00' AND device = '{d}' GROUP BY 1")
+    got = lake.sql(part.format(d="a") + " UNION ALL " + part.format(d="b") + " ORDER BY d, h")
+    h = [utc(2024, 5, 1, i) for i in range(3)]
+    assert rows(got) == [(h[0], "a", 1.0), (h[1], "a", 1.0), (h[2], "a", 1.0),
+                         (h[0], "b", None), (h[1], "b", None), (h[2], "b", 3.0)]
