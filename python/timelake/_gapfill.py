@@ -48,6 +48,8 @@ _REWRITES_SIZE = 256
 _REWRITES_LOCK = threading.Lock()
 _AGGREGATES: Optional[frozenset] = None
 _MENTIONED = re.compile(r"(?i)gapfill|locf|interpolate")
+# TimescaleDB's third argument may be a time zone ('Europe/Berlin', 'UTC'), not a start.
+_ZONE = re.compile(r"^(?:[A-Za-z_]+(?:/[A-Za-z0-9_+-]+)+|UTC|GMT|Z)$")
 
 
 class Rewritten(NamedTuple):
@@ -264,10 +266,12 @@ class _Rewriter:
         if fn == "time_bucket_gapfill":
             usage = "time_bucket_gapfill(width, time [, start, finish])"
             params = ("bucket_width", "time", "start", "finish")
-            raw = {("bucket_width" if n == "width" else "time" if n == "ts" else n): e for n, e in _args(gap) if n}
-            if "timezone" in raw:
+            args = _args(gap)
+            zone = [e for n, e in args if n == "timezone"] + [
+                e for n, e in args[2:3] if not n and _ZONE.match(str((e.get("literal") or {}).get("text", "")))]
+            if zone:
                 raise ValueError(f"{usage}: buckets are UTC in timelake; a timezone argument is not supported")
-            bound = _bind(gap, params, 2, usage) if not raw else _bind(_renamed(gap), params, 2, usage)
+            bound = _bind(_renamed(gap), params, 2, usage)
         else:
             usage = "date_bin_gapfill(width, time [, origin])"
             bound = _bind(gap, ("bucket_width", "time", "origin"), 2, usage)

@@ -119,9 +119,10 @@ def test_timescaledb_interpolate(lake, metrics):
 
 
 def test_timescaledb_timezone_argument_is_refused(lake, metrics):
-    with pytest.raises(ValueError, match="buckets are UTC"):
-        lake.sql("SELECT time_bucket_gapfill('1 day', time, timezone => 'Europe/Berlin') AS day, avg(value) "
-                 + METRICS_WINDOW)
+    for call in ("time_bucket_gapfill('1 day', time, timezone => 'Europe/Berlin')",
+                 "time_bucket_gapfill('1 day', time, 'Europe/Berlin')"):
+        with pytest.raises(ValueError, match="buckets are UTC"):
+            lake.sql(f"SELECT {call} AS day, avg(value) " + METRICS_WINDOW)
 
 
 def test_timescaledb_troubleshooting_treat_null_as_missing(lake):
