@@ -44,8 +44,7 @@ class Reconnected(Exception):
 class _View:
     """What a catalog knows of the view it made for one table."""
 
-    __slots__ = ("version", "declared", "restored", "empty_name", "handle", "scan_filter", "files", "plan", "paths",
-                 "session")
+    __slots__ = ("version", "declared", "restored", "empty_name", "handle", "scan_filter", "files", "plan", "paths")
 
     def __init__(self, version: int, declared: pa.Schema, restored: Dict[str, pa.DataType], empty_name: Any,
                  handle: Any, scan_filter: Optional[ScanFilter], files: int, plan: Any,
@@ -59,7 +58,6 @@ class _View:
         self.files = files  # data files the view reads
         self.plan = plan  # the core ScanPlan
         self.paths = paths  # local copies the view reads (remote lakes), None for local lakes
-        self.session: Any = None  # a rollup's helper views (_rollup.current_view)
 
 
 class Catalog:
@@ -101,6 +99,7 @@ class Catalog:
         install_time_weighted_mean(self.con)  # a TEMP macro: the configuration is locked
         self.generation += 1
         self._views: Dict[str, _View] = {}
+        self._rollup_reads: Dict[str, Any] = {}  # rollup -> its _rollup.Reading on this connection
         self._travel_empty: Dict[str, str] = {}  # time-travel view -> the empty table it reads
         self._fast_time_bucket = False
         self._empty = 0
@@ -182,18 +181,20 @@ class Catalog:
 
     def _add_rollup(self, ns: str, name: str, handle: Any, spec: Any) -> pa.Schema:
         """A rollup's view: its stored rows, with the pairs changed in its source since its last
-        refresh aggregated from the raw rows (_rollup.current_view). Made anew per statement."""
-        qualified = f"{ns}.{name}"
-        declared, sql, session = _rollup.current_view(self, ns, name, handle, spec)
-        self.con.execute(f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(name)} AS {sql}")
-        cached = self._views.get(qualified)
-        if cached is not None and cached.session is not None:
-            cached.session.close()
-        view = _View(-1, declared, {}, None, handle, None, 0, None, None)
-        view.session = session
-        self._views[qualified] = view
+        refresh aggregated from the raw rows (_rollup.current_view); made again only when the
+        rollup, its recorded source version or the source changed."""
+        declared, sql, reading = _rollup.current_view(self, ns, name, handle, spec)
+        if reading.view_sql != sql:
+            self.con.execute(f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(name)} AS {sql}")
+            reading.view_sql = sql
+        self._views.pop(f"{ns}.{name}", None)
         self._note_types(declared, {})
         return declared
+
+    @property
+    def cache_directory(self) -> Optional[str]:
+        """The local cache folder of a lake in an object store (None for a local lake)."""
+        return self._cache
 
     def add_travel(self, ns: str, name: str, view: str, spec: Dict[str, int]) -> pa.Schema:
         """Makes `ns.view` a view of table `ns.name` as of an older version (`spec`: version= or

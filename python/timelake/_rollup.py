@@ -307,7 +307,13 @@ def _text(select: str, expr: Dict[str, Any]) -> str:
     return select[start:start + length]
 
 
+_WIDTHS: Dict[str, Tuple[int, int]] = {}  # interval text -> (months, micros): dashboards repeat theirs
+
+
 def _width(con: duckdb.DuckDBPyConnection, text: str, where: str) -> Tuple[int, int]:
+    known = _WIDTHS.get(text)
+    if known is not None:
+        return known
     try:
         months, days, micros = con.execute(
             "SELECT datepart('year', i) * 12 + datepart('month', i), datepart('day', i), "
@@ -319,6 +325,8 @@ def _width(con: duckdb.DuckDBPyConnection, text: str, where: str) -> Tuple[int, 
     if months < 0 or micros < 0 or (months and micros) or not (months or micros):
         raise ValueError(f"{where}: the bucket width {text!r} must be a positive number of months, or of days/hours/"
                          "minutes/seconds (not both)")
+    if len(_WIDTHS) < 1024:
+        _WIDTHS[text] = (months, micros)
     return months, micros
 
 
@@ -405,8 +413,8 @@ def _state_fields(a: Aggregate, columns: Dict[str, pa.Field], time_type: pa.Data
             pa.field(f"{a.alias}__mean", pa.float64()), pa.field(f"{a.alias}__m2", pa.float64())]
 
 
-def state_select(spec: Spec, schema: pa.Schema, source: str) -> str:
-    """SELECT bucket, groups, every stored column FROM `source` GROUP BY bucket, groups."""
+def state_select(spec: Spec, schema: pa.Schema, source: str, extra: str = "") -> str:
+    """SELECT bucket, groups, every stored column [, extra] FROM `source` GROUP BY bucket, groups."""
     t = quote(spec.time_column)
     out = [f"time_bucket({spec.width}, {t}) AS {quote(spec.bucket)}"] + [quote(g) for g in spec.groups]
     for a in spec.aggregates:
@@ -435,6 +443,8 @@ def state_select(spec: Spec, schema: pa.Schema, source: str) -> str:
             out.append(f"avg({c})::DOUBLE AS {quote(alias + '__mean')}")
             out.append(f"(var_pop({c}) * count({c}))::DOUBLE AS {quote(alias + '__m2')}")
     out.append(f"count(*) AS {ROWS}")
+    if extra:
+        out.append(extra)
     keys = ", ".join(str(i + 1) for i in range(1 + len(spec.groups)))
     return f"SELECT {', '.join(out)} FROM {source} GROUP BY {keys}"
 
@@ -488,7 +498,9 @@ def create(lake: Any, name: str, select: str, namespace: str, retention: Optiona
     """Creates the rollup table and fills it; returns the rows written."""
     spec, schema = parse_definition(lake, name, select, namespace)
     if chunk is None:
-        chunk = "month" if spec.months or spec.micros >= 3_600_000_000 else "day"
+        # Day chunks below daily buckets: a refresh's rows (recent buckets) then overlap one day's
+        # file, so reads deduplicate a day of rows at most, not a month.
+        chunk = "month" if spec.months or spec.micros >= 86_400_000_000 else "day"
     properties = {PROPERTY_SOURCE: spec.source, PROPERTY_SOURCE_ID: spec.source_id,
                   PROPERTY_SPEC: spec.to_json(), PROPERTY_QUERY: select}
     lake._core.create_table(name, _schema_capsule(schema), spec.bucket, spec.groups or None, chunk, retention,
@@ -761,65 +773,139 @@ _CHANGED_LOCK = threading.Lock()
 _CHANGED_SIZE = 64
 
 
-def current_view(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> Tuple[pa.Schema, str, "_Session"]:
-    """The SQL of what a query on rollup `ns.name` reads: its stored rows for the pairs unchanged
-    since the source version it reflects, and the aggregate of the raw rows at the source's latest
-    version for the pairs changed since (so the answer always equals the raw data). Returns the
-    declared schema of the visible columns, the SQL, and the session holding its helper views
-    (closed by the caller when the view is replaced)."""
-    reflected = handle.recorded_batch_version(spec.app_id)
-    plan = handle.scan()
-    declared = pa.schema(SchemaCapsule(plan.declared_schema))
-    visible = pa.schema([declared.field(n) for n in spec.visible()])
-    columns = ", ".join(quote(n) for n in spec.visible())
-    session = _Session(catalog, ns)
-    stored = session.view(plan)
-    kept = f"SELECT {columns} FROM {stored} WHERE {ROWS} > 0"
-    try:
-        source = catalog.lake._snapshot(spec.source)
-        same = source.id == spec.source_id
-    except KeyError:
-        same = False
-    if not same:
-        return visible, kept, session  # the source is gone: the rollup is all there is
-    plan_src = source.scan()
-    if reflected is not None and reflected >= plan_src.version:
-        return visible, kept, session
-    schema = declared
-    if reflected is None:
-        changed = None
-    else:
-        key = (spec.source_id, reflected, plan_src.version)
+class Reading:
+    """A rollup as one catalog connection reads it: at one rollup version, the source version
+    its last refresh recorded (`reflected`), and the source's latest version. Holds the views
+    over the rollup's stored rows and over the source, and the pairs changed in the source since
+    the refresh, each made on first use; the catalog keeps it while none of the versions changes
+    (_Catalog._rollup_reads), so repeated queries make nothing again."""
+
+    def __init__(self, catalog: Any, ns: str, spec: Spec, key: Tuple, plan: Any, reflected: Optional[int],
+                 source: Any, plan_src: Any) -> None:
+        self.key = key
+        self.spec = spec
+        self.plan = plan
+        self.reflected = reflected
+        self.source = source  # None: the source is gone (or was recreated)
+        self.plan_src = plan_src
+        self.session = _Session(catalog, ns)
+        self.declared = pa.schema(SchemaCapsule(plan.declared_schema))
+        self.view_sql: Optional[str] = None  # what the user-facing view was last made as
+        self._stored: Optional[str] = None
+        self._raw: Optional[str] = None
+        self._changed: Any = False  # not computed yet
+        self._pairs: Optional[str] = None
+
+    @property
+    def current(self) -> bool:
+        """The rollup reflects the source's latest version."""
+        return self.source is None or (self.reflected is not None and self.reflected >= self.plan_src.version)
+
+    def stored(self) -> str:
+        if self._stored is None:
+            self._stored = self.session.view(self.plan)
+        return self._stored
+
+    def raw(self) -> str:
+        if self._raw is None:
+            self._raw = self.session.view(self.plan_src)
+        return self._raw
+
+    def changed(self) -> Optional[pa.Table]:
+        """The (bucket, groups) pairs changed since the refresh; None when that is unknown (never
+        refreshed, or the recorded version's log expired): then everything counts as changed."""
+        if self._changed is not False:
+            return self._changed
+        spec = self.spec
+        if self.current:
+            self._changed = pa.table({spec.bucket: pa.array([], pa.timestamp("us", "UTC"))})
+            return self._changed
+        if self.reflected is None:
+            self._changed = None
+            return None
+        key = (spec.source_id, self.reflected, self.plan_src.version)
         with _CHANGED_LOCK:
             changed = _CHANGED.get(key)
         if changed is None:
             try:
-                plan_old = source.scan(version=reflected)
+                plan_old = self.source.scan(version=self.reflected)
             except KeyError:
-                plan_old = None
-            if plan_old is not None:
-                changed = session.changed_pairs(spec, source.contract, plan_old, plan_src)
-                with _CHANGED_LOCK:
-                    _CHANGED[key] = changed
-                    while len(_CHANGED) > _CHANGED_SIZE:
-                        _CHANGED.pop(next(iter(_CHANGED)))
-    source_view = session.view(plan_src)
+                self._changed = None
+                return None
+            changed = self.session.changed_pairs(spec, self.source.contract, plan_old, self.plan_src)
+            with _CHANGED_LOCK:
+                _CHANGED[key] = changed
+                while len(_CHANGED) > _CHANGED_SIZE:
+                    _CHANGED.pop(next(iter(_CHANGED)))
+        self._changed = changed
+        return changed
+
+    def pairs(self) -> Optional[str]:
+        """The changed pairs as a table the connection reads (None when there are none)."""
+        changed = self.changed()
+        if changed is None or changed.num_rows == 0:
+            return None
+        if self._pairs is None:
+            self._pairs = self.session.register(changed)
+        return self._pairs
+
+
+def reading(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> Reading:
+    """The catalog's Reading of rollup `ns.name`, made anew when a version changed."""
+    reflected = handle.recorded_batch_version(spec.app_id)  # brings the handle up to date
+    plan = handle.scan()
+    # The source's snapshot is taken after the rollup's: the stored rows reflect no later
+    # source version than the one read, so the pairs changed since the refresh cover every
+    # stored row that differs from the raw rows.
+    try:
+        source = catalog.lake._snapshot(spec.source)
+        if source.id != spec.source_id:
+            source = None
+    except KeyError:
+        source = None
+    plan_src = source.scan() if source is not None else None
+    key = (catalog.generation, plan.version, reflected, plan_src.version if plan_src is not None else -1)
+    qualified = f"{ns}.{name}".lower()
+    cached = catalog._rollup_reads.get(qualified)
+    # A lake in an object store reads local copies that may be evicted between statements: its
+    # readings are made anew each time.
+    if cached is not None and cached.key == key and catalog.cache_directory is None:
+        return cached
+    if cached is not None:
+        cached.session.close()
+    made = Reading(catalog, ns, spec, key, plan, reflected, source, plan_src)
+    catalog._rollup_reads[qualified] = made
+    return made
+
+
+def current_view(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> Tuple[pa.Schema, str, Reading]:
+    """The SQL of what a query on rollup `ns.name` reads: its stored rows for the pairs unchanged
+    since the source version it reflects, and the aggregate of the raw rows at the source's latest
+    version for the pairs changed since (so the answer always equals the raw data). Returns the
+    declared schema of the visible columns, the SQL, and the Reading it comes from."""
+    r = reading(catalog, ns, name, handle, spec)
+    visible = pa.schema([r.declared.field(n) for n in spec.visible()])
+    columns = ", ".join(quote(n) for n in spec.visible())
+    kept = f"SELECT {columns} FROM {r.stored()} WHERE {ROWS} > 0"
+    if r.current:
+        return visible, kept, r
+    changed = r.changed()
     if changed is None:
         # Nothing recorded yet (never refreshed, or forgotten): the raw data answers.
-        return visible, f"SELECT {columns} FROM ({state_select(spec, schema, source_view)})", session
-    if changed.num_rows == 0:
-        return visible, kept, session
-    pairs = session.register(changed)
+        return visible, f"SELECT {columns} FROM ({state_select(spec, r.declared, r.raw())})", r
+    pairs = r.pairs()
+    if pairs is None:
+        return visible, kept, r
     lo, hi = _time_range(changed, spec)
     on = " AND ".join([f"time_bucket({spec.width}, s.{quote(spec.time_column)}) = d.{quote(spec.bucket)}"]
                       + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-    raw = (f"(SELECT s.* FROM {source_view} s SEMI JOIN {pairs} d ON {on} "
+    raw = (f"(SELECT s.* FROM {r.raw()} s SEMI JOIN {pairs} d ON {on} "
            f"WHERE s.{quote(spec.time_column)} >= {lo} AND s.{quote(spec.time_column)} < {hi})")
     stale = " AND ".join([f"r.{quote(spec.bucket)} = d.{quote(spec.bucket)}"]
                          + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-    sql = (f"SELECT {columns} FROM (SELECT r.* FROM {stored} r ANTI JOIN {pairs} d ON {stale} WHERE r.{ROWS} > 0) "
-           f"UNION ALL BY NAME SELECT {columns} FROM ({state_select(spec, schema, raw)})")
-    return visible, sql, session
+    sql = (f"SELECT {columns} FROM (SELECT r.* FROM {r.stored()} r ANTI JOIN {pairs} d ON {stale} "
+           f"WHERE r.{ROWS} > 0) UNION ALL BY NAME SELECT {columns} FROM ({state_select(spec, r.declared, raw)})")
+    return visible, sql, r
 
 
 def _described(a: Aggregate, spec: Spec) -> str:
@@ -950,13 +1036,16 @@ class Refresher:
         return True
 
     def stop(self) -> None:
-        """Drops what is queued and waits for the refresh in progress (at interpreter exit)."""
+        """Drops what is queued, waits for the refresh in progress and lets the thread end (at
+        interpreter exit: a thread still alive when the interpreter finalizes is killed wherever it
+        is, which native code on its stack does not survive)."""
         with self._lock:
             self._stopped = True
             self._queue.clear()
             self._lock.notify_all()
-            while self._busy:
-                self._lock.wait(1.0)
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=600)
 
 
 def _durations_us(text: str) -> int:

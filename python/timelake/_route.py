@@ -23,6 +23,8 @@ raw query's column would have.
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import duckdb
@@ -45,8 +47,8 @@ class _NoRoute(Exception):
 
 
 def route(lake: Any, catalog: Any, select: str, tree: Dict[str, Any], namespace: str,
-          tables: List[Tuple[str, str]]) -> Optional[Tuple[str, "_Session"]]:
-    """The rewritten SELECT and the session holding the views it reads, or None."""
+          tables: List[Tuple[str, str]]) -> Optional[str]:
+    """The SELECT rewritten to read a rollup, or None (the raw rows answer)."""
     if len(tables) != 1 or not getattr(lake, "_route_rollups", True):
         return None
     source = f"{tables[0][0]}.{tables[0][1]}"
@@ -116,7 +118,7 @@ def _column(expr: Dict[str, Any]) -> Optional[str]:
 
 
 def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, name: str, spec: Spec,
-             shape: _Shape) -> Tuple[str, _Session]:
+             shape: _Shape) -> str:
     node = shape.node
     groups = {g.lower() for g in spec.groups}
     time_column = spec.time_column.lower()
@@ -124,10 +126,13 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
     for a in spec.aggregates:
         by_function[(a.function, (a.column or "").lower())] = a.alias
     edits: List[Tuple[int, int, str]] = []
+    aggregates: List[Dict[str, Any]] = []
     widths: set = set()
     con = catalog.con
 
-    def merge(expr: Dict[str, Any]) -> str:
+    def merge(expr: Dict[str, Any], identity: bool = False) -> str:
+        """The aggregate over the relation's state; with `identity` (each output row is one row of
+        the relation) the same value as a plain expression of that row."""
         function = expr.get("function_name", "").lower()
         if expr.get("distinct") or expr.get("filter") or expr.get("export_state"):
             raise _NoRoute
@@ -141,7 +146,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         if kind == "count_star":
             if args or orders:
                 raise _NoRoute
-            return f"sum({ROWS})::BIGINT"
+            return f"{ROWS}::BIGINT" if identity else f"sum({ROWS})::BIGINT"
         if len(args) != 1 or _column(args[0]) is None:
             raise _NoRoute
         column = _column(args[0]).lower()
@@ -152,39 +157,54 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             alias = by_function.get((kind, column))
             if alias is None:
                 raise _NoRoute
+            if identity:
+                return quote(alias)
             return f"{kind}({quote(alias)} ORDER BY {quote(alias + '__time')})"
         if orders:
             raise _NoRoute
+        total = (lambda x: x) if identity else (lambda x: f"sum({x})")  # noqa: E731
         if kind == "count":
             alias = by_function.get(("count", column))
             if alias is not None:
-                return f"sum({quote(alias)})::BIGINT"
+                return f"{total(quote(alias))}::BIGINT"
             state = _state_with_count(by_function, column)
-            return f"sum({quote(state + '__count')})::BIGINT"
+            return f"{total(quote(state + '__count'))}::BIGINT"
         if kind in ("min", "max"):
             alias = by_function.get((kind, column))
             if alias is None:
                 raise _NoRoute
-            return f"{kind}({quote(alias)})"
+            return quote(alias) if identity else f"{kind}({quote(alias)})"
         if kind == "sum":
             alias = by_function.get(("sum", column))
             integer = _integer(spec, column, lake, source)
-            if alias is not None:
-                return f"sum({quote(alias)})" + ("::HUGEINT" if integer else "")
-            avg = by_function.get(("avg", column))
-            if avg is None:
-                raise _NoRoute
-            return f"sum({quote(avg + '__sum')})" + ("::HUGEINT" if integer else "")
+            if alias is None:
+                alias = by_function.get(("avg", column))
+                if alias is None:
+                    raise _NoRoute
+                alias += "__sum"
+            return total(quote(alias)) + ("::HUGEINT" if integer else "")
         if kind == "avg":
             avg = by_function.get(("avg", column))
             if avg is None:
                 raise _NoRoute
+            if identity:
+                return quote(avg)  # the stored average, as the raw rows gave it
             return f"(sum({quote(avg + '__sum')})::DOUBLE / sum({quote(avg + '__count')}))"
         # deviations: merged from count, mean and M2 (Chan et al.)
         state = next((by_function[(k, column)] for k in _rollup._DEVIATIONS if (k, column) in by_function), None)
         if state is None:
             raise _NoRoute
+        if identity and (kind, column) in by_function:
+            return quote(by_function[(kind, column)])  # stored as the raw rows gave it
         n, mean, m2 = (quote(state + s) for s in ("__count", "__mean", "__m2"))
+        if identity:
+            if kind == "var_pop":
+                return f"({m2} / nullif({n}, 0))"
+            if kind == "stddev_pop":
+                return f"sqrt({m2} / nullif({n}, 0))"
+            if kind == "var_samp":
+                return f"(CASE WHEN {n} > 1 THEN {m2} / ({n} - 1) END)"
+            return f"(CASE WHEN {n} > 1 THEN sqrt({m2} / ({n} - 1)) END)"
         total = f"sum({n})"
         grand = f"(sum({n} * {mean}) / nullif({total}, 0))"
         squares = f"(sum({m2} + {n} * {mean} * {mean}) - {total} * {grand} * {grand})"
@@ -216,8 +236,8 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
                     widths.add(_width(con, select, args[0]))
                     continue
                 if function in _AGGREGATES or function == "count_star":
-                    at, size = _span(e)
-                    edits.append((at, size, merge(e)))
+                    merge(e)  # raises _NoRoute if the rollup cannot merge it
+                    aggregates.append(e)
                     continue
                 if function in ("time_bucket_gapfill", "date_bin_gapfill", "locf", "interpolate",
                                 "time_weighted_mean"):
@@ -257,23 +277,99 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             raise _NoRoute
     elif months or not micros or micros % spec.micros:
         raise _NoRoute
-    if not edits:
+    if not aggregates:
         raise _NoRoute  # nothing aggregated: a plain GROUP BY reads the raw rows
     bounds = _where(con, select, node.get("where_clause"), groups, time_column, shape)
+    # The query's buckets and groups are the rollup's own: each output row is one row of the
+    # relation, so the GROUP BY goes and each aggregate becomes an expression of its row (no
+    # hash aggregation over every stored row).
+    group_by = _group_by_span(select, node) if (months, micros) == (spec.months, spec.micros) \
+        and not node.get("having") and _groups_of(node) == groups else None
+    for e in aggregates:
+        at, size = _span(e)
+        edits.append((at, size, merge(e, identity=group_by is not None)))
+    if group_by is not None:
+        edits.append((group_by[0], group_by[1], ""))
 
     # Unaliased select items keep the name the raw query's column would have.
     for e in items:
         if not e.get("alias") and any(_within(at, _span(e)) for at, _, _ in edits):
             at, size = _span(e)
             edits.append((at + size, 0, f" AS {quote(_default_name(con, shape.node, e))}"))
-    relation, session = _relation(lake, catalog, namespace, source, name, spec, bounds)
+    relation = _relation(lake, catalog, name, spec, bounds)
     alias = shape.table_alias or source.split(".", 1)[1]
     at, size = shape.from_span
     edits.append((at, size, f"({relation}) AS {quote(alias)}"))
     text = select.encode("utf-8")
     for at, size, replacement in sorted(edits, key=lambda e: (e[0], -e[1]), reverse=True):
         text = text[:at] + replacement.encode("utf-8") + text[at + size:]
-    return text.decode("utf-8"), session
+    return text.decode("utf-8")
+
+
+def _groups_of(node: Dict[str, Any]) -> Optional[set]:
+    """The plain columns (lowercase) a query groups by besides its time_bucket, or None when it
+    groups by anything else."""
+    items = node["select_list"]
+    aliases = {e.get("alias", "").lower(): e for e in items if e.get("alias")}
+    if node.get("aggregate_handling") == "FORCE_AGGREGATES":
+        keys = [e for e in items if not _has_aggregate(e)]
+    else:
+        keys = []
+        for e in node.get("group_expressions", []):
+            if e.get("class") == "CONSTANT":
+                i = int(e.get("literal", {}).get("text", "0")) - 1
+                if not 0 <= i < len(items):
+                    return None
+                e = items[i]
+            elif e.get("class") == "COLUMN_REF" and len(e["column_names"]) == 1 and \
+                    e["column_names"][0].lower() in aliases:
+                e = aliases[e["column_names"][0].lower()]
+            keys.append(e)
+    out = set()
+    buckets = 0
+    for e in keys:
+        if e.get("class") == "FUNCTION" and e.get("function_name", "").lower() == "time_bucket":
+            buckets += 1
+        elif e.get("class") == "COLUMN_REF":
+            out.add(_column(e).lower())
+        else:
+            return None
+    return out if buckets >= 1 else None
+
+
+def _has_aggregate(expr: Dict[str, Any]) -> bool:
+    return any(isinstance(n, dict) and n.get("class") == "FUNCTION"
+               and n.get("function_name", "").lower() in _AGGREGATES | {"count_star"} for n in _tree.nodes(expr))
+
+
+def _group_by_span(select: str, node: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """The byte range of the query's `GROUP BY ...` clause, or None if it cannot be told."""
+    text = select.encode("utf-8")
+    tokens = duckdb.tokenize(select)
+    # Token offsets are character offsets into `select`; spans in the tree are byte offsets.
+    to_byte = (lambda i: len(select[:i].encode("utf-8"))) if len(text) != len(select) else (lambda i: i)
+    starts = [(to_byte(start), kind.name) for start, kind in tokens]
+    words = []
+    for i, (start, kind) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
+        words.append((start, text[start:end].strip().decode("utf-8", "replace").lower(), kind))
+    found = [i for i in range(len(words) - 1)
+             if words[i][1] == "group" and words[i][2] == "keyword" and words[i + 1][1] == "by"]
+    if len(found) != 1:
+        return None
+    begin = words[found[0]][0]
+    ends = [sum(_span(e)) for e in node.get("group_expressions", [])]
+    if node.get("aggregate_handling") == "FORCE_AGGREGATES":
+        if found[0] + 2 >= len(words) or words[found[0] + 2][1] != "all":
+            return None
+        ends = [words[found[0] + 2][0] + 3]
+    if not ends:
+        return None
+    end = max(ends)
+    following = [w for w in words if w[0] >= end]
+    if following and following[0][1] not in ("order", "limit", "offset", ";", "having"):
+        return None
+    return begin, end - begin
 
 
 def _within(at: int, span: Tuple[int, int]) -> bool:
@@ -310,6 +406,7 @@ def _default_name(con: duckdb.DuckDBPyConnection, node: Dict[str, Any], item: Di
     """The column name DuckDB gives an unaliased select item (its expression's rendering)."""
     shell = copy.deepcopy({k: v for k, v in node.items() if k != "select_list"})
     shell.update(select_list=[item], where_clause=None, group_expressions=[], group_sets=[], having=None,
+                 aggregate_handling="STANDARD_HANDLING",
                  modifiers=[], from_table={"type": "EMPTY", "alias": "", "sample": None, "query_location": 0})
     try:
         rendered = con.execute("SELECT json_deserialize_sql(?)",
@@ -401,21 +498,31 @@ def _instant(con: duckdb.DuckDBPyConnection, select: str, expr: Dict[str, Any]) 
         raise _NoRoute
     at, size = _span(expr)
     text = select.encode("utf-8")[at:at + size].decode("utf-8", "replace")
+    known = _INSTANTS.get(text)
+    if known is not None:
+        return known
     try:
         value = con.execute(f"SELECT epoch_us(({text})::TIMESTAMPTZ)").fetchall()[0][0]
     except duckdb.Error:
         raise _NoRoute from None
     if not isinstance(value, int):
         raise _NoRoute
+    if len(_INSTANTS) < 4096 and not _VOLATILE.search(text):
+        _INSTANTS[text] = value
     return value
+
+
+# Constant time expressions already evaluated (sessions are always UTC, so a text's value never
+# changes), except those that read the clock.
+_INSTANTS: Dict[str, int] = {}
+_VOLATILE = re.compile(r"now|current|today|random|get_|epoch_ms\(\)", re.IGNORECASE)
 
 
 def _us_literal(us: int, tz: bool) -> str:
     return f"make_timestamp({us})" + ("::TIMESTAMPTZ" if tz else "")
 
 
-def _relation(lake: Any, catalog: Any, namespace: str, source: str, name: str, spec: Spec,
-              bounds: _Bounds) -> Tuple[str, _Session]:
+def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -> str:
     """The SQL of the per-(bucket, group) relation the rewritten query reads (module docstring).
 
     The query's time range [lo, hi) splits into the buckets wholly inside it from `start` to
@@ -426,132 +533,123 @@ def _relation(lake: Any, catalog: Any, namespace: str, source: str, name: str, s
     rollup = lake._snapshot(name)
     if _rollup.spec_of(rollup.properties) is None:
         raise _NoRoute
-    reflected = rollup.recorded_batch_version(spec.app_id)
-    if reflected is None:
-        raise _NoRoute
-    plan = rollup.scan()
-    src = lake._snapshot(source)  # after the rollup's: its rows reflect no later source version
-    if src.id != spec.source_id:
-        raise _NoRoute
-    plan_src = src.scan()
-    declared = pa.schema(SchemaCapsule(plan.declared_schema))
+    ns, bare = name.split(".", 1)
+    r = _rollup.reading(catalog, ns, bare, rollup, spec)
+    if r.source is None or r.reflected is None:
+        raise _NoRoute  # the source was recreated, or the rollup never refreshed
+    declared = r.declared
     tz = declared.field(spec.bucket).type.tz is not None
     states = [c for c in declared.names if c not in [spec.bucket] + spec.groups]
     if spec.time_column.lower() in {c.lower() for c in states}:
         raise _NoRoute  # an aggregate named like the time column: the relation cannot hold both
-    start, end = _whole_buckets(catalog.con, spec, bounds)
-    horizon = _horizon(src.contract, plan_src)
+    start, end = _whole_buckets(spec, bounds)
+    horizon = _horizon(r.source.contract, r.plan_src)
     if horizon is not None:
-        start = max(start, _whole_buckets(catalog.con, spec, _Bounds(horizon, None))[0])
-    session = _Session(catalog, namespace)
-    try:
-        changed = _changed(session, spec, src, reflected, plan_src)
-        stored = session.view(plan)
-        raw = session.view(plan_src)
-        b, t, w = quote(spec.bucket), quote(spec.time_column), spec.width
-        lo = bounds.lo if bounds.lo is not None else _MIN_US
-        hi = bounds.hi if bounds.hi is not None else _MAX_US
+        start = max(start, _whole_buckets(spec, _Bounds(horizon, None))[0])
+    changed = r.changed()
+    if changed is None:
+        raise _NoRoute  # the changes since the refresh are unknown
+    stored = r.stored()
+    raw = r.raw()
+    b, t, w = quote(spec.bucket), quote(spec.time_column), spec.width
+    lo = bounds.lo if bounds.lo is not None else _MIN_US
+    hi = bounds.hi if bounds.hi is not None else _MAX_US
 
-        def at(us: int) -> str:
-            return _us_literal(us, tz)
+    def at(us: int) -> str:
+        return _us_literal(us, tz)
 
-        parts = []
-        groups = "".join(f", r.{quote(g)}" for g in spec.groups)
-        anti, pairs = "", None
-        if changed is not None and changed.num_rows:
-            pairs = session.register(changed)
-            on = " AND ".join([f"r.{b} = d.{b}"] + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-            anti = f" ANTI JOIN {pairs} d ON {on}"
-        if start < end:
-            parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)}" for c in states)
-                         + f" FROM {stored} r{anti} WHERE r.{ROWS} > 0 AND r.{b} >= {at(start)} AND r.{b} < {at(end)}")
-        raw_ranges = []  # (from, to, only changed pairs)
-        if start >= end:
-            raw_ranges.append((lo, hi, False))
-        else:
-            if lo < start:
-                raw_ranges.append((lo, start, False))
-            if end < hi:
-                raw_ranges.append((end, hi, False))
-            if pairs is not None:
-                c_lo, c_hi = _changed_range(catalog.con, spec, changed)
-                c_lo, c_hi = max(c_lo, start), min(c_hi, end)
-                if c_lo < c_hi:
-                    raw_ranges.append((c_lo, c_hi, True))
-        for r_lo, r_hi, only_changed in raw_ranges:
-            conditions = []
-            if r_lo > _MIN_US:
-                conditions.append(f"s.{t} >= {at(r_lo)}")
-            if r_hi < _MAX_US:
-                conditions.append(f"s.{t} < {at(r_hi)}")
-            rows = f"SELECT s.* FROM {raw} s"
-            if only_changed:
-                match = " AND ".join([f"time_bucket({w}, s.{t}) = d.{b}"]
-                                     + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
-                rows += f" SEMI JOIN {pairs} d ON {match}"
-            if conditions:
-                rows += " WHERE " + " AND ".join(conditions)
-            computed = _rollup.state_select(spec, declared, f"({rows})")
-            # Computed rows carry their earliest raw time (inside both the bucket and the query's
-            # time range) as the time column.
-            computed = computed.replace(" FROM ", f", min({t}) AS {quote('__timelake_first')} FROM ", 1)
-            columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}"] + [f"c.{quote(g)}" for g in spec.groups]
-                                + [f"c.{quote(s)}" for s in states])
-            parts.append(f"SELECT {columns} FROM ({computed}) c")
-    except BaseException:
-        session.close()
-        raise
+    parts = []
+    groups = "".join(f", r.{quote(g)}" for g in spec.groups)
+    anti, pairs = "", r.pairs()
+    if pairs is not None:
+        on = " AND ".join([f"r.{b} = d.{b}"] + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+        anti = f" ANTI JOIN {pairs} d ON {on}"
+    if start < end:
+        parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)}" for c in states)
+                     + f" FROM {stored} r{anti} WHERE r.{ROWS} > 0 AND r.{b} >= {at(start)} AND r.{b} < {at(end)}")
+    raw_ranges = []  # (from, to, only changed pairs)
+    if start >= end:
+        raw_ranges.append((lo, hi, False))
+    else:
+        if lo < start:
+            raw_ranges.append((lo, start, False))
+        if end < hi:
+            raw_ranges.append((end, hi, False))
+        if pairs is not None:
+            c_lo, c_hi = _changed_range(spec, changed)
+            c_lo, c_hi = max(c_lo, start), min(c_hi, end)
+            if c_lo < c_hi:
+                raw_ranges.append((c_lo, c_hi, True))
+    for r_lo, r_hi, only_changed in raw_ranges:
+        conditions = []
+        if r_lo > _MIN_US:
+            conditions.append(f"s.{t} >= {at(r_lo)}")
+        if r_hi < _MAX_US:
+            conditions.append(f"s.{t} < {at(r_hi)}")
+        rows = f"SELECT s.* FROM {raw} s"
+        if only_changed:
+            match = " AND ".join([f"time_bucket({w}, s.{t}) = d.{b}"]
+                                 + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
+            rows += f" SEMI JOIN {pairs} d ON {match}"
+        if conditions:
+            rows += " WHERE " + " AND ".join(conditions)
+        # Computed rows carry their earliest raw time (inside both the bucket and the query's
+        # time range) as the time column.
+        computed = _rollup.state_select(spec, declared, f"({rows})", extra=f"min({t}) AS {quote('__timelake_first')}")
+        columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}"] + [f"c.{quote(g)}" for g in spec.groups]
+                            + [f"c.{quote(s)}" for s in states])
+        parts.append(f"SELECT {columns} FROM ({computed}) c")
     if not parts:
         raise _NoRoute
-    return " UNION ALL BY NAME ".join(f"({p})" for p in parts), session
+    return " UNION ALL BY NAME ".join(f"({p})" for p in parts)
 
 
 _MIN_US = -(1 << 62)
 _MAX_US = 1 << 62
 
 
-def _whole_buckets(con: duckdb.DuckDBPyConnection, spec: Spec, bounds: _Bounds) -> Tuple[int, int]:
+def _whole_buckets(spec: Spec, bounds: _Bounds) -> Tuple[int, int]:
     """[start, end): the rollup buckets that lie wholly inside the bounds, in microseconds."""
     start, end = _MIN_US, _MAX_US
-    w = spec.width
     if bounds.lo is not None:
-        # The first bucket that starts at or after lo.
-        start = con.execute(
-            f"SELECT epoch_us(CASE WHEN b < x THEN b + {w} ELSE b END) FROM "
-            f"(SELECT x, time_bucket({w}, x) AS b FROM (SELECT make_timestamp(?::BIGINT) AS x))", [bounds.lo]).fetchall()[0][0]
+        floor = bucket_floor(spec, bounds.lo)
+        start = floor if floor == bounds.lo else bucket_floor(spec, bucket_next(spec, floor))
     if bounds.hi is not None:
-        # The end of the last bucket that ends at or before hi: the start of hi's bucket.
-        end = con.execute(f"SELECT epoch_us(time_bucket({w}, make_timestamp(?::BIGINT)))", [bounds.hi]).fetchall()[0][0]
+        end = bucket_floor(spec, bounds.hi)  # the last whole bucket ends where hi's begins
     return start, end
 
 
-def _changed_range(con: duckdb.DuckDBPyConnection, spec: Spec, changed: pa.Table) -> Tuple[int, int]:
+def _changed_range(spec: Spec, changed: pa.Table) -> Tuple[int, int]:
     import pyarrow.compute as pc
 
-    buckets = changed.column(spec.bucket).cast(pa.timestamp("us"))
-    lo, hi = pc.min(buckets).cast(pa.int64()).as_py(), pc.max(buckets).cast(pa.int64()).as_py()
-    hi = con.execute(f"SELECT epoch_us(make_timestamp(?::BIGINT) + {spec.width})", [hi]).fetchall()[0][0]
-    return lo, hi
+    buckets = changed.column(spec.bucket).cast(pa.timestamp("us")).cast(pa.int64())
+    return pc.min(buckets).as_py(), bucket_next(spec, pc.max(buckets).as_py())
 
 
-def _changed(session: _Session, spec: Spec, src: Any, reflected: int, plan_src: Any) -> Optional[pa.Table]:
-    """Pairs changed in the source since the rollup's refresh (cached like _rollup's reads)."""
-    version = plan_src.version
-    if reflected >= version:
-        return None
-    key = (spec.source_id, reflected, version)
-    with _rollup._CHANGED_LOCK:
-        changed = _rollup._CHANGED.get(key)
-    if changed is not None:
-        return changed
-    try:
-        plan_old = src.scan(version=reflected)
-    except KeyError:
-        raise _NoRoute from None
-    changed = session.changed_pairs(spec, src.contract, plan_old, plan_src)
-    with _rollup._CHANGED_LOCK:
-        _rollup._CHANGED[key] = changed
-    return changed
+# DuckDB's time_bucket origins: 2000-01-03 (a Monday) for widths in days and smaller units,
+# 2000-01-01 for widths in months.
+_ORIGIN_US = 946_857_600 * 1_000_000
+
+
+def bucket_floor(spec: Spec, us: int) -> int:
+    """time_bucket(spec.width, t) for t = `us` microseconds since the epoch (UTC)."""
+    if not spec.months:
+        return _ORIGIN_US + (us - _ORIGIN_US) // spec.micros * spec.micros
+    day = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
+    months = (day.year - 2000) * 12 + day.month - 1
+    months = months // spec.months * spec.months
+    start = dt.datetime(2000 + months // 12, months % 12 + 1, 1)
+    return (start - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+
+
+def bucket_next(spec: Spec, floor: int) -> int:
+    """The start of the bucket after the one starting at `floor`."""
+    if not spec.months:
+        return floor + spec.micros
+    day = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=floor)
+    months = (day.year - 2000) * 12 + day.month - 1 + spec.months
+    start = dt.datetime(2000 + months // 12, months % 12 + 1, 1)
+    return (start - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
 
 
 def _horizon(contract: Dict[str, Any], plan: Any) -> Optional[int]:

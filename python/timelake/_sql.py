@@ -254,10 +254,8 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
             catalog.use_fast_time_bucket(schemas)
         except duckdb.Error as e:
             raise RuntimeError(f"could not prepare the lake's tables for the query: {e}") from None
-        result = _execute(catalog, namespace, prefix, routed[0] if routed is not None else select)
+        result = _execute(catalog, namespace, prefix, routed if routed is not None else select)
     finally:
-        if routed is not None:
-            routed[1].close()
         catalog.end()  # the result is read: the copies it came from may be evicted
     return restore_result(result, catalog.declared, catalog.restored)
 

@@ -47,6 +47,12 @@ ROUTED = [
     "WHERE time >= TIMESTAMPTZ '2024-03-05 01:30:00+00' AND time < '2024-03-06 05:10' GROUP BY h HAVING count(*) > 1",
     "SELECT time_bucket(INTERVAL '1 hour', time) AS h, device_id, stddev_pop(temp) AS s FROM readings "
     "WHERE time BETWEEN '2024-03-05 00:10' AND '2024-03-05 23:00' AND device_id <> 'b' GROUP BY 1, 2",
+    # The rollup's own buckets and groups: answered row by row, without a GROUP BY.
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, device_id, count(temp), avg(temp) AS a, min(temp), "
+    "var_samp(temp) AS v, sum(temp) AS s FROM readings WHERE time < '2024-03-06 07:30' GROUP BY ALL "
+    "ORDER BY h, device_id LIMIT 50",
+    "SELECT device_id, time_bucket(INTERVAL '1 hour', time) AS h, max(temp) - min(temp) AS spread "
+    "FROM readings GROUP BY h, device_id ORDER BY spread DESC, h, device_id",
 ]
 
 
@@ -596,3 +602,64 @@ def test_time_travel_on_the_source_reads_the_raw_rows(quiet_lake):
     old = quiet_lake.sql(q, as_of=v)
     assert sorted(r["c"] for r in old.to_pylist()) == [6] * 6
     assert sorted(r["c"] for r in quiet_lake.sql(q).to_pylist()) == [12] * 6
+
+
+def test_random_histories_with_other_engines_deletes(quiet_lake, lake_path):
+    deltalake = pytest.importorskip("deltalake")
+    rng = random.Random(99)
+    t = make_readings(quiet_lake, dedup="last", properties={"timelake.backgroundCompaction": "false"})
+    start = at(2024, 3, 5)
+
+    def batch(n):
+        return iot_table([(start + dt.timedelta(microseconds=rng.randrange(0, 2 * 86400 * 10**6)), rng.choice("abcd"),
+                           round(rng.uniform(0, 50), 2)) for _ in range(n)])
+
+    t.append(batch(300))
+    quiet_lake.sql(HOURLY)
+    for step in range(10):
+        op = rng.choice(["append", "delete", "refresh", "compact"])
+        if op == "append":
+            t.append(batch(rng.randrange(1, 50)))
+        elif op == "delete":
+            hour = rng.randrange(0, 48)
+            lo = (start + dt.timedelta(hours=hour)).strftime("%Y-%m-%d %H:%M:%S")
+            hi = (start + dt.timedelta(hours=hour + rng.randrange(1, 6))).strftime("%Y-%m-%d %H:%M:%S")
+            deltalake.DeltaTable(str(table_dir(t))).delete(
+                f"device_id = '{rng.choice('abcd')}' AND time >= '{lo}' AND time < '{hi}'")
+        elif op == "refresh":
+            quiet_lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+        else:
+            t.maintain(rollups=False)
+        assert_exact(quiet_lake)
+    quiet_lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+    assert_same(stored_rows(quiet_lake), quiet_lake.sql(HOURLY_RAW, rollups=False))
+
+
+_EXIT_WHILE_REFRESHING = textwrap.dedent(
+    """
+    import sys
+    import timelake
+    sys.path.insert(0, sys.argv[2])
+    from helpers import IOT_SCHEMA, at, iot_series, iot_table
+    lake = timelake.Lake(sys.argv[1], storage_options={"timelake_rollup_refresh_interval": "0s"})
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table(iot_series(at(2024, 3, 5), 30)))
+    lake.sql("CREATE MATERIALIZED ROLLUP h AS SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, "
+             "avg(temp) AS a FROM readings GROUP BY 1, 2")
+    t.append(iot_table(iot_series(at(2024, 3, 6), 30)))  # queues a background refresh
+    print("exiting", flush=True)
+    """
+)
+
+
+def test_the_interpreter_exits_cleanly_while_a_background_refresh_runs(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    for i in range(3):
+        done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_REFRESHING, str(tmp_path / f"lake{i}"), here],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "exiting" in done.stdout and "terminate" not in done.stderr
+        lake = timelake.Lake(str(tmp_path / f"lake{i}"), storage_options=NO_REFRESH)
+        assert_same(lake.sql("SELECT * FROM h"), lake.sql(
+            "SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, avg(temp) AS a FROM readings GROUP BY 1, 2",
+            rollups=False))
