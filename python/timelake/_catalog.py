@@ -21,6 +21,7 @@ from ._render import view_sql
 from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
 from ._sql_filter import resolve as resolve_filter
 from ._sql_text import literal, quote
+from ._time_weighted import install as install_time_weighted_mean
 
 # DuckDB's time_bucket on TIMESTAMPTZ goes through ICU calendars (it honours the session time
 # zone), which costs 10-20x more than the same bucketing on a plain TIMESTAMP. Sessions here are
@@ -95,6 +96,7 @@ class Catalog:
 
     def _connect(self) -> None:
         self.con = confined_connection(self._directories, self._files)
+        install_time_weighted_mean(self.con)  # a TEMP macro: the configuration is locked
         self.generation += 1
         self._views: Dict[str, _View] = {}
         self._rollup_reads: Dict[str, Any] = {}  # rollup -> its _rollup.Reading on this connection

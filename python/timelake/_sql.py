@@ -24,7 +24,7 @@ from typing import Any, Dict, Tuple
 import duckdb
 import pyarrow as pa
 
-from . import _rollup, _route, _select, _tree
+from . import _gapfill, _rollup, _route, _select, _tree
 from ._capsules import SchemaCapsule, read_stream
 from ._catalog import Catalog, Reconnected, names_table, pruning_conjuncts, referenced_tables
 from ._sql_text import message
@@ -227,6 +227,9 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
         traveled = {(ns, name) for ns, name, _, _ in travels}
         current = [t for t in tables if t not in traveled or names_table(tree, t, namespace)]
     conjuncts = pruning_conjuncts(tree, current, namespace) if not travels else None
+    # Gap filling (time_bucket_gapfill, locf, interpolate) becomes plain DuckDB SQL (_gapfill);
+    # _route never routes such a statement (its tree still names them), so it reads the raw data.
+    select, conjuncts = _gapfill.rewrite(catalog.con, select, conjuncts)
     routed = None
     try:
         try:
