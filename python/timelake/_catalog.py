@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pyarrow as pa
 
-from . import _core, _rollup, _tree
+from . import _core, _tree
 from ._capsules import SchemaCapsule
 from ._confine import confined_connection, lake_directory, readable, table_directory
 from ._render import view_sql
@@ -155,9 +155,6 @@ class Catalog:
         """
         qualified = f"{ns}.{name}"
         handle = self.lake._snapshot(qualified)
-        spec = _rollup.spec_of(handle.properties)
-        if spec is not None:
-            return handle, self._add_rollup(ns, name, handle, spec)
         version = handle.version
         scan_filter = self._scan_filter(handle, conjuncts) if conjuncts else None
         cached = self._views.get(qualified)
@@ -178,18 +175,6 @@ class Catalog:
                                            len(plan.files), plan, paths)
         self._note_types(declared, restored)
         return handle, declared
-
-    def _add_rollup(self, ns: str, name: str, handle: Any, spec: Any) -> pa.Schema:
-        """A rollup's view: its stored rows, with the pairs changed in its source since its last
-        refresh aggregated from the raw rows (_rollup.current_view); made again only when the
-        rollup, its recorded source version or the source changed."""
-        declared, sql, reading = _rollup.current_view(self, ns, name, handle, spec)
-        if reading.view_sql != sql:
-            self.con.execute(f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(name)} AS {sql}")
-            reading.view_sql = sql
-        self._views.pop(f"{ns}.{name}", None)
-        self._note_types(declared, {})
-        return declared
 
     @property
     def cache_directory(self) -> Optional[str]:

@@ -39,90 +39,34 @@ of dropped chunks). Routing of source queries to rollups lives in _route.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import duckdb
 import pyarrow as pa
 
-from . import _core, _tree
-from ._capsules import SchemaCapsule, read_stream
+from . import _core
+from ._capsules import SchemaCapsule
+from ._catalog import Reconnected, referenced_tables
+from ._durations import chunk_end_us, chunk_start_us, duration_us
+from ._rollup_spec import (  # noqa: F401 - re-exported: what a rollup is
+    PROPERTY_QUERY, PROPERTY_SOURCE, PROPERTY_SOURCE_ID, PROPERTY_SPEC, ROWS, Aggregate, Spec, _DEVIATIONS,
+    _FUNCTIONS, spec_of)
 from ._sql_text import literal, message, quote
-
-PROPERTY_SOURCE = "timelake.rollup.source"
-PROPERTY_SOURCE_ID = "timelake.rollup.sourceId"
-PROPERTY_SPEC = "timelake.rollup.spec"
-PROPERTY_QUERY = "timelake.rollup.query"
-ROWS = "__rows"  # raw rows the pair holds; 0 marks a pair whose rows were deleted
 
 _STATEMENT = re.compile(r"\s*(CREATE|REFRESH|DROP)\s+MATERIALIZED\s+ROLLUP\b", re.IGNORECASE)
 _IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
 _NAME = re.compile(rf"\s*({_IDENT})(?:\s*\.\s*({_IDENT}))?", re.DOTALL)
 
-# What each aggregate function of a definition is stored as.
-_FUNCTIONS = {
-    "count_star": "count_star", "count": "count", "sum": "sum", "avg": "avg", "mean": "avg",
-    "min": "min", "max": "max", "first": "first", "last": "last", "first_value": "first",
-    "last_value": "last", "stddev": "stddev_samp", "stddev_samp": "stddev_samp",
-    "stddev_pop": "stddev_pop", "variance": "var_samp", "var_samp": "var_samp", "var_pop": "var_pop",
-}
-_DEVIATIONS = ("stddev_samp", "stddev_pop", "var_samp", "var_pop")
-
-
-@dataclass
-class Aggregate:
-    alias: str
-    function: str  # a value of _FUNCTIONS
-    column: Optional[str]  # None for count(*)
-
-
-@dataclass
-class Spec:
-    """A rollup's definition, as its table properties keep it."""
-
-    source: str  # "ns.table"
-    source_id: str  # the source's Delta table id when the rollup was made
-    time_column: str
-    bucket: str  # the bucket column's name
-    months: int  # the bucket width: months, or microseconds
-    micros: int
-    groups: List[str]
-    aggregates: List[Aggregate] = field(default_factory=list)
-
-    @property
-    def width(self) -> str:
-        return f"INTERVAL '{self.months} months'" if self.months else f"INTERVAL '{self.micros} microseconds'"
-
-    @property
-    def app_id(self) -> str:
-        return f"rollup:{self.source_id}"
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @staticmethod
-    def from_json(text: str) -> "Spec":
-        raw = json.loads(text)
-        raw["aggregates"] = [Aggregate(**a) for a in raw["aggregates"]]
-        return Spec(**raw)
-
-    def visible(self) -> List[str]:
-        return [self.bucket] + self.groups + [a.alias for a in self.aggregates]
-
-
-def spec_of(properties: Dict[str, str]) -> Optional[Spec]:
-    text = properties.get(PROPERTY_SPEC)
-    return Spec.from_json(text) if text else None
-
+# parse(con, select) -> (prefix, select, parse tree): _sql's statement reader, handed in by it.
+Parse = Callable[[Any, str], Tuple[str, str, Dict[str, Any]]]
 
 # -- statements --------------------------------------------------------------------------------
 
 
-def run_statement(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
+def run_statement(lake: Any, query: str, namespace: str, parse: Parse) -> Optional[pa.Table]:
     """Runs CREATE / REFRESH / DROP MATERIALIZED ROLLUP; None if `query` is none of them."""
     found = _STATEMENT.match(query)
     if found is None:
@@ -130,7 +74,7 @@ def run_statement(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
     verb = found.group(1).upper()
     rest = query[found.end():]
     if verb == "CREATE":
-        return _create_statement(lake, rest, namespace)
+        return _create_statement(lake, rest, namespace, parse)
     if_exists = False
     if verb == "DROP":
         guard = re.match(r"\s*IF\s+EXISTS\b", rest, re.IGNORECASE)
@@ -169,7 +113,7 @@ def _read_name(text: str, namespace: str, verb: str) -> Tuple[str, str]:
     return name, text[found.end():]
 
 
-def _create_statement(lake: Any, text: str, namespace: str) -> pa.Table:
+def _create_statement(lake: Any, text: str, namespace: str, parse: Parse) -> pa.Table:
     if_not_exists = False
     guard = re.match(r"\s*IF\s+NOT\s+EXISTS\b", text, re.IGNORECASE)
     if guard:
@@ -194,21 +138,18 @@ def _create_statement(lake: Any, text: str, namespace: str) -> pa.Table:
     select = text[as_clause.end():].strip().rstrip(";")
     if if_not_exists and name.lower() in {t.lower() for t in lake.tables()}:
         return _result(name, 0)
-    rows = create(lake, name, select, namespace, retention=options.get("retention"), chunk=options.get("chunk"))
+    rows = create(lake, name, select, namespace, parse, retention=options.get("retention"), chunk=options.get("chunk"))
     return _result(name, rows)
 
 
 # -- definitions -------------------------------------------------------------------------------
 
 
-def parse_definition(lake: Any, name: str, select: str, namespace: str) -> Tuple[Spec, pa.Schema]:
+def parse_definition(lake: Any, name: str, select: str, namespace: str, parse: Parse) -> Tuple[Spec, pa.Schema]:
     """The rollup's Spec and table schema from its SELECT; ValueError naming what is not a rollup."""
-    from ._catalog import referenced_tables
-    from ._sql import _statement
-
     where = f"rollup {name}"
     catalog = lake._catalog()
-    prefix, _, tree = _statement(catalog.con, select)
+    prefix, _, tree = parse(catalog.con, select)
     if prefix:
         raise ValueError(f"{where}: the definition is a SELECT, not EXPLAIN")
     node = tree["statements"][0]["node"]
@@ -493,10 +434,10 @@ class Registry:
 # -- create, refresh, drop ---------------------------------------------------------------------
 
 
-def create(lake: Any, name: str, select: str, namespace: str, retention: Optional[str] = None,
+def create(lake: Any, name: str, select: str, namespace: str, parse: Parse, retention: Optional[str] = None,
            chunk: Optional[str] = None) -> int:
     """Creates the rollup table and fills it; returns the rows written."""
-    spec, schema = parse_definition(lake, name, select, namespace)
+    spec, schema = parse_definition(lake, name, select, namespace, parse)
     if chunk is None:
         # Day chunks below daily buckets: a refresh's rows (recent buckets) then overlap one day's
         # file, so reads deduplicate a day of rows at most, not a month.
@@ -545,8 +486,6 @@ def refresh(lake: Any, name: str) -> int:
 def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
     """One refresh: the changed pairs recomputed, the rollup files holding them rewritten with the
     new rows in one commit (a concurrent commit that removed those files makes it read again)."""
-    from ._catalog import Reconnected
-
     for attempt in range(4):
         source = _source_handle(lake, name, spec)
         reflected = rollup.recorded_batch_version(spec.app_id)
@@ -734,8 +673,6 @@ def _horizon_us(contract: Dict[str, Any], plan: Any) -> Optional[int]:
     """For a source with a retention: the start of its oldest live chunk (microseconds)."""
     if not contract.get("retention"):
         return None
-    from ._durations import chunk_start_us
-
     starts = [s for f in plan.files if f.chunk and (s := chunk_start_us(contract.get("chunk"), f.chunk)) is not None]
     return min(starts) if starts else 1 << 62
 
@@ -771,8 +708,6 @@ def _dropped_by_retention(contract: Dict[str, Any], old: Dict[Any, Any], new: Di
     retention = contract.get("retention")
     if not retention or not removed:
         return set()
-    from ._durations import chunk_end_us, duration_us
-
     cutoff = int(time.time() * 1_000_000) - duration_us(retention)
     live_chunks = {f.chunk for f in new.values()}
     kept = set()
@@ -927,6 +862,20 @@ def current_view(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> T
     return visible, sql, r
 
 
+def add_view(catalog: Any, ns: str, name: str, handle: Any, spec: Spec) -> pa.Schema:
+    """Makes `ns.name` in the catalog's connection the rollup's view: its stored rows, with the
+    pairs changed in its source since its last refresh aggregated from the raw rows
+    (current_view); made again only when the rollup, its recorded source version or the source
+    changed. Returns the declared schema of its columns."""
+    declared, sql, reading = current_view(catalog, ns, name, handle, spec)
+    if reading.view_sql != sql:
+        catalog.con.execute(f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(name)} AS {sql}")
+        reading.view_sql = sql
+    catalog.forget(f"{ns}.{name}")  # what the catalog knew of a table of that name is stale
+    catalog._note_types(declared, {})
+    return declared
+
+
 def _described(a: Aggregate, spec: Spec) -> str:
     if a.function == "count_star":
         return "count(*)"
@@ -1068,8 +1017,6 @@ class Refresher:
 
 
 def _durations_us(text: str) -> int:
-    from ._durations import duration_us
-
     return duration_us(text)
 
 

@@ -48,7 +48,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
-from . import _core, _rollup
+from . import _core
+from ._rollup_spec import spec_of
 from ._capsules import SchemaCapsule, read_stream
 
 # Tests and benchmarks turn the path off to compare it with DuckDB's answers; ANSWERED counts the
@@ -437,7 +438,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     if len(found) != 1:
         raise _NotSimple  # unknown (DuckDB words the error) or ambiguous
     handle = lake._snapshot(found[0])
-    if _rollup.spec_of(handle.properties) is not None:
+    if spec_of(handle.properties) is not None:
         raise _NotSimple  # a rollup reads through its view (stored rows and changed pairs)
     contract = handle.contract
     time_name = contract.get("time_column")

@@ -198,13 +198,22 @@ def _interruptible(con: duckdb.DuckDBPyConnection, run):
     return box["value"]
 
 
+def _add_table(lake: Any, catalog: Catalog, ns: str, name: str, conjuncts: Any) -> pa.Schema:
+    """Makes `ns.name` current in the catalog: a table's view, or a rollup's (_rollup.add_view)."""
+    handle = lake._snapshot(f"{ns}.{name}")
+    spec = _rollup.spec_of(handle.properties)
+    if spec is not None:
+        return _rollup.add_view(catalog, ns, name, handle, spec)
+    return catalog.add_table(ns, name, conjuncts)[1]
+
+
 def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None, rollups: bool = True) -> pa.Table:
     _check_query(query)
     _check_namespace(namespace)
     wanted = as_of_spec(as_of)
     if wanted is None:
         # CREATE / REFRESH / DROP MATERIALIZED ROLLUP (_rollup): the only statements that write.
-        done = _rollup.run_statement(lake, query, namespace)
+        done = _rollup.run_statement(lake, query, namespace, _statement)
         if done is not None:
             return done
     if wanted is None:
@@ -246,7 +255,7 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
                         catalog._note_types(declared, {})
                         schemas = [declared]
                         break
-                    schemas = [catalog.add_table(ns, name, conjuncts)[1] for ns, name in current]
+                    schemas = [_add_table(lake, catalog, ns, name, conjuncts) for ns, name in current]
                     schemas += [catalog.add_travel(ns, name, view, spec) for ns, name, view, spec in travels]
                     break
                 except Reconnected:

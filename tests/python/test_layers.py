@@ -68,13 +68,15 @@ def test_the_check_sees_an_upward_include(tmp_path):
 # module of python/timelake/ -> level; a module imports only modules of lower levels (the
 # package's entry points, at the top, import the package itself).
 PY_LEVELS = {
-    "_core": 0, "_tree": 0, "_sql_text": 0, "_capsules": 0, "_types": 0,
+    "_core": 0, "_tree": 0, "_sql_text": 0, "_capsules": 0, "_types": 0, "_rollup_spec": 0,
     "_sql_filter": 1, "_select": 1, "_confine": 1, "_render": 1, "_travel": 1, "_sql_template": 1,
-    "_time_weighted": 1,
+    "_time_weighted": 1, "_durations": 1,
     "_catalog": 2, "_gapfill": 2,
-    "_sql": 3,
-    "__init__": 4,
-    "demo": 5, "cli": 6, "__main__": 7,
+    "_rollup": 3,
+    "_route": 4,
+    "_sql": 5,
+    "__init__": 6,
+    "demo": 7, "cli": 8, "__main__": 9,
 }
 
 
