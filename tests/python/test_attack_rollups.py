@@ -337,6 +337,56 @@ def test_a_rollup_statement_after_a_leading_comment(lake):
     assert out.to_pylist() == [{"rollup": "default.hourly", "rows": 6}]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "_route's relation exposes the rollup's stored columns (its aggregates' aliases, their state, "
+    "__rows) under their own names, and walk() lets a COLUMN_REF through when it names a select "
+    "alias: a query whose bucket alias is also a rollup column ('AS a' while the rollup keeps an "
+    "aggregate 'a') has its GROUP BY a bound to the stored column, and the routed query fails with "
+    "'column \"time\" must appear in the GROUP BY clause' where the raw query answers"))
+def test_a_query_alias_named_like_a_rollup_column(lake):
+    t = make_readings(lake)
+    t.append(iot_table(spread(100)))
+    lake.sql(HOURLY)
+    assert_routed_exact(lake, "SELECT time_bucket(INTERVAL '1 hour', time) AS a, count(*) AS c FROM readings GROUP BY a")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the Registry lists a lake's rollups at most once a second; a rollup another handle (process) "
+    "dropped meanwhile is still routed to, and _route._relation's lake._snapshot(name) raises "
+    "KeyError, which route() does not turn into _NoRoute: the source query fails instead of "
+    "reading the raw rows"))
+def test_a_rollup_dropped_by_another_handle_is_not_routed_to(lake, lake_path):
+    t = make_readings(lake)
+    t.append(iot_table(iot_series(at(2024, 3, 5), 12)))
+    lake.sql(HOURLY)
+    lake._rollups._ttl = 3600  # the registry's 1 s window, widened so that the test cannot miss it
+    q = "SELECT time_bucket(INTERVAL '1 day', time) AS d, avg(temp) AS a FROM readings GROUP BY 1"
+    assert_routed_exact(lake, q)
+    timelake.Lake(str(lake_path), storage_options=NO_REFRESH).drop_table("hourly")
+    assert_routed_exact(lake, q)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a late row into a bucket whose raw chunk the source's retention dropped makes the pair "
+    "'changed' (_Session.changed_pairs: the added file), so the refresh recomputes it from the raw "
+    "rows left (the late row alone) and the rollup loses the bucket's retained aggregate for good "
+    "(n 6 -> 1, and it stays 1 after retention drops the late row too): the rollup does not "
+    "survive the source's retention (issue 35, point 4)"))
+def test_a_late_row_into_a_retained_bucket_keeps_its_history(lake):
+    t = make_readings(lake, retention="3d", chunk="day")
+    now = dt.datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    old = now - dt.timedelta(days=10)
+    t.append(iot_table(iot_series(old, 6) + iot_series(now - dt.timedelta(hours=2), 6)))
+    lake.sql(HOURLY)
+    assert t.maintain()["partitions_dropped"] == 1
+    q = f"SELECT n, a FROM hourly WHERE b = TIMESTAMPTZ '{old.isoformat()}' AND device_id = 'a'"
+    assert lake.sql(q).to_pylist() == [{"n": 6, "a": 22.5}]
+    t.append(iot_table([(old + dt.timedelta(minutes=1), "a", 1000.0)]))
+    lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+    t.maintain()  # drops the late row's chunk again
+    assert lake.sql(q).to_pylist() == [{"n": 7, "a": pytest.approx((135 + 1000) / 7)}]
+
+
 _ABORT_AT_EXIT = textwrap.dedent(
     """
     import datetime as dt, glob, os, sys
@@ -369,11 +419,14 @@ _ABORT_AT_EXIT = textwrap.dedent(
     "predates rollups (a plain lake.sql in a thread does it too, on main) but the background "
     "refresher makes it reachable without user threads"))
 def test_a_failed_background_refresh_does_not_abort_the_process_at_exit(lake_path):
-    lake_path.mkdir(parents=True)
-    p = subprocess.run([sys.executable, "-c", _ABORT_AT_EXIT, str(lake_path)], capture_output=True, text=True,
-                       timeout=120)
-    assert "errors: ['default.r']" in p.stdout, p.stderr
-    assert p.returncode == 0, p.stderr[-500:]
+    # It aborts nearly every time, not every time: up to three runs, each must end well.
+    for attempt in range(3):
+        path = lake_path / str(attempt)
+        path.mkdir(parents=True)
+        p = subprocess.run([sys.executable, "-c", _ABORT_AT_EXIT, str(path)], capture_output=True, text=True,
+                           timeout=120)
+        assert "errors: ['default.r']" in p.stdout, p.stderr
+        assert p.returncode == 0, p.stderr[-500:]
 
 
 # -- attacks that held ------------------------------------------------------------------------------
@@ -514,6 +567,93 @@ def test_odd_but_valid_definitions_stay_exact(lake, definition, raw, routed):
     lake.sql("REFRESH MATERIALIZED ROLLUP r")
     assert_same(lake.sql("SELECT * FROM r"), lake.sql(raw or definition, rollups=False))
     assert_routed_exact(lake, routed)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT time_bucket(INTERVAL '2 hours', time) AS h, avg(temp) AS x FROM readings GROUP BY h HAVING x > 40 "
+    "ORDER BY x DESC, h LIMIT 3",
+    "SELECT time_bucket(INTERVAL '2 hours', time) AS h, avg(temp) AS x FROM readings GROUP BY h HAVING avg(temp) > 40",
+    "SELECT time_bucket(INTERVAL '2 hours', time) AS h, upper(device_id) AS d, max(temp) - min(temp) AS spread "
+    "FROM readings GROUP BY 1, device_id",
+    "SELECT time_bucket(INTERVAL '2 hours', time) AS h, sum(temp) / count(*) AS x, coalesce(avg(temp), 0) AS y, "
+    "count(*) > 20 AS big FROM readings GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 day', time) AS h, device_id, first(temp ORDER BY time) AS f, "
+    "last(temp ORDER BY time) AS l FROM readings GROUP BY 1, 2",
+    "SELECT DISTINCT time_bucket(INTERVAL '1 day', time) AS h, count(*) AS c FROM readings GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 day', time) AS h, CASE WHEN count(*) > 10 THEN avg(temp) ELSE max(temp) END AS c "
+    "FROM readings GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 day', time) AS h, device_id, stddev_samp(temp) AS s, variance(temp) AS v, "
+    "mean(temp) AS m FROM readings GROUP BY 1, 2",
+    "SELECT time_bucket(INTERVAL '1 day', time) AS h, device_id AS temp, count(*) AS c FROM readings GROUP BY 1, 2",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, count(*) AS c, avg(temp) AS x FROM readings "
+    "WHERE device_id = 'a' OR device_id = 'e' GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 hour', readings.time) AS h, count(*) AS c FROM readings GROUP BY 1",
+    'SELECT time_bucket(INTERVAL \'1 hour\', "TIME") AS h, "Device_ID", AVG("TEMP") AS c FROM readings GROUP BY 1, 2',
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, avg(temp) AS x FROM readings r WHERE r.time > '2024-03-05 02:30' "
+    "GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 hour', time) + INTERVAL '30 minutes' AS h, avg(temp) AS x FROM readings "
+    "GROUP BY time_bucket(INTERVAL '1 hour', time)",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, avg(temp)::DECIMAL(10,2) AS x FROM readings GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, sum(temp) AS x, sum(temp) AS x2 FROM readings GROUP BY 1 "
+    "ORDER BY x DESC NULLS LAST, h LIMIT 4 OFFSET 1",
+    # Not routable (kept as such): each reads the raw rows.
+    "SELECT time_bucket(INTERVAL '1 day', time) AS h, first(temp ORDER BY time DESC) AS f FROM readings GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, avg(temp) AS x FROM readings GROUP BY ROLLUP (1)",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, min(temp) AS x, arg_min(device_id, temp) AS y FROM readings "
+    "GROUP BY 1",
+    "SELECT time_bucket(INTERVAL '1 hour', time) AS h, count(*) AS c FROM readings "
+    "WHERE time >= '2024-03-05 02:30' AND device_id IN (SELECT 'a') GROUP BY 1",
+])
+def test_query_shapes_route_exactly_or_read_the_raw_rows(lake, query):
+    t = make_readings(lake)
+    t.append(iot_table([(at(2024, 3, 5) + dt.timedelta(minutes=7 * i, microseconds=i), "abcd"[i % 4],
+                         float((i * 37) % 101) if i % 11 else None) for i in range(400)]))
+    lake.sql("CREATE MATERIALIZED ROLLUP r AS SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, "
+             "avg(temp) AS a, count(*) AS n, min(temp) AS lo, max(temp) AS hi, first(temp ORDER BY time) AS f, "
+             "last(temp ORDER BY time) AS l, stddev(temp) AS sd FROM readings GROUP BY 1, 2")
+    t.append(iot_table([(at(2024, 3, 5, 3, 3), "a", 500.0), (at(2024, 3, 5, 7, 7), "e", 1.0)]))
+    assert_routed_exact(lake, query)
+
+
+def test_a_rollup_whose_first_refresh_never_ran_reads_the_raw_rows(lake, monkeypatch):
+    """A CREATE killed between making the table and its first refresh (simulated): the rollup
+    records no source version, reads the raw rows, is not routed to, and REFRESH completes it."""
+    t = make_readings(lake)
+    t.append(iot_table(spread(100)))
+
+    def killed(lake_, name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(timelake._rollup, "refresh", killed)
+    with pytest.raises(KeyboardInterrupt):
+        lake.sql(HOURLY)
+    monkeypatch.undo()
+    assert lake.table("hourly").info()["rollup"]["source_version"] is None
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
+    spy = RouteSpy(monkeypatch)
+    q = "SELECT time_bucket(INTERVAL '1 day', time) AS d, avg(temp) AS a FROM readings GROUP BY 1"
+    assert_routed_exact(lake, q)
+    assert spy.decisions == [False]
+    assert lake.sql("REFRESH MATERIALIZED ROLLUP hourly").to_pylist()[0]["rows"] == 36
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
+    assert_routed_exact(lake, q)
+
+
+def test_the_sources_removed_files_vacuumed_before_a_refresh(lake):
+    t = make_readings(lake, properties={"timelake.backgroundCompaction": "false",
+                                        "timelake.retentionDurationCheck": "false",
+                                        "delta.deletedFileRetentionDuration": "interval 0 seconds"})
+    t.append(iot_table(iot_series(at(2024, 3, 5), 12)))
+    t.append(iot_table(iot_series(at(2024, 3, 5, 5), 12)))
+    lake.sql(HOURLY)
+    t.append(iot_table(iot_series(at(2024, 3, 5, 9), 12)))
+    threading.Event().wait(1.1)
+    report = t.maintain(rollups=False)  # compacts, then vacuums the files the rollup's version reads
+    assert report["files_rewritten"] == 3 and report["objects_deleted"] >= 3
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
+    assert_routed_exact(lake, "SELECT time_bucket(INTERVAL '1 day', time) AS d, avg(temp) AS a FROM readings GROUP BY 1")
+    lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
 
 
 def test_two_rollups_of_one_source_refreshed_apart_and_the_coarser_is_picked(lake, monkeypatch):
