@@ -534,6 +534,10 @@ def test_a_failed_background_refresh_does_not_abort_the_process_at_exit(lake_pat
     "time >= TIMESTAMP '2024-03-05 03:00' AND time >= '2024-03-05 02:00' AND device_id <> 'b'",
     "time >= '2024-03-05 03:00:00.0000005'",  # below a microsecond
     "time >= '2030-01-01'",  # after every row
+    "time > '-infinity' AND time < 'infinity'",
+    "time >= '0001-01-01' AND time < '290000-01-01'",
+    "time > '2024-03-05 01:00'::TIMESTAMPTZ - INTERVAL '1 hour' AND time >= to_timestamp(1709600000)",
+    "time >= '2024-03-05T01:30:00Z' AND time > '1900-01-01 00:00:00-12'",
 ])
 def test_routed_time_bounds_of_every_shape(lake, bound):
     t = make_readings(lake)
@@ -1014,3 +1018,48 @@ def test_the_background_refresh_racing_drop_table_leaves_no_table(lake_path, del
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-500:]
     assert json.loads(p.stdout) == {"waited": True, "tables": [], "again": [], "left": []}
+
+
+_BACKGROUND_APPENDER = textwrap.dedent(
+    """
+    import datetime as dt, json, os, random, sys
+    import pyarrow as pa
+    import timelake
+    location, seed = sys.argv[1], int(sys.argv[2])
+    lake = timelake.Lake(location, storage_options={"timelake_rollup_refresh_interval": "0s"})
+    rng = random.Random(seed)
+    schema = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("device_id", pa.string()), ("temp", pa.float64())])
+    start = dt.datetime(2024, 3, 5, tzinfo=dt.timezone.utc)
+    t = lake.table("readings")
+    for i in range(12):
+        rows = [(start + dt.timedelta(microseconds=rng.randrange(0, 86400 * 10**6)), rng.choice("abcd"), rng.random())
+                for _ in range(rng.randrange(1, 30))]
+        t.append(pa.table({"time": [r[0] for r in rows], "device_id": [r[1] for r in rows],
+                           "temp": [r[2] for r in rows]}, schema=schema))
+    assert lake._refresher.wait(60)
+    print(json.dumps(lake._refresher.errors), flush=True)
+    os._exit(0)  # not the abort at exit (test_a_failed_background_refresh_does_not_abort_the_process_at_exit)
+    """
+)
+
+
+def test_appenders_with_background_refreshes_in_two_processes(lake, lake_path):
+    t = make_readings(lake)
+    t.append(iot_table(iot_series(at(2024, 3, 5), 12)))
+    lake.sql(HOURLY)
+    procs = [subprocess.Popen([sys.executable, "-c", _BACKGROUND_APPENDER, str(lake_path), str(seed)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    queries = ["SELECT time_bucket(INTERVAL '1 day', time) AS d, device_id, avg(temp) AS a, count(*) AS n, "
+               "sum(temp) AS s FROM readings GROUP BY 1, 2"]
+    errors: dict = {}
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-500:]
+        errors.update(json.loads(out))  # background refreshes that failed (the rollup stays exact)
+    assert lake.table("hourly").version > 1  # the appenders' background refreshes wrote to it
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
+    for q in queries:
+        assert_routed_exact(lake, q)
+    lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+    assert lake.table("hourly").info()["rollup"]["lag_versions"] == 0, errors
+    assert_same(lake.sql("SELECT * FROM hourly"), lake.sql(HOURLY_RAW, rollups=False))
