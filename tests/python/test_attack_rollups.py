@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -826,6 +825,27 @@ def test_a_rollup_in_another_namespace_than_its_source(lake):
         rollups=False))
     lake.drop_table("iot.readings")
     assert lake.tables() == []
+
+
+def test_column_names_that_need_quoting(lake):
+    schema = pa.schema([("Time", pa.timestamp("us", tz="UTC")), ("group", pa.string()), ("Temp Value", pa.float64()),
+                        ("sélection", pa.int64())])
+    t = lake.create_table("readings", schema, series_key=["group"])
+    n = 300
+    t.append(pa.table({"Time": [at(2024, 3, 5) + dt.timedelta(minutes=7 * i) for i in range(n)],
+                       "group": ["abc"[i % 3] for i in range(n)], "Temp Value": [float(i) for i in range(n)],
+                       "sélection": [i % 2 for i in range(n)]}, schema=schema))
+    definition = ('SELECT time_bucket(INTERVAL \'1 hour\', "Time") AS "Hour Start", "group", "sélection", '
+                  'avg("Temp Value") AS "avg value", max("Temp Value") AS "select" FROM readings GROUP BY ALL')
+    assert lake.sql("CREATE MATERIALIZED ROLLUP r AS " + definition).to_pylist() == [{"rollup": "default.r", "rows": 210}]
+    t.append(pa.table({"Time": [at(2024, 3, 5, 2, 2)], "group": ["a"], "Temp Value": [1000.0], "sélection": [1]},
+                      schema=schema))
+    assert_same(lake.sql("SELECT * FROM r"), lake.sql(definition, rollups=False))
+    assert_routed_exact(lake, 'SELECT time_bucket(INTERVAL \'1 day\', time) AS d, "GROUP", avg("temp value") AS a, '
+                              'max("Temp Value") AS m FROM readings WHERE "group" <> \'b\' AND time > \'2024-03-05 01:30\' '
+                              'GROUP BY 1, 2')
+    assert_routed_exact(lake, 'SELECT time_bucket(INTERVAL \'2 hours\', "Time") AS d, "sélection", avg("Temp Value") AS a '
+                              'FROM readings GROUP BY 1, 2')
 
 
 def test_two_rollups_of_one_source_refreshed_apart_and_the_coarser_is_picked(lake, monkeypatch):
