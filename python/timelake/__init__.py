@@ -298,7 +298,11 @@ class Table:
             # in-memory table stays the caller's, so copying it would only add to it.
             result = self._core.append(reader.__arrow_c_stream__(), batch_id, maintain, streamed)
             if not result["duplicate"]:
-                self._lake._refresher.appended(self._lake, self.name)
+                # The append is acknowledged: nothing after it may turn it into an error.
+                try:
+                    self._lake._refresher.appended(self._lake, self.name)
+                except Exception as e:  # noqa: BLE001 - kept where the refresher keeps its errors
+                    self._lake._refresher.errors[self.name] = f"{type(e).__name__}: {e}"
             return result
         except BaseException:
             # The list must not keep the exception: the exported reader (not seen by the garbage

@@ -60,6 +60,9 @@ _STATEMENT = re.compile(r"\s*(CREATE|REFRESH|DROP)\s+MATERIALIZED\s+ROLLUP\b", r
 _IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)'
 _NAME = re.compile(rf"\s*({_IDENT})(?:\s*\.\s*({_IDENT}))?", re.DOTALL)
 
+# Comments and white space before a statement.
+_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)+", re.DOTALL)
+
 # parse(con, select) -> (prefix, select, parse tree): _sql's statement reader, handed in by it.
 Parse = Callable[[Any, str], Tuple[str, str, Dict[str, Any]]]
 
@@ -68,7 +71,9 @@ Parse = Callable[[Any, str], Tuple[str, str, Dict[str, Any]]]
 
 def run_statement(lake: Any, query: str, namespace: str, parse: Parse) -> Optional[pa.Table]:
     """Runs CREATE / REFRESH / DROP MATERIALIZED ROLLUP; None if `query` is none of them."""
-    found = _STATEMENT.match(query)
+    found = _STATEMENT.match(_COMMENTS.sub(" ", query, count=1)) if _COMMENTS.match(query) else _STATEMENT.match(query)
+    if found is not None and _COMMENTS.match(query):
+        query = _COMMENTS.sub(" ", query, count=1)
     if found is None:
         return None
     verb = found.group(1).upper()
@@ -210,6 +215,8 @@ def parse_definition(lake: Any, name: str, select: str, namespace: str, parse: P
             items.append(("bucket", alias))
         elif expr.get("class") == "COLUMN_REF":
             f = column_of(expr, "a grouping column")
+            if f.name.lower() == time_column.lower():
+                raise ValueError(f"{where}: group by time_bucket(...) of the time column, not by {f.name!r} itself")
             if expr.get("alias") and expr["alias"] != f.name:
                 raise ValueError(f"{where}: grouping columns keep their names ({f.name!r} AS {expr['alias']!r} is not supported)")
             groups.append(f)
@@ -242,10 +249,12 @@ def parse_definition(lake: Any, name: str, select: str, namespace: str, parse: P
 
 
 def _text(select: str, expr: Dict[str, Any]) -> str:
+    """The expression's text: its location in the tree counts bytes of the UTF-8 text."""
     start, length = expr.get("query_location"), expr.get("query_location_length")
-    if start is None or length is None or start > len(select):
+    encoded = select.encode("utf-8")
+    if not isinstance(start, int) or not isinstance(length, int) or start > len(encoded):
         return "<expression>"
-    return select[start:start + length]
+    return encoded[start:start + length].decode("utf-8", "replace")
 
 
 _WIDTHS: Dict[str, Tuple[int, int]] = {}  # interval text -> (months, micros): dashboards repeat theirs
@@ -395,7 +404,9 @@ def state_select(spec: Spec, schema: pa.Schema, source: str, extra: str = "") ->
 
 class Registry:
     """The rollups of a lake by source, from the tables' properties; listed again at most once per
-    `ttl` seconds (a rollup made by another process is found within that)."""
+    `ttl` seconds (a rollup made by another process is found within that). It only says which
+    tables are rollups of which: the definition used is always read anew from the rollup's own
+    handle (a name may be dropped and made again with another)."""
 
     def __init__(self, ttl: float = 1.0) -> None:
         self._ttl = ttl
@@ -406,6 +417,7 @@ class Registry:
     def forget(self) -> None:
         with self._lock:
             self._listed_at = -1e18
+            self._known = {}
 
     def rollups_of(self, lake: Any, source: str, fresh: bool = False) -> List[Tuple[str, Spec]]:
         with self._lock:
@@ -447,7 +459,22 @@ def create(lake: Any, name: str, select: str, namespace: str, parse: Parse, rete
     lake._core.create_table(name, _schema_capsule(schema), spec.bucket, spec.groups or None, chunk, retention,
                             "last", properties)
     lake._rollups.forget()
-    return refresh(lake, name)
+    try:
+        return refresh(lake, name)
+    except BaseException:
+        _drop_half_made(lake, name)
+        raise
+
+
+def _drop_half_made(lake: Any, name: str) -> None:
+    """Nothing half made stays: a rollup goes with the first refresh that failed to fill it. (A
+    process killed in between leaves a rollup that records no source version: it reads the raw
+    rows, is not routed to, and its first refresh fills it.)"""
+    try:
+        lake._core.drop_table(name)
+    except KeyError:
+        pass
+    lake._rollups.forget()
 
 
 def _schema_capsule(schema: pa.Schema) -> Any:

@@ -68,5 +68,12 @@ class Spec:
 
 
 def spec_of(properties: Dict[str, str]) -> Optional[Spec]:
+    """The rollup a table's properties describe, or None: a table whose description cannot be read
+    (another engine may set any property) is read as the plain table it also is."""
     text = properties.get(PROPERTY_SPEC)
-    return Spec.from_json(text) if text else None
+    if not text:
+        return None
+    try:
+        return Spec.from_json(text)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

@@ -59,11 +59,15 @@ def route(lake: Any, catalog: Any, select: str, tree: Dict[str, Any], namespace:
         shape = _Shape(tree, select)
     except _NoRoute:
         return None
-    for name, spec in sorted(rollups, key=lambda r: -(r[1].months * 10**15 + r[1].micros)):
+    for name, _ in sorted(rollups, key=lambda r: -(r[1].months * 10**15 + r[1].micros)):
         try:
+            # The definition as the rollup's table says now (a name may have been made again).
+            spec = _rollup.spec_of(lake._snapshot(name).properties)
+            if spec is None or spec.source.lower() != source.lower():
+                continue
             return _rewrite(lake, catalog, select, namespace, source, name, spec, shape)
-        except _NoRoute:
-            continue
+        except (_NoRoute, KeyError):
+            continue  # KeyError: dropped by another process since the lake's rollups were listed
     return None
 
 
