@@ -335,6 +335,11 @@ def _check_group_by(node: Dict[str, Any], items: List[Tuple[str, Any]], groups: 
         raise ValueError(f"{where}: GROUP BY must list exactly the bucket and the grouping columns of the SELECT")
 
 
+# Sums of integer columns, as DuckDB gives them (HUGEINT, which Arrow receives as decimal128(38, 0)):
+# a bucket's sum may pass 2**63.
+_SUM_OF_INTEGERS = pa.decimal128(38, 0)
+
+
 def _is_integer(t: pa.DataType) -> bool:
     return pa.types.is_integer(t)
 
@@ -350,10 +355,10 @@ def _state_fields(a: Aggregate, columns: Dict[str, pa.Field], time_type: pa.Data
                          f"columns, not {source}")
     del numeric
     if a.function == "sum":
-        return [pa.field(a.alias, pa.int64() if _is_integer(source) else pa.float64())]
+        return [pa.field(a.alias, _SUM_OF_INTEGERS if _is_integer(source) else pa.float64())]
     if a.function == "avg":
         return [pa.field(a.alias, pa.float64()),
-                pa.field(f"{a.alias}__sum", pa.int64() if _is_integer(source) else pa.float64()),
+                pa.field(f"{a.alias}__sum", _SUM_OF_INTEGERS if _is_integer(source) else pa.float64()),
                 pa.field(f"{a.alias}__count", pa.int64(), False)]
     if a.function in ("min", "max"):
         return [pa.field(a.alias, source)]
@@ -371,7 +376,7 @@ def state_select(spec: Spec, schema: pa.Schema, source: str, extra: str = "") ->
         c = quote(a.column) if a.column else None
         alias = a.alias
         kind = {f.name: f.type for f in schema}
-        integer = lambda name: "BIGINT" if pa.types.is_integer(kind[name]) else "DOUBLE"  # noqa: E731
+        integer = lambda name: "DECIMAL(38, 0)" if pa.types.is_decimal(kind[name]) else "DOUBLE"  # noqa: E731
         if a.function == "count_star":
             out.append(f"count(*) AS {quote(alias)}")
         elif a.function == "count":
@@ -988,8 +993,11 @@ class Refresher:
             if self._queue and not self._stopped and (self._thread is None or not self._thread.is_alive()):
                 import weakref
 
+                # Not a daemon: a daemon thread stopped by the interpreter's exit inside native code
+                # (DuckDB, the core) aborts the process ("exception not rethrown"). The interpreter
+                # stops it before it waits for it (stop_refreshers, threading's own atexit).
                 self._thread = threading.Thread(target=self._run, args=(weakref.ref(lake),),
-                                                name="timelake-rollups", daemon=True)
+                                                name="timelake-rollups")
                 self._thread.start()
             self._lock.notify_all()
 
@@ -1050,3 +1058,9 @@ def _durations_us(text: str) -> int:
 def stop_refreshers() -> None:
     for refresher in list(_REFRESHERS or ()):
         refresher.stop()
+
+
+# Runs when the main thread ends, before the interpreter waits for non-daemon threads: the
+# refreshers' threads end then (a refresh in progress finishes first).
+if hasattr(threading, "_register_atexit"):
+    threading._register_atexit(stop_refreshers)

@@ -186,7 +186,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
                 if alias is None:
                     raise _NoRoute
                 alias += "__sum"
-            return total(quote(alias)) + ("::HUGEINT" if integer else "")
+            return total(quote(alias)) + ("::DECIMAL(38, 0)" if integer else "")
         if kind == "avg":
             avg = by_function.get(("avg", column))
             if avg is None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 from . import _gapfill, _rollup, _route, _select, _tree
 from ._capsules import SchemaCapsule, read_stream
 from ._catalog import Catalog, Reconnected, names_table, pruning_conjuncts, referenced_tables
-from ._sql_text import message
+from ._sql_text import message, quote
 from ._travel import as_of_spec, rewrite_travels, travel_views
 from ._types import restore_declared, restore_result
 
@@ -278,8 +278,12 @@ def run_latest(lake: Any, name: str) -> pa.Table:
     handle = lake._snapshot(name)
     spec = _rollup.spec_of(handle.properties)
     if spec is not None:
-        raise ValueError(f"{handle.name} is a rollup of {spec.source}: latest() answers for raw tables; "
-                         f"ask latest({spec.source!r}), or query the rollup with ORDER BY {spec.bucket} DESC")
+        # A rollup's newest bucket per group, as a query on it reads them (stored rows, and the
+        # pairs changed since its refresh from the raw rows).
+        ns, table = handle.name.split(".", 1)
+        partition = f"PARTITION BY {', '.join(quote(g) for g in spec.groups)} " if spec.groups else ""
+        return run_sql(lake, f"SELECT * FROM {quote(ns)}.{quote(table)} QUALIFY row_number() OVER "
+                             f"({partition}ORDER BY {quote(spec.bucket)} DESC) = 1", ns)
     try:
         rows = read_stream(handle.latest())
         declared = pa.schema(SchemaCapsule(handle.schema_capsule()))

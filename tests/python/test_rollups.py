@@ -671,7 +671,7 @@ def test_the_interpreter_exits_cleanly_while_a_background_refresh_runs(tmp_path)
             rollups=False))
 
 
-def test_a_rollup_takes_no_appends_and_has_no_latest(quiet_lake):
+def test_a_rollup_takes_no_appends_and_latest_reads_its_newest_buckets(quiet_lake):
     t = make_readings(quiet_lake)
     t.append(iot_table(iot_series(at(2024, 3, 5), 6)))
     quiet_lake.sql(HOURLY)
@@ -679,6 +679,9 @@ def test_a_rollup_takes_no_appends_and_has_no_latest(quiet_lake):
     with pytest.raises(ValueError, match="is a rollup"):
         quiet_lake.table("hourly").append(quiet_lake.sql("SELECT * FROM hourly"))
     assert quiet_lake.table("hourly").version == before
-    with pytest.raises(ValueError, match="latest"):
-        quiet_lake.latest("hourly")
+    # latest() of a rollup: the newest bucket of each group, as a query on the rollup reads it.
+    t.append(iot_table([(at(2024, 3, 5, 7, 1), "a", 5.0)]))  # not refreshed
+    newest = quiet_lake.latest("hourly").to_pylist()
+    assert sorted((r["device_id"], r["hour"], r["n"]) for r in newest) == [
+        ("a", at(2024, 3, 5, 7), 1), ("b", at(2024, 3, 5), 6), ("c", at(2024, 3, 5), 6)]
     assert quiet_lake.latest("readings").num_rows == 3
