@@ -629,6 +629,9 @@ class _Session:
         removed = {f.store_path for k, f in old.items() if k not in new}
         removed -= _dropped_by_retention(contract, old, new, removed)
         parts = []
+        columns = ", ".join([f"time_bucket({spec.width}, {quote(spec.time_column)}) AS {quote(spec.bucket)}"]
+                            + [quote(g) for g in spec.groups])
+        added_view = None
         for plan, paths in ((plan_now, added), (plan_old, removed)):
             if not paths:
                 continue
@@ -637,9 +640,21 @@ class _Session:
                 # A file the log names outside the table's folder has no store path: read all.
                 subset = plan
             view = self.view(subset)
-            columns = ", ".join([f"time_bucket({spec.width}, {quote(spec.time_column)}) AS {quote(spec.bucket)}"]
-                                + [quote(g) for g in spec.groups])
+            if plan is plan_now:
+                added_view = view
             parts.append(f"SELECT DISTINCT {columns} FROM {view}")
+        keys = [k for k in contract.get("series_key") or []]
+        if added_view is not None and contract.get("dedup") in ("last", "first") and \
+                not {g.lower() for g in spec.groups} <= {k.lower() for k in keys}:
+            # An upsert hides the older row of its key at read time, without its file changing;
+            # when the rollup groups by columns that are not the key, that row's pair changed too.
+            old_view = self.view(plan_old)
+            t = quote(spec.time_column)
+            on = " AND ".join([f"o.{t} = a.{t}"] + [f"o.{quote(k)} IS NOT DISTINCT FROM a.{quote(k)}" for k in keys])
+            bucket = f"time_bucket({spec.width}, o.{t}) AS {quote(spec.bucket)}"
+            parts.append(f"SELECT DISTINCT {', '.join([bucket] + [f'o.{quote(g)}' for g in spec.groups])} "
+                         f"FROM {old_view} o SEMI JOIN {added_view} a ON {on} "
+                         f"WHERE o.{t} >= (SELECT min({t}) FROM {added_view}) AND o.{t} <= (SELECT max({t}) FROM {added_view})")
         if not parts:
             return pa.table({spec.bucket: pa.array([], pa.timestamp("us", "UTC"))})
         return self.query(" UNION ".join(parts))
@@ -753,7 +768,8 @@ def _dropped_by_retention(contract: Dict[str, Any], old: Dict[Any, Any], new: Di
 
 # -- reading a rollup ---------------------------------------------------------------------------
 
-# (source id, recorded version, source version) -> the pairs changed between them; bounded.
+# (source id, the rollup's time column, width and groups, recorded version, source version) -> the
+# pairs changed between the versions; bounded.
 _CHANGED: Dict[Tuple[str, int, int], pa.Table] = {}
 _CHANGED_LOCK = threading.Lock()
 _CHANGED_SIZE = 64
@@ -809,7 +825,8 @@ class Reading:
         if self.reflected is None:
             self._changed = None
             return None
-        key = (spec.source_id, self.reflected, self.plan_src.version)
+        key = (spec.source_id, spec.time_column, spec.months, spec.micros, tuple(spec.groups), self.reflected,
+               self.plan_src.version)
         with _CHANGED_LOCK:
             changed = _CHANGED.get(key)
         if changed is None:

@@ -283,7 +283,9 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         raise _NoRoute
     if not aggregates:
         raise _NoRoute  # nothing aggregated: a plain GROUP BY reads the raw rows
-    bounds = _where(con, select, node.get("where_clause"), groups, time_column, shape)
+    time_type = pa.schema(SchemaCapsule(lake._snapshot(source).schema_capsule())).field(spec.time_column).type
+    cast = "TIMESTAMPTZ" if time_type.tz is not None else "TIMESTAMP"
+    bounds = _where(con, select, node.get("where_clause"), groups, time_column, shape, cast)
     # The query's buckets and groups are the rollup's own: each output row is one row of the
     # relation, so the GROUP BY goes and each aggregate becomes an expression of its row (no
     # hash aggregation over every stored row).
@@ -432,7 +434,7 @@ class _Bounds:
 
 
 def _where(con: duckdb.DuckDBPyConnection, select: str, where: Any, groups: set, time_column: str,
-           shape: _Shape) -> _Bounds:
+           shape: _Shape, cast: str) -> _Bounds:
     bounds = _Bounds()
     if not where:
         return bounds
@@ -454,7 +456,7 @@ def _where(con: duckdb.DuckDBPyConnection, select: str, where: Any, groups: set,
             continue  # applies to stored and computed rows alike
         if refs != [time_column]:
             raise _NoRoute
-        _time_bound(con, select, c, bounds, time_column)
+        _time_bound(con, select, c, bounds, time_column, cast)
     return bounds
 
 
@@ -463,21 +465,21 @@ _FLIP = {"COMPARE_GREATERTHAN": "COMPARE_LESSTHAN", "COMPARE_GREATERTHANOREQUALT
 
 
 def _time_bound(con: duckdb.DuckDBPyConnection, select: str, c: Dict[str, Any], bounds: _Bounds,
-                time_column: str) -> None:
+                time_column: str, cast: str) -> None:
     kind = c.get("type")
     if kind == "COMPARE_BETWEEN":
         if (_column(c["input"]) or "").lower() != time_column:
             raise _NoRoute
-        _narrow(bounds, "COMPARE_GREATERTHANOREQUALTO", _instant(con, select, c["lower"]))
-        _narrow(bounds, "COMPARE_LESSTHANOREQUALTO", _instant(con, select, c["upper"]))
+        _narrow(bounds, "COMPARE_GREATERTHANOREQUALTO", _instant(con, select, c["lower"], cast))
+        _narrow(bounds, "COMPARE_LESSTHANOREQUALTO", _instant(con, select, c["upper"], cast))
         return
     if kind not in _FLIP:
         raise _NoRoute
     left, right = c["left"], c["right"]
     if (_column(left) or "").lower() == time_column:
-        _narrow(bounds, kind, _instant(con, select, right))
+        _narrow(bounds, kind, _instant(con, select, right, cast))
     elif (_column(right) or "").lower() == time_column:
-        _narrow(bounds, _FLIP[kind], _instant(con, select, left))
+        _narrow(bounds, _FLIP[kind], _instant(con, select, left, cast))
     else:
         raise _NoRoute
 
@@ -496,29 +498,31 @@ def _narrow(bounds: _Bounds, kind: str, us: int) -> None:
     bounds.lo = lo if bounds.lo is None else max(bounds.lo, lo)
 
 
-def _instant(con: duckdb.DuckDBPyConnection, select: str, expr: Dict[str, Any]) -> int:
-    """A constant time expression in microseconds since the epoch (UTC)."""
+def _instant(con: duckdb.DuckDBPyConnection, select: str, expr: Dict[str, Any], cast: str) -> int:
+    """A constant time expression in microseconds since the epoch (UTC), read as the time column
+    reads it (`cast`: TIMESTAMPTZ, or TIMESTAMP for naive times, where a string's offset is
+    dropped as DuckDB drops it when it compares)."""
     if any(isinstance(n, dict) and n.get("class") in ("COLUMN_REF", "SUBQUERY") for n in _tree.nodes(expr)):
         raise _NoRoute
     at, size = _span(expr)
     text = select.encode("utf-8")[at:at + size].decode("utf-8", "replace")
-    known = _INSTANTS.get(text)
+    known = _INSTANTS.get((text, cast))
     if known is not None:
         return known
     try:
-        value = con.execute(f"SELECT epoch_us(({text})::TIMESTAMPTZ)").fetchall()[0][0]
+        value = con.execute(f"SELECT epoch_us(({text})::{cast})").fetchall()[0][0]
     except duckdb.Error:
         raise _NoRoute from None
     if not isinstance(value, int):
         raise _NoRoute
     if len(_INSTANTS) < 4096 and not _VOLATILE.search(text):
-        _INSTANTS[text] = value
+        _INSTANTS[(text, cast)] = value
     return value
 
 
 # Constant time expressions already evaluated (sessions are always UTC, so a text's value never
 # changes), except those that read the clock.
-_INSTANTS: Dict[str, int] = {}
+_INSTANTS: Dict[Tuple[str, str], int] = {}
 _VOLATILE = re.compile(r"now|current|today|random|get_|epoch_ms\(\)", re.IGNORECASE)
 
 
@@ -547,9 +551,12 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -
     if spec.time_column.lower() in {c.lower() for c in states}:
         raise _NoRoute  # an aggregate named like the time column: the relation cannot hold both
     start, end = _whole_buckets(spec, bounds)
-    horizon = _rollup._horizon_us(r.source.contract, r.plan_src)
-    if horizon is not None:
-        start = max(start, _whole_buckets(spec, _Bounds(horizon, None))[0])
+    # Buckets older than the source's oldest live chunk may hold rows its retention dropped, and
+    # those older than the rollup's own oldest chunk were dropped by the rollup's retention: both
+    # are read from the raw rows.
+    for horizon in (_rollup._horizon_us(r.source.contract, r.plan_src), _rollup._horizon_us(rollup.contract, r.plan)):
+        if horizon is not None:
+            start = max(start, _whole_buckets(spec, _Bounds(horizon, None))[0])
     changed = r.changed()
     if changed is None:
         raise _NoRoute  # the changes since the refresh are unknown

@@ -102,11 +102,6 @@ def test_a_rollup_recreated_under_its_name_with_another_width_routes_exactly(lak
     assert_routed_exact(lake, q)  # 8 hours of data: 8 rows, not one row holding the day's sum
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_rollup._CHANGED (and _route._changed) cache the changed pairs by (source id, recorded "
-    "version, source version) without the rollup's bucket width or groups: two rollups of one "
-    "source refreshed to the same version share an entry, so the daily rollup joins hourly pairs, "
-    "finds none of its buckets changed and serves its stale stored row"))
 def test_two_rollups_of_one_source_refreshed_together_both_stay_exact(lake):
     t = make_readings(lake)
     t.append(iot_table(iot_series(at(2024, 3, 5), 48)))
@@ -122,11 +117,6 @@ def test_two_rollups_of_one_source_refreshed_together_both_stay_exact(lake):
         "SELECT time_bucket(INTERVAL '1 day', time) AS b, sum(temp) AS s FROM readings GROUP BY 1", rollups=False))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_route._relation reads stored buckets back to the source's horizon only (_horizon: the "
-    "source's retention); the rollup's own retention (WITH (retention = ...), applied by "
-    "maintain() on the rollup) drops stored buckets whose raw rows the source still has, and a "
-    "routed query on the source silently loses them"))
 def test_a_routed_query_is_exact_after_the_rollups_own_retention(lake):
     t = make_readings(lake)
     now = dt.datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -314,12 +304,6 @@ SITES = pa.schema([("time", pa.timestamp("us", tz="UTC")), ("device_id", pa.stri
                    ("temp", pa.float64())])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with dedup 'last' an upsert hides the older row of its key at read time without removing its "
-    "file; _Session.changed_pairs only recomputes the pairs of added and removed files, so when the "
-    "upsert changes a grouping column that is not in the series key (site x -> z), the old pair "
-    "(bucket, x) keeps counting the hidden row: the rollup and routed queries are wrong, even "
-    "after REFRESH (until a compaction rewrites the file)"))
 def test_an_upsert_that_moves_a_row_to_another_group(lake):
     t = make_readings(lake, schema=SITES, dedup="last")
     t.append(pa.table({"time": [at(2024, 3, 5, 0, i) for i in range(4)], "device_id": ["a", "a", "b", "b"],
@@ -354,11 +338,6 @@ def test_an_upsert_under_dedup_first_and_a_compaction_keep_groups_exact(lake):
 NAIVE = pa.schema([("time", pa.timestamp("us")), ("device_id", pa.string()), ("temp", pa.float64())])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_route._instant reads every time bound as (literal)::TIMESTAMPTZ, but against a naive "
-    "(timestamp without time zone) column DuckDB casts a string literal to TIMESTAMP, dropping "
-    "its '+05' offset: the routed query splits edge and whole buckets at 20:30 the day before "
-    "while its WHERE filters at 01:30, losing the 01:30-02:00 rows"))
 def test_a_naive_source_with_an_offset_in_a_string_bound(lake):
     t = make_readings(lake, schema=NAIVE)
     t.append(iot_table([(dt.datetime(2024, 3, 5) + dt.timedelta(minutes=7 * i), "abc"[i % 3], float(i))
