@@ -18,6 +18,7 @@ from . import _core, _tree
 from ._capsules import SchemaCapsule
 from ._confine import confined_connection, lake_directory, readable, table_directory
 from ._render import view_sql
+from ._rollup_spec import ROWS, spec_of
 from ._sql_filter import Conjunct, ScanFilter, filter_conjuncts
 from ._sql_filter import resolve as resolve_filter
 from ._sql_text import literal, quote
@@ -188,9 +189,19 @@ class Catalog:
         handle = self.lake._snapshot(f"{ns}.{name}")
         plan = handle.scan(**spec)
         key = f"{ns}.{view}"
-        declared, restored, registered, _ = self._make_view(ns, view, plan, self._travel_empty.pop(key, None))
+        rollup = spec_of(handle.properties)
+        # A rollup as it was: its stored rows under a view of their own, shown as a query on the
+        # rollup shows them (its defined columns; no pair without rows).
+        stored = f"{view}__stored" if rollup is not None else view
+        declared, restored, registered, _ = self._make_view(ns, stored, plan, self._travel_empty.pop(key, None))
         if registered is not None:
             self._travel_empty[key] = registered
+        if rollup is not None:
+            visible = [n for n in rollup.visible() if n in declared.names]
+            self.con.execute(
+                f"CREATE OR REPLACE VIEW {quote(ns)}.{quote(view)} AS SELECT {', '.join(quote(n) for n in visible)} "
+                f"FROM {quote(ns)}.{quote(stored)} WHERE {quote(ROWS)} > 0")
+            declared = pa.schema([declared.field(n) for n in visible])
         self._note_types(declared, restored)
         return declared
 

@@ -131,8 +131,13 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         by_function[(a.function, (a.column or "").lower())] = a.alias
     edits: List[Tuple[int, int, str]] = []
     aggregates: List[Dict[str, Any]] = []
+    grand_states: set = set()  # deviations merged across rows: their grand mean per output group
     widths: set = set()
     con = catalog.con
+
+    def st(name: str) -> str:
+        """A stored state column as the relation names it (apart from any name the query uses)."""
+        return quote(_STATE + name)
 
     def merge(expr: Dict[str, Any], identity: bool = False) -> str:
         """The aggregate over the relation's state; with `identity` (each output row is one row of
@@ -150,7 +155,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         if kind == "count_star":
             if args or orders:
                 raise _NoRoute
-            return f"{ROWS}::BIGINT" if identity else f"sum({ROWS})::BIGINT"
+            return f"{st(ROWS)}::BIGINT" if identity else f"sum({st(ROWS)})::BIGINT"
         if len(args) != 1 or _column(args[0]) is None:
             raise _NoRoute
         column = _column(args[0]).lower()
@@ -162,22 +167,22 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             if alias is None:
                 raise _NoRoute
             if identity:
-                return quote(alias)
-            return f"{kind}({quote(alias)} ORDER BY {quote(alias + '__time')})"
+                return st(alias)
+            return f"{kind}({st(alias)} ORDER BY {st(alias + '__time')})"
         if orders:
             raise _NoRoute
         total = (lambda x: x) if identity else (lambda x: f"sum({x})")  # noqa: E731
         if kind == "count":
             alias = by_function.get(("count", column))
             if alias is not None:
-                return f"{total(quote(alias))}::BIGINT"
+                return f"{total(st(alias))}::BIGINT"
             state = _state_with_count(by_function, column)
-            return f"{total(quote(state + '__count'))}::BIGINT"
+            return f"{total(st(state + '__count'))}::BIGINT"
         if kind in ("min", "max"):
             alias = by_function.get((kind, column))
             if alias is None:
                 raise _NoRoute
-            return quote(alias) if identity else f"{kind}({quote(alias)})"
+            return st(alias) if identity else f"{kind}({st(alias)})"
         if kind == "sum":
             alias = by_function.get(("sum", column))
             integer = _integer(spec, column, lake, source)
@@ -186,21 +191,21 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
                 if alias is None:
                     raise _NoRoute
                 alias += "__sum"
-            return total(quote(alias)) + ("::DECIMAL(38, 0)" if integer else "")
+            return total(st(alias)) + ("::DECIMAL(38, 0)" if integer else "")
         if kind == "avg":
             avg = by_function.get(("avg", column))
             if avg is None:
                 raise _NoRoute
             if identity:
-                return quote(avg)  # the stored average, as the raw rows gave it
-            return f"(sum({quote(avg + '__sum')})::DOUBLE / sum({quote(avg + '__count')}))"
+                return st(avg)  # the stored average, as the raw rows gave it
+            return f"(sum({st(avg + '__sum')})::DOUBLE / sum({st(avg + '__count')}))"
         # deviations: merged from count, mean and M2 (Chan et al.)
         state = next((by_function[(k, column)] for k in _rollup._DEVIATIONS if (k, column) in by_function), None)
         if state is None:
             raise _NoRoute
         if identity and (kind, column) in by_function:
-            return quote(by_function[(kind, column)])  # stored as the raw rows gave it
-        n, mean, m2 = (quote(state + s) for s in ("__count", "__mean", "__m2"))
+            return st(by_function[(kind, column)])  # stored as the raw rows gave it
+        n, mean, m2 = (st(state + s) for s in ("__count", "__mean", "__m2"))
         if identity:
             if kind == "var_pop":
                 return f"({m2} / nullif({n}, 0))"
@@ -209,9 +214,17 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             if kind == "var_samp":
                 return f"(CASE WHEN {n} > 1 THEN {m2} / ({n} - 1) END)"
             return f"(CASE WHEN {n} > 1 THEN sqrt({m2} / ({n} - 1)) END)"
+        # M2 = sum(m2_i) + sum(n_i (mean_i - K)^2) - (sum(n_i (mean_i - K)))^2 / N, exact for any
+        # pivot K and stable for a K near the data: each row carries its output group's mean over
+        # the relation (a window over the group, _relation; rows the query's WHERE drops count in
+        # it, so it is only a pivot). The textbook sum(n mean^2) - N grand^2 cancels
+        # catastrophically far from zero.
+        grand_states.add(state)
+        pivot = st(state + "__grand")
         total = f"sum({n})"
-        grand = f"(sum({n} * {mean}) / nullif({total}, 0))"
-        squares = f"(sum({m2} + {n} * {mean} * {mean}) - {total} * {grand} * {grand})"
+        shift = f"({mean} - {pivot})"
+        squares = (f"(sum({m2}) + sum({n} * {shift} * {shift}) - "
+                   f"sum({n} * {shift}) * sum({n} * {shift}) / nullif({total}, 0))")
         squares = f"greatest({squares}, 0)"
         if kind == "var_pop":
             return f"({squares} / nullif({total}, 0))"
@@ -302,7 +315,14 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         if not e.get("alias") and any(_within(at, _span(e)) for at, _, _ in edits):
             at, size = _span(e)
             edits.append((at + size, 0, f" AS {quote(_default_name(con, shape.node, e))}"))
-    relation = _relation(lake, catalog, name, spec, bounds)
+    if grand_states:
+        query_groups = _groups_of(node)
+        if query_groups is None:
+            raise _NoRoute  # deviations need the output groups spelled out
+        grand = ((months, micros), sorted(query_groups), sorted(grand_states))
+    else:
+        grand = None
+    relation = _relation(lake, catalog, name, spec, bounds, grand)
     alias = shape.table_alias or source.split(".", 1)[1]
     at, size = shape.from_span
     edits.append((at, size, f"({relation}) AS {quote(alias)}"))
@@ -530,7 +550,7 @@ def _us_literal(us: int, tz: bool) -> str:
     return f"make_timestamp({us})" + ("::TIMESTAMPTZ" if tz else "")
 
 
-def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -> str:
+def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, grand: Any = None) -> str:
     """The SQL of the per-(bucket, group) relation the rewritten query reads (module docstring).
 
     The query's time range [lo, hi) splits into the buckets wholly inside it from `start` to
@@ -576,7 +596,7 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -
         on = " AND ".join([f"r.{b} = d.{b}"] + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
         anti = f" ANTI JOIN {pairs} d ON {on}"
     if start < end:
-        parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)}" for c in states)
+        parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)} AS {quote(_STATE + c)}" for c in states)
                      + f" FROM {stored} r{anti} WHERE r.{ROWS} > 0 AND r.{b} >= {at(start)} AND r.{b} < {at(end)}")
     raw_ranges = []  # (from, to, only changed pairs)
     if start >= end:
@@ -608,13 +628,24 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds) -
         # time range) as the time column.
         computed = _rollup.state_select(spec, declared, f"({rows})", extra=f"min({t}) AS {quote('__timelake_first')}")
         columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}"] + [f"c.{quote(g)}" for g in spec.groups]
-                            + [f"c.{quote(s)}" for s in states])
+                            + [f"c.{quote(s)} AS {quote(_STATE + s)}" for s in states])
         parts.append(f"SELECT {columns} FROM ({computed}) c")
     if not parts:
         raise _NoRoute
-    return " UNION ALL BY NAME ".join(f"({p})" for p in parts)
+    union = " UNION ALL BY NAME ".join(f"({p})" for p in parts)
+    if grand is None:
+        return union
+    (months, micros), query_groups, grand_states = grand
+    width = f"INTERVAL '{months} months'" if months else f"INTERVAL '{micros} microseconds'"
+    window = ", ".join([f"time_bucket({width}, {t})"] + [quote(g) for g in query_groups])
+    means = ", ".join(
+        f"sum({quote(_STATE + s + '__count')} * {quote(_STATE + s + '__mean')}) OVER w / "
+        f"nullif(sum({quote(_STATE + s + '__count')}) OVER w, 0) AS {quote(_STATE + s + '__grand')}"
+        for s in grand_states)
+    return f"SELECT *, {means} FROM ({union}) WINDOW w AS (PARTITION BY {window})"
 
 
+_STATE = "__tl_"  # the relation's names for stored state columns
 _MIN_US = -(1 << 62)
 _MAX_US = 1 << 62
 
