@@ -525,6 +525,8 @@ def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
         target = plan_now.version
         if reflected is not None and reflected >= target:
             return 0
+        if _follow_widening(rollup, spec, source):
+            continue  # the rollup's schema changed: read it again
         stored = rollup.scan()
         schema = pa.schema(SchemaCapsule(stored.declared_schema))
         plan_old = None
@@ -547,6 +549,26 @@ def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
             raise
         return 0 if result["duplicate"] else recomputed
     raise RuntimeError(f"rollup {name}: could not refresh it after 4 attempts (the source's files kept changing)")
+
+
+def _follow_widening(rollup: Any, spec: Spec, source: Any) -> bool:
+    """Widens the rollup's columns that keep source values (min, max, first, last) when the source
+    widened their column (Table.widen_columns); True if it did. Other columns keep their types:
+    sums and deviations are double or decimal(38, 0) already, and grouping columns that are the
+    source's series key cannot be widened."""
+    declared = pa.schema(SchemaCapsule(source.schema_capsule()))
+    columns = {f.name.lower(): f.type for f in declared}
+    mine = pa.schema(SchemaCapsule(rollup.schema_capsule()))
+    wider = []
+    for a in spec.aggregates:
+        if a.function in ("min", "max", "first", "last"):
+            wanted = columns.get(a.column.lower())
+            if wanted is not None and mine.field(a.alias).type != wanted:
+                wider.append(pa.field(a.alias, wanted))
+    if not wider:
+        return False
+    rollup.widen_columns(_schema_capsule(pa.schema(wider)))
+    return True
 
 
 def _source_handle(lake: Any, name: str, spec: Spec) -> Any:
