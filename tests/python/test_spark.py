@@ -398,3 +398,18 @@ def test_nested_fields_spark_widened_read_and_keep_their_history(spark, lake, la
     theirs = spark.read.format("delta").load(str(path)).orderBy("id").toArrow()
     assert theirs.column("id").to_pylist() == [1, 2]
     assert theirs.column("st").to_pylist() == [{"x": 4}, {"x": 2**42}]
+
+
+def test_spark_reads_a_rollup_as_timelake_does(spark, lake, lake_path):
+    """A rollup is a Delta table of its own: after refreshes that rewrote some of its files, Spark
+    reads one row per (bucket, group), the rows a query on the rollup returns."""
+    lake = type(lake)(lake.location, storage_options={"timelake_rollup_refresh_interval": "off"})
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], dedup="last")
+    _fill(t)
+    lake.sql("CREATE MATERIALIZED ROLLUP hourly AS SELECT time_bucket(INTERVAL '1 hour', time) AS hour, device_id, "
+             "avg(temp) AS temp, count(*) AS n, max(temp) AS high FROM readings GROUP BY 1, 2")
+    for k in range(3):  # late rows and upserts, each followed by a refresh
+        t.append(iot_table([(T0 + k * HOUR, "a", 500.0 + k), (T0 + 30 * HOUR, "b", float(k))]))
+        lake.sql("REFRESH MATERIALIZED ROLLUP hourly")
+    columns = ["hour", "device_id", "temp", "n", "high"]
+    assert _spark_rows(spark, _path(lake_path, "hourly"), columns) == _ours(lake, "hourly", columns)
