@@ -39,6 +39,7 @@ of dropped chunks). Routing of source queries to rollups lives in _route.
 
 from __future__ import annotations
 
+import random
 import re
 import threading
 import time
@@ -518,7 +519,10 @@ def refresh(lake: Any, name: str) -> int:
 def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
     """One refresh: the changed pairs recomputed, the rollup files holding them rewritten with the
     new rows in one commit (a concurrent commit that removed those files makes it read again)."""
-    for attempt in range(4):
+    attempts = 10
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(random.uniform(0, 0.01 * 2 ** min(attempt, 6)))  # backoff with jitter
         source = _source_handle(lake, name, spec)
         reflected = rollup.recorded_batch_version(spec.app_id)
         plan_now = source.scan()
@@ -544,11 +548,11 @@ def _refresh(lake: Any, name: str, rollup: Any, spec: Spec) -> int:
         try:
             result = rollup.append(rows.__arrow_c_stream__(), spec.app_id, False, False, target, replaced)
         except RuntimeError as e:
-            if "commit conflict" in str(e) and attempt < 3:
+            if "commit conflict" in str(e) and attempt < attempts - 1:
                 continue  # another commit rewrote (or compacted) those files: read them again
             raise
         return 0 if result["duplicate"] else recomputed
-    raise RuntimeError(f"rollup {name}: could not refresh it after 4 attempts (the source's files kept changing)")
+    raise RuntimeError(f"rollup {name}: could not refresh it after {attempts} attempts (its files kept changing)")
 
 
 def _follow_widening(rollup: Any, spec: Spec, source: Any) -> bool:

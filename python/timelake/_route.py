@@ -596,8 +596,15 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, g
         on = " AND ".join([f"r.{b} = d.{b}"] + [f"r.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
         anti = f" ANTI JOIN {pairs} d ON {on}"
     if start < end:
-        parts.append(f"SELECT r.{b} AS {t}{groups}, " + ", ".join(f"r.{quote(c)} AS {quote(_STATE + c)}" for c in states)
-                     + f" FROM {stored} r{anti} WHERE r.{ROWS} > 0 AND r.{b} >= {at(start)} AND r.{b} < {at(end)}")
+        # Stored rows: the changed pairs' buckets [c_lo, c_hi) anti-joined with them, the buckets
+        # before and after read as they are (no join over every stored row).
+        c_lo, c_hi = _changed_range(spec, r.changed()) if pairs is not None else (end, end)
+        c_lo, c_hi = min(max(c_lo, start), end), max(min(c_hi, end), start)
+        select_stored = (f"SELECT r.{b} AS {t}{groups}, "
+                         + ", ".join(f"r.{quote(c)} AS {quote(_STATE + c)}" for c in states) + f" FROM {stored} r")
+        for s_lo, s_hi, join in ((start, c_lo, ""), (c_lo, c_hi, anti), (c_hi, end, "")):
+            if s_lo < s_hi:
+                parts.append(f"{select_stored}{join} WHERE r.{ROWS} > 0 AND r.{b} >= {at(s_lo)} AND r.{b} < {at(s_hi)}")
     raw_ranges = []  # (from, to, only changed pairs)
     if start >= end:
         raw_ranges.append((lo, hi, False))
