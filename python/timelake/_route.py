@@ -207,13 +207,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
             return st(by_function[(kind, column)])  # stored as the raw rows gave it
         n, mean, m2 = (st(state + s) for s in ("__count", "__mean", "__m2"))
         if identity:
-            if kind == "var_pop":
-                return f"({m2} / nullif({n}, 0))"
-            if kind == "stddev_pop":
-                return f"sqrt({m2} / nullif({n}, 0))"
-            if kind == "var_samp":
-                return f"(CASE WHEN {n} > 1 THEN {m2} / ({n} - 1) END)"
-            return f"(CASE WHEN {n} > 1 THEN sqrt({m2} / ({n} - 1)) END)"
+            return _deviation(kind, m2, n)
         # M2 = sum(m2_i) + sum(n_i (mean_i - K)^2) - (sum(n_i (mean_i - K)))^2 / N, exact for any
         # pivot K and stable for a K near the data: each row carries its output group's mean over
         # the relation (a window over the group, _relation; rows the query's WHERE drops count in
@@ -225,14 +219,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         shift = f"({mean} - {pivot})"
         squares = (f"(sum({m2}) + sum({n} * {shift} * {shift}) - "
                    f"sum({n} * {shift}) * sum({n} * {shift}) / nullif({total}, 0))")
-        squares = f"greatest({squares}, 0)"
-        if kind == "var_pop":
-            return f"({squares} / nullif({total}, 0))"
-        if kind == "stddev_pop":
-            return f"sqrt({squares} / nullif({total}, 0))"
-        if kind == "var_samp":
-            return f"(CASE WHEN {total} > 1 THEN {squares} / ({total} - 1) END)"
-        return f"(CASE WHEN {total} > 1 THEN sqrt({squares} / ({total} - 1)) END)"
+        return _deviation(kind, f"greatest({squares}, 0)", total)
 
     def walk(expr: Any, inside_aggregate: bool = False) -> None:
         """Checks `expr` (outside aggregates) and records the edits its aggregates need."""
@@ -330,6 +317,17 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
     for at, size, replacement in sorted(edits, key=lambda e: (e[0], -e[1]), reverse=True):
         text = text[:at] + replacement.encode("utf-8") + text[at + size:]
     return text.decode("utf-8")
+
+
+def _deviation(kind: str, squares: str, n: str) -> str:
+    """A variance or standard deviation from the sum of squared deviations and the count."""
+    if kind == "var_pop":
+        return f"({squares} / nullif({n}, 0))"
+    if kind == "stddev_pop":
+        return f"sqrt({squares} / nullif({n}, 0))"
+    if kind == "var_samp":
+        return f"(CASE WHEN {n} > 1 THEN {squares} / ({n} - 1) END)"
+    return f"(CASE WHEN {n} > 1 THEN sqrt({squares} / ({n} - 1)) END)"
 
 
 def _groups_of(node: Dict[str, Any]) -> Optional[set]:

@@ -25,9 +25,9 @@ import pyarrow as pa
 import pytest
 
 import timelake
+from rollup_helpers import NO_REFRESH, RouteSpy, assert_same, canonical  # noqa: F401
 from helpers import IOT_SCHEMA, UTC, at, iot_series, iot_table, table_dir
 
-NO_REFRESH = {"timelake_rollup_refresh_interval": "off"}
 
 HOURLY = ("CREATE MATERIALIZED ROLLUP hourly AS SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, "
           "avg(temp) AS a, count(*) AS n, min(temp) AS lo, sum(temp) AS s FROM readings GROUP BY 1, 2")
@@ -35,41 +35,8 @@ HOURLY_RAW = ("SELECT time_bucket(INTERVAL '1 hour', time) AS b, device_id, avg(
               "min(temp) AS lo, sum(temp) AS s FROM readings GROUP BY 1, 2")
 
 
-def canonical(table: pa.Table) -> list:
-    rows = table.to_pylist()
-    return sorted(rows, key=lambda r: tuple((v is None, str(v)) for v in r.values()))
-
-
-def assert_same(got: pa.Table, want: pa.Table, rel: float = 1e-9) -> None:
-    assert got.schema == want.schema, f"{got.schema} != {want.schema}"
-    a, b = canonical(got), canonical(want)
-    assert len(a) == len(b), f"{len(a)} rows != {len(b)} rows: {a} vs {b}"
-    for x, y in zip(a, b):
-        for k in x:
-            u, v = x[k], y[k]
-            if isinstance(u, float) and isinstance(v, float):
-                assert math.isclose(u, v, rel_tol=rel, abs_tol=1e-9), f"{k}: {u} != {v} in {x} vs {y}"
-            else:
-                assert u == v, f"{k}: {u!r} != {v!r} in {x} vs {y}"
-
-
 def assert_routed_exact(lake, query: str, rel: float = 1e-9) -> None:
     assert_same(lake.sql(query), lake.sql(query, rollups=False), rel)
-
-
-class RouteSpy:
-    """Records whether each routing decision read a rollup."""
-
-    def __init__(self, monkeypatch):
-        self.decisions = []
-        real = timelake._route.route
-
-        def spy(*args, **kwargs):
-            out = real(*args, **kwargs)
-            self.decisions.append(out is not None)
-            return out
-
-        monkeypatch.setattr(timelake._route, "route", spy)
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 import timelake
+from rollup_helpers import NO_REFRESH, RouteSpy, assert_same, canonical  # noqa: F401
 from helpers import IOT_SCHEMA, UTC, at, iot_series, iot_table, table_dir
 
-NO_REFRESH = {"timelake_rollup_refresh_interval": "off"}
 
 HOURLY = (
     "CREATE MATERIALIZED ROLLUP hourly AS SELECT time_bucket(INTERVAL '1 hour', time) AS hour, device_id, "
@@ -55,24 +55,6 @@ ROUTED = [
     "SELECT device_id, time_bucket(INTERVAL '1 hour', time) AS h, max(temp) - min(temp) AS spread "
     "FROM readings GROUP BY h, device_id ORDER BY spread DESC, h, device_id",
 ]
-
-
-def canonical(table: pa.Table) -> list:
-    rows = table.to_pylist()
-    return sorted(rows, key=lambda r: tuple((v is None, str(v)) for v in r.values()))
-
-
-def assert_same(got: pa.Table, want: pa.Table) -> None:
-    assert got.schema == want.schema, f"{got.schema} != {want.schema}"
-    a, b = canonical(got), canonical(want)
-    assert len(a) == len(b), f"{len(a)} rows != {len(b)} rows"
-    for x, y in zip(a, b):
-        for k in x:
-            u, v = x[k], y[k]
-            if isinstance(u, float) and isinstance(v, float):
-                assert math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-9), f"{k}: {u} != {v} in {x} vs {y}"
-            else:
-                assert u == v, f"{k}: {u!r} != {v!r} in {x} vs {y}"
 
 
 def assert_exact(lake, rollup="hourly", raw=HOURLY_RAW, routed=ROUTED) -> None:
@@ -346,24 +328,6 @@ def test_widths_from_seconds_to_months(quiet_lake, width, chunk_label):
 
 
 # -- routing ------------------------------------------------------------------------------------
-
-
-class RouteSpy:
-    """Records what each routing decision returned (None: the raw rows answer)."""
-
-    def __init__(self, monkeypatch):
-        self.decisions = []
-        real = timelake._route.route
-
-        def spy(*args, **kwargs):
-            out = real(*args, **kwargs)
-            self.decisions.append(out is not None)
-            return out
-
-        monkeypatch.setattr(timelake._route, "route", spy)
-
-    def last(self) -> bool:
-        return self.decisions[-1]
 
 
 def test_routed_queries_read_the_rollup(quiet_lake, monkeypatch):
