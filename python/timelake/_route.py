@@ -132,6 +132,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
     edits: List[Tuple[int, int, str]] = []
     aggregates: List[Dict[str, Any]] = []
     grand_states: set = set()  # deviations merged across rows: their grand mean per output group
+    buckets: List[Tuple[int, int]] = []  # where the query calls time_bucket
     widths: set = set()
     con = catalog.con
 
@@ -238,6 +239,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
                     if len(args) != 2 or (_column(args[1]) or "").lower() != time_column:
                         raise _NoRoute
                     widths.add(_width(con, select, args[0]))
+                    buckets.append(_span(e))
                     continue
                 if function in _AGGREGATES or function == "count_star":
                     merge(e)  # raises _NoRoute if the rollup cannot merge it
@@ -296,6 +298,9 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         edits.append((at, size, merge(e, identity=group_by is not None)))
     if group_by is not None:
         edits.append((group_by[0], group_by[1], ""))
+        # Each row of the relation carries its bucket: the query's time_bucket calls read it.
+        for at, size in buckets:
+            edits.append((at, size, quote(_BUCKET)))
 
     # Unaliased select items keep the name the raw query's column would have.
     for e in items:
@@ -309,7 +314,7 @@ def _rewrite(lake: Any, catalog: Any, select: str, namespace: str, source: str, 
         grand = ((months, micros), sorted(query_groups), sorted(grand_states))
     else:
         grand = None
-    relation = _relation(lake, catalog, name, spec, bounds, grand)
+    relation = _relation(lake, catalog, name, spec, bounds, grand, identity=group_by is not None)
     alias = shape.table_alias or source.split(".", 1)[1]
     at, size = shape.from_span
     edits.append((at, size, f"({relation}) AS {quote(alias)}"))
@@ -548,7 +553,8 @@ def _us_literal(us: int, tz: bool) -> str:
     return f"make_timestamp({us})" + ("::TIMESTAMPTZ" if tz else "")
 
 
-def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, grand: Any = None) -> str:
+def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, grand: Any = None,
+              identity: bool = False) -> str:
     """The SQL of the per-(bucket, group) relation the rewritten query reads (module docstring).
 
     The query's time range [lo, hi) splits into the buckets wholly inside it from `start` to
@@ -598,7 +604,7 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, g
         # before and after read as they are (no join over every stored row).
         c_lo, c_hi = _changed_range(spec, r.changed()) if pairs is not None else (end, end)
         c_lo, c_hi = min(max(c_lo, start), end), max(min(c_hi, end), start)
-        select_stored = (f"SELECT r.{b} AS {t}{groups}, "
+        select_stored = (f"SELECT r.{b} AS {t}, r.{b} AS {quote(_BUCKET)}{groups}, "
                          + ", ".join(f"r.{quote(c)} AS {quote(_STATE + c)}" for c in states) + f" FROM {stored} r")
         for s_lo, s_hi, join in ((start, c_lo, ""), (c_lo, c_hi, anti), (c_hi, end, "")):
             if s_lo < s_hi:
@@ -629,10 +635,11 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, g
             rows += f" SEMI JOIN {pairs} d ON {match}"
         if conditions:
             rows += " WHERE " + " AND ".join(conditions)
-        # Computed rows carry their earliest raw time (inside both the bucket and the query's
-        # time range) as the time column.
         computed = _rollup.state_select(spec, declared, f"({rows})", extra=f"min({t}) AS {quote('__timelake_first')}")
-        columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}"] + [f"c.{quote(g)}" for g in spec.groups]
+        # Computed rows carry their earliest raw time (inside both the bucket and the query's time
+        # range) as the time column, and their bucket.
+        columns = ", ".join([f"c.{quote('__timelake_first')} AS {t}", f"c.{b} AS {quote(_BUCKET)}"]
+                            + [f"c.{quote(g)}" for g in spec.groups]
                             + [f"c.{quote(s)} AS {quote(_STATE + s)}" for s in states])
         parts.append(f"SELECT {columns} FROM ({computed}) c")
     if not parts:
@@ -651,6 +658,7 @@ def _relation(lake: Any, catalog: Any, name: str, spec: Spec, bounds: _Bounds, g
 
 
 _STATE = "__tl_"  # the relation's names for stored state columns
+_BUCKET = "__tl_bucket"  # the relation's column of each row's bucket (of the rollup's width)
 _MIN_US = -(1 << 62)
 _MAX_US = 1 << 62
 

@@ -730,9 +730,9 @@ def test_two_rollups_of_one_source_refreshed_apart_and_the_coarser_is_picked(lak
     picked = []
     real = timelake._route._relation
 
-    def spy(lake_, catalog, name, spec, bounds, grand=None):
+    def spy(lake_, catalog, name, spec, bounds, grand=None, identity=False):
         picked.append(name)
-        return real(lake_, catalog, name, spec, bounds, grand)
+        return real(lake_, catalog, name, spec, bounds, grand, identity)
 
     monkeypatch.setattr(timelake._route, "_relation", spy)
     assert_routed_exact(lake, "SELECT time_bucket(INTERVAL '1 day', time) AS d, count(*) AS n FROM readings GROUP BY 1")
