@@ -331,7 +331,7 @@ class Table:
         report = dict(self._core.maintain(
             _flag(compact, "compact"), _flag(retention, "retention"), _flag(expire, "expire")
         ))
-        found = self._lake._rollups.rollups_of(self._lake, self.name, fresh=True) if rollups else []
+        found = self._lake._rollups.rollups_of(self._lake, self.name, max_age=5.0) if rollups else []
         if found:
             report["rollups_refreshed"], report["rollup_rows"] = 0, 0
             for name, _ in found:
@@ -481,7 +481,7 @@ class Lake:
         """Deletes the table and all its files; KeyError if it does not exist. The rollups of
         the table go with it."""
         name = _text(name, "table name")
-        for rollup, _ in self._rollups.rollups_of(self, self._qualify(name), fresh=True):
+        for rollup, _ in self._rollups.rollups_of(self, self._qualify(name), max_age=5.0):
             try:
                 self.drop_table(rollup)
             except KeyError:

@@ -148,14 +148,16 @@ class Catalog:
             self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(ns)}")
             self._schemas.add(ns)
 
-    def add_table(self, ns: str, name: str, conjuncts: Optional[List[Conjunct]] = None) -> Tuple[Any, pa.Schema]:
+    def add_table(self, ns: str, name: str, conjuncts: Optional[List[Conjunct]] = None,
+                  handle: Any = None) -> Tuple[Any, pa.Schema]:
         """Makes `ns.name` current in the connection; returns the core handle and declared schema.
 
         With `conjuncts` (of the statement's WHERE, see _sql_filter) the view lists only the
         files that may hold rows they admit; the statement still applies its whole WHERE.
         """
         qualified = f"{ns}.{name}"
-        handle = self.lake._snapshot(qualified)
+        if handle is None:
+            handle = self.lake._snapshot(qualified)  # `handle`: the caller's, just brought up to date
         version = handle.version
         scan_filter = self._scan_filter(handle, conjuncts) if conjuncts else None
         cached = self._views.get(qualified)

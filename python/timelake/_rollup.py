@@ -409,13 +409,14 @@ def state_select(spec: Spec, schema: pa.Schema, source: str, extra: str = "") ->
 
 
 class Registry:
-    """The rollups of a lake by source, from the tables' properties; listed again at most once per
-    `ttl` seconds (a rollup made by another process is found within that). It only says which
-    tables are rollups of which: the definition used is always read anew from the rollup's own
-    handle (a name may be dropped and made again with another)."""
+    """The rollups of a lake by source, from the tables' properties; the lake's tables are listed
+    again when the last listing is older than the caller's `max_age` (a rollup made by another
+    process is found within that; listing an object store costs a request, and each table not
+    seen before is opened once). It only says which tables are rollups of which: the definition
+    used is always read anew from the rollup's own handle (a name may be dropped and made again
+    with another)."""
 
-    def __init__(self, ttl: float = 1.0) -> None:
-        self._ttl = ttl
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._listed_at = -1e18
         self._known: Dict[str, Tuple[str, Optional[Spec]]] = {}  # qualified lower -> (name, spec)
@@ -425,9 +426,9 @@ class Registry:
             self._listed_at = -1e18
             self._known = {}
 
-    def rollups_of(self, lake: Any, source: str, fresh: bool = False) -> List[Tuple[str, Spec]]:
+    def rollups_of(self, lake: Any, source: str, max_age: float = 0.0) -> List[Tuple[str, Spec]]:
         with self._lock:
-            if fresh or time.monotonic() - self._listed_at > self._ttl:
+            if time.monotonic() - self._listed_at >= max_age:
                 self._list(lake)
             return [(name, spec) for name, spec in self._known.values()
                     if spec is not None and spec.source.lower() == source.lower()]
@@ -1023,7 +1024,8 @@ class Refresher:
     def appended(self, lake: Any, source: str) -> None:
         if self.interval is None:
             return
-        rollups = lake._rollups.rollups_of(lake, source)
+        # Rollups another process makes are found within 30 s (a listing costs a request).
+        rollups = lake._rollups.rollups_of(lake, source, max_age=30.0)
         if not rollups:
             return
         now = time.monotonic()

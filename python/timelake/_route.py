@@ -51,13 +51,13 @@ def route(lake: Any, catalog: Any, select: str, tree: Dict[str, Any], namespace:
     """The SELECT rewritten to read a rollup, or None (the raw rows answer)."""
     if len(tables) != 1 or not getattr(lake, "_route_rollups", True):
         return None
-    source = f"{tables[0][0]}.{tables[0][1]}"
-    rollups = lake._rollups.rollups_of(lake, source)
-    if not rollups:
-        return None
     try:
-        shape = _Shape(tree, select)
+        shape = _Shape(tree, select)  # first: most queries are no GROUP BY over one table
     except _NoRoute:
+        return None
+    source = f"{tables[0][0]}.{tables[0][1]}"
+    rollups = lake._rollups.rollups_of(lake, source, max_age=5.0)
+    if not rollups:
         return None
     for name, _ in sorted(rollups, key=lambda r: -(r[1].months * 10**15 + r[1].micros)):
         try:

@@ -204,7 +204,7 @@ def _add_table(lake: Any, catalog: Catalog, ns: str, name: str, conjuncts: Any) 
     spec = _rollup.spec_of(handle.properties)
     if spec is not None:
         return _rollup.add_view(catalog, ns, name, handle, spec)
-    return catalog.add_table(ns, name, conjuncts)[1]
+    return catalog.add_table(ns, name, conjuncts, handle)[1]
 
 
 def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None, rollups: bool = True) -> pa.Table:
