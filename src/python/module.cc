@@ -312,8 +312,17 @@ NB_MODULE(_core, m) {
            [](Table& t, const std::string& batch_id) {
              return Released([&] { return t.RecordedBatchVersion(batch_id); });
            })
-      .def_prop_ro("id", [](Table& t) { return t.id(); })
-      .def_prop_ro("properties", [](Table& t) { return t.properties(); })
+      // Both wait for the table's lock, which an append or a refresh on another thread may
+      // hold across requests: waiting with the GIL would stall every Python thread meanwhile
+      // (an in-process server among them) for as long as that request takes.
+      .def_prop_ro("id", [](Table& t) {
+        nb::gil_scoped_release release;
+        return t.id();
+      })
+      .def_prop_ro("properties", [](Table& t) {
+        nb::gil_scoped_release release;
+        return t.properties();  // converted to a dict after the lambda, with the GIL again
+      })
       .def("maintain",
            [](Table& t, bool compact, bool retention, bool expire) {
              PythonInterrupt interrupt;

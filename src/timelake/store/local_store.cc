@@ -778,6 +778,16 @@ arrow::Result<bool> LocalStore::LinkIfAbsent(const std::string& temp, const std:
   int err = errno;
   if (rc != 0) {
     ::close(dir_fd);
+    struct stat st {};
+    if (err == EEXIST && (::stat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
+      // A folder (or a dangling link) at the name is no object a reader sees, so "taken"
+      // would send the committer back to the same free version for ever: say what is in the
+      // way instead.
+      ::unlink(temp.c_str());
+      return arrow::Status::IOError("cannot write ", full, ": something that is not a file (",
+                                    S_ISDIR(st.st_mode) ? "a folder" : "a dangling link or a device",
+                                    ") is in the way; move it out of the table's folder");
+    }
     if (err == EEXIST) {
       if (!keep_temp) ::unlink(temp.c_str());
       visible();
