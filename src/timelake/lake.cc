@@ -1,7 +1,6 @@
 #include "timelake/lake.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -19,7 +18,6 @@
 #include "timelake/table/context.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/ids.h"
-#include "timelake/util/per_process.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 #include "timelake/util/text.h"
@@ -41,17 +39,10 @@ constexpr int64_t kNameLockWaitMs = 10'000;
 constexpr int64_t kNameLockStaleMs = 30'000;
 
 
-// Creations and drops of tables by any Lake of this process: a list of tables made before one is
-// not reused (own changes are seen at once).
-std::atomic<uint64_t>& CatalogGeneration() {
-  static auto* generation = new PerProcess<std::atomic<uint64_t>>();  // used until exit
-  return generation->Get();
-}
-
-// Bumps the generation when it goes: after the creation or drop, whatever its outcome, so that
-// no list made while it ran is reused.
+// Counts a creation or drop (table/head.h, CatalogChanges) when it goes: after it, whatever its
+// outcome, so that no list of tables or handle checked while it ran is reused.
 struct GenerationBump {
-  ~GenerationBump() { ++CatalogGeneration(); }
+  ~GenerationBump() { NoteCatalogChange(); }
 };
 
 bool SameIgnoringCase(const TableName& a, const TableName& b) {
@@ -262,7 +253,7 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
 }
 
 arrow::Result<std::vector<std::string>> Lake::TablesForRead() {
-  const uint64_t generation = CatalogGeneration().load();
+  const uint64_t generation = CatalogChanges();
   const int64_t now = SteadyMillis();
   {
     std::lock_guard<std::mutex> lock(tables_mutex_);

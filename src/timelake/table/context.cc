@@ -119,13 +119,16 @@ int64_t SteadyMillis() {
 
 arrow::Status UpdateForRead(TableContext& t) {
   const int64_t now = SteadyMillis();
+  const uint64_t changes = CatalogChanges();
   if (t.check_interval_ms > 0 && t.checked_at_ms >= 0 && now - t.checked_at_ms < t.check_interval_ms &&
+      changes == t.checked_changes &&
       NewestVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id) <=
           t.snapshot.version) {
     return arrow::Status::OK();
   }
   ARROW_RETURN_NOT_OK(Update(t));
   t.checked_at_ms = now;  // what the check saw was there when it started
+  t.checked_changes = changes;
   return arrow::Status::OK();
 }
 

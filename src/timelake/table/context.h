@@ -84,8 +84,10 @@ struct TableContext {
   /// Reads (Refresh, Latest) skip the log check within this many ms of the last one, unless this
   /// process committed a newer version (the `version_check_interval` storage option; 0: always).
   int64_t check_interval_ms = 0;
-  /// When the log was last checked for reads (steady clock, ms; -1: never).
+  /// When the log was last checked for reads (steady clock, ms; -1: never), and CatalogChanges()
+  /// then (table/head.h): a drop or creation by this process since makes the next read check.
   int64_t checked_at_ms = -1;
+  uint64_t checked_changes = 0;
   /// The snapshot came from the table head: it lacks the checkpoint's history (batch ids,
   /// tombstones), which writers load first (UpdateWhole).
   bool partial = false;

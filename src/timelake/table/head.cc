@@ -2,6 +2,7 @@
 #include "timelake/table/head.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -238,6 +239,17 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
   }
   return arrow::Status::OK();  // writers kept racing: one of them wrote a head
 }
+
+namespace {
+std::atomic<uint64_t>& CatalogChangeCount() {
+  static auto* count = new PerProcess<std::atomic<uint64_t>>();  // used until exit
+  return count->Get();
+}
+}  // namespace
+
+uint64_t CatalogChanges() { return CatalogChangeCount().load(); }
+
+void NoteCatalogChange() { ++CatalogChangeCount(); }
 
 void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version) {
   SeenVersions& seen = Seen();

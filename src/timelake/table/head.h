@@ -103,4 +103,12 @@ void NoteVersionSeen(const std::string& location, const std::string& table_id, i
 /// The newest version of that table this process committed or read (-1: none).
 int64_t NewestVersionSeen(const std::string& location, const std::string& table_id);
 
+/// How many table creations and drops any Lake of this process has finished (whatever their
+/// outcome). A read that may skip the version check skips it only while this is unchanged since
+/// its last check: a table this process dropped and created again is seen at once, as its own
+/// commits are.
+uint64_t CatalogChanges();
+/// Counts one creation or drop; called when it ends.
+void NoteCatalogChange();
+
 }  // namespace timelake

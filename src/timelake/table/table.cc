@@ -38,6 +38,7 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
   t.check_interval_ms = options.check_interval_ms;
   if (t.heads && table->OpenFromHead()) return table;
   t.checked_at_ms = SteadyMillis();
+  t.checked_changes = CatalogChanges();
   auto snapshot = t.log.Load();
   if (!snapshot.ok()) {
     if (snapshot.status().IsKeyError()) return TableNotFound(t.name);
@@ -52,6 +53,7 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
 bool Table::OpenFromHead() {
   TableContext& t = ctx_;
   const int64_t started = SteadyMillis();
+  const uint64_t changes = CatalogChanges();
   // A store that cannot be read now fails the normal open too, with its own message.
   auto read = ReadHead(*t.store, t.table_path);
   if (!read.ok() || !*read) return false;
@@ -70,6 +72,7 @@ bool Table::OpenFromHead() {
   if (fresh) {
     // The head's writer saw no newer commit when it wrote it, at most `age_ms` ago.
     t.checked_at_ms = started - head.age_ms;
+    t.checked_changes = changes;
     NoteVersionSeen(location(), t.snapshot.metadata.id, version);
     return true;
   }
@@ -81,6 +84,7 @@ bool Table::OpenFromHead() {
     return false;
   }
   t.checked_at_ms = started;
+  t.checked_changes = changes;
   return true;
 }
 
@@ -96,6 +100,7 @@ int64_t Table::version() {
 arrow::Status Table::Refresh() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
   ctx_.checked_at_ms = SteadyMillis();
+  ctx_.checked_changes = CatalogChanges();
   return Update(ctx_);
 }
 
