@@ -106,7 +106,7 @@ arrow::Status Table::Refresh() {
 
 arrow::Result<std::optional<int64_t>> Table::RecordedBatchVersion(const std::string& batch_id) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("recorded batch version"));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));  // a head's snapshot holds no batch ids
   const std::string app_id = BatchAppId(batch_id);
   // RecordedTxns applies the retention; asked at the lowest version, it says whether any is held.
   ARROW_ASSIGN_OR_RAISE(auto recorded, RecordedTxns({{app_id, INT64_MIN}}, ctx_.snapshot));
