@@ -552,7 +552,9 @@ class Lake:
         handle = self._handles.get(qualified)
         if handle is not None:
             try:
-                handle.refresh()
+                # Within the lake's version_check_interval this sends no request
+                # (docs/object-stores.md, "The table head").
+                handle.refresh_if_due()
                 return handle
             except KeyError:
                 # Dropped (and maybe created again) since this handle was opened: open anew.

@@ -282,7 +282,7 @@ def referenced_tables(lake: Any, tree: Dict[str, Any], namespace: str) -> List[T
     if not names:
         return []
     by_lower: Dict[Tuple[str, str], List[Tuple[str, str]]] = {}
-    for qualified in lake.tables():
+    for qualified in lake._core.tables_for_read():  # within the version check interval: no request
         ns, name = qualified.split(".", 1)
         by_lower.setdefault((ns.lower(), name.lower()), []).append((ns, name))
     out = []

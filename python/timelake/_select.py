@@ -433,11 +433,12 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     ns = shape.namespace if shape.namespace is not None else namespace
     if _fold(ns) in _DUCKDB_NAMES:
         raise _NotSimple
-    wanted = (_fold(ns), _fold(shape.table))
-    found = [q for q in lake.tables() if tuple(_fold(q).split(".", 1)) == wanted]
-    if len(found) != 1:
-        raise _NotSimple  # unknown (DuckDB words the error) or ambiguous
-    handle = lake._snapshot(found[0])
+    # Opened by name (names are case-insensitive in the core, and no two tables differ only in
+    # case): on an object store one GET of the table head, not a listing of the lake.
+    try:
+        handle = lake._snapshot(f"{ns}.{shape.table}")
+    except (KeyError, ValueError):
+        raise _NotSimple from None  # unknown or not a table name: DuckDB words the error
     if spec_of(handle.properties) is not None:
         raise _NotSimple  # a rollup reads through its view (stored rows and changed pairs)
     contract = handle.contract

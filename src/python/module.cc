@@ -231,9 +231,27 @@ nb::object ExportTableCapsule(const std::shared_ptr<arrow::Table>& table) {
   return nb::steal(PyCapsule_New(stream, "arrow_array_stream", ReleaseStreamCapsule));
 }
 
+/// `held` under a deleter that lets go of the GIL while the object goes away. A Lake or Table
+/// being destroyed waits for its handles' queued upkeep (checkpoints, index records, table
+/// heads: requests to the store); Python destroys it wherever its last reference drops, with
+/// the GIL held, which would stall every other Python thread for as long (and for ever when
+/// one of them serves those requests, as the tests' in-process proxies do).
+template <typename T>
+std::shared_ptr<T> DroppedWithoutGil(std::shared_ptr<T> held) {
+  T* object = held.get();
+  return std::shared_ptr<T>(object, [held = std::move(held)](T*) mutable {
+    if (PyGILState_Check()) {
+      nb::gil_scoped_release release;
+      held.reset();
+    } else {
+      held.reset();  // dropped by a thread without the GIL (a C++ thread)
+    }
+  });
+}
+
 std::shared_ptr<Lake> OpenLake(const std::string& location,
                                const std::map<std::string, std::string>& options) {
-  return Released([&] { return Lake::Open(location, options); });
+  return DroppedWithoutGil(Released([&] { return Lake::Open(location, options); }));
 }
 
 }  // namespace
@@ -371,6 +389,10 @@ NB_MODULE(_core, m) {
            [](Table& t) {
              Released([&] { return t.Refresh(); });
            })
+      .def("refresh_if_due",
+           [](Table& t) {
+             Released([&] { return t.RefreshIfDue(); });
+           })
       .def(
           "scan",
           [](Table& t, std::optional<int64_t> min_time, std::optional<int64_t> max_time,
@@ -502,15 +524,19 @@ NB_MODULE(_core, m) {
               std::optional<std::string> dedup, std::map<std::string, std::string> properties) {
              auto schema = ImportSchemaCapsule(schema_capsule);
              ContractOptions options{time_column, series_key, chunk, retention, dedup, properties};
-             return Released([&] { return lake.CreateTable(name, schema, options); });
+             return DroppedWithoutGil(Released([&] { return lake.CreateTable(name, schema, options); }));
            })
       .def("table",
            [](Lake& lake, const std::string& name) {
-             return Released([&] { return lake.OpenTable(name); });
+             return DroppedWithoutGil(Released([&] { return lake.OpenTable(name); }));
            })
       .def("tables",
            [](Lake& lake) {
              return Released([&] { return lake.Tables(); });
+           })
+      .def("tables_for_read",
+           [](Lake& lake) {
+             return Released([&] { return lake.TablesForRead(); });
            })
       .def("drop_table", [](Lake& lake, const std::string& name) {
         Released([&] { return lake.DropTable(name); });

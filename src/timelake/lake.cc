@@ -11,8 +11,11 @@
 #include "timelake/log/file_tags.h"
 #include "timelake/log/features.h"
 #include "timelake/log/schema.h"
+#include "timelake/http/http_client.h"
 #include "timelake/store/store_factory.h"
+#include "timelake/table/head.h"
 #include "timelake/txn/committer.h"
+#include "timelake/table/context.h"
 #include "timelake/table/lake_runtime.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
@@ -35,6 +38,12 @@ constexpr const char* kNameLocks = ".timelake/create-locks/";
 constexpr int64_t kNameLockWaitMs = 10'000;
 constexpr int64_t kNameLockStaleMs = 30'000;
 
+
+// Counts a creation or drop (table/head.h, CatalogChanges) when it goes: after it, whatever its
+// outcome, so that no list of tables or handle checked while it ran is reused.
+struct GenerationBump {
+  ~GenerationBump() { NoteCatalogChange(); }
+};
 
 bool SameIgnoringCase(const TableName& a, const TableName& b) {
   return Lower(a.ns) == Lower(b.ns) && Lower(a.table) == Lower(b.table);
@@ -76,26 +85,40 @@ arrow::Result<TableName> ParseTableName(const std::string& name) {
 
 arrow::Result<std::shared_ptr<Lake>> Lake::Open(
     const std::string& location, const std::map<std::string, std::string>& storage_options) {
+  // timelake's own options (the cache's, the version check interval); the rest are the store's.
   std::map<std::string, std::string> options = storage_options;
   ARROW_ASSIGN_OR_RAISE(FileCacheOptions cache_options, FileCacheOptions::Take(&options));
+  std::optional<int64_t> interval_ms;
+  if (auto it = options.find(kVersionCheckIntervalKey); it != options.end()) {
+    ARROW_ASSIGN_OR_RAISE(interval_ms, ParseDurationMs(kVersionCheckIntervalKey, it->second));
+    options.erase(it);
+  }
   ARROW_ASSIGN_OR_RAISE(auto store, OpenStore(location, options));
   const bool local = IsLocal(*store);
   if (local && cache_options.given) {
     return arrow::Status::Invalid("storage options 'timelake_cache*' do not apply to a local lake (",
                                   location, "): its files are read where they are");
   }
-  auto lake = OverStore(store);
+  // Object stores: a table opens from its head, and reads check the log at most once per
+  // interval. Local lakes (and memory://) open from the log, which costs no round trips there,
+  // and check it at every read unless the option says otherwise.
+  const std::string url = store->RootUrl();
+  TableOpenOptions open;
+  open.heads = url.rfind("file://", 0) != 0 && url.rfind("memory://", 0) != 0;
+  open.check_interval_ms = interval_ms.value_or(open.heads ? kDefaultCheckIntervalMs : 0);
+  auto lake = OverStore(store, open);
   if (!local) {
     ARROW_ASSIGN_OR_RAISE(lake->cache_, FileCache::Make(store, cache_options));
   }
   return lake;
 }
 
-std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store) {
+std::shared_ptr<Lake> Lake::OverStore(std::shared_ptr<ObjectStore> store,
+                                      const TableOpenOptions& open) {
   // Arrow's compute kernels (sort, take, cast, min/max) register on first initialisation; doing
   // it again is a no-op, and it cannot fail for the kernels the wheel ships.
   (void)arrow::compute::Initialize();
-  return std::shared_ptr<Lake>(new Lake(std::move(store)));
+  return std::shared_ptr<Lake>(new Lake(std::move(store), open));
 }
 
 arrow::Result<TableName> Lake::Resolve(const std::string& name) {
@@ -197,18 +220,19 @@ arrow::Result<std::shared_ptr<Table>> Lake::CreateTable(const std::string& name,
   // The table's folder is made here only: no other write makes it (LocalStore's fixed levels),
   // so a writer whose table was dropped cannot bring it back.
   ARROW_RETURN_NOT_OK(store_->MakeFolders(table_name.path() + "/_delta_log/"));
+  const GenerationBump bump;
   ARROW_RETURN_NOT_OK(Committer(&log, table_name.qualified()).Commit(&empty, &pending, &outcome));
   if (!outcome.version) return already(table_name);
-  return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
+  return Table::Open(store_, table_name.path(), table_name.qualified(), runtime_, open_);
 }
 
 arrow::Result<std::shared_ptr<Table>> Lake::OpenTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, ParseTableName(name));
-  auto table = Table::Open(store_, table_name.path(), table_name.qualified(), runtime_);
+  auto table = Table::Open(store_, table_name.path(), table_name.qualified(), runtime_, open_);
   if (table.ok() || !IsTableNotFound(table.status())) return table;
   ARROW_ASSIGN_OR_RAISE(auto twins, CaseTwins(table_name));
   if (twins.empty()) return table;
-  return Table::Open(store_, twins.front().path(), twins.front().qualified(), runtime_);
+  return Table::Open(store_, twins.front().path(), twins.front().qualified(), runtime_, open_);
 }
 
 arrow::Result<std::vector<std::string>> Lake::Tables() {
@@ -228,8 +252,27 @@ arrow::Result<std::vector<std::string>> Lake::Tables() {
   return out;
 }
 
+arrow::Result<std::vector<std::string>> Lake::TablesForRead() {
+  const uint64_t generation = CatalogChanges();
+  const int64_t now = SteadyMillis();
+  {
+    std::lock_guard<std::mutex> lock(tables_mutex_);
+    if (open_.check_interval_ms > 0 && tables_listed_ms_ >= 0 &&
+        now - tables_listed_ms_ < open_.check_interval_ms && generation == tables_generation_) {
+      return tables_;
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(auto listed, Tables());
+  std::lock_guard<std::mutex> lock(tables_mutex_);
+  tables_ = listed;
+  tables_listed_ms_ = now;
+  tables_generation_ = generation;
+  return listed;
+}
+
 arrow::Status Lake::DropTable(const std::string& name) {
   ARROW_ASSIGN_OR_RAISE(auto table_name, Resolve(name));
+  const GenerationBump bump;
   // Handles of this process may still have an append's checkpoint or index record to write
   // (table/upkeep.h): written after the drop, it would bring the table's folder back. Handles of
   // the table opened by other Lakes of the process count too (table/lake_runtime.h).

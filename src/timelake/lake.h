@@ -51,8 +51,14 @@ class Lake {
   /// keys configure cache() (FileCacheOptions) and are Invalid on a local lake.
   static arrow::Result<std::shared_ptr<Lake>> Open(
       const std::string& location, const std::map<std::string, std::string>& storage_options);
-  /// A lake over an existing store (tests use a MemoryStore).
-  static std::shared_ptr<Lake> OverStore(std::shared_ptr<ObjectStore> store);
+  /// The storage option (kept by the lake, not passed to the store) that sets how long reads may
+  /// skip the version check: a duration ("1s", "500ms", "0": check at every read). Default 1 s on
+  /// object stores, 0 on local lakes (docs/object-stores.md, "The table head").
+  static constexpr const char* kVersionCheckIntervalKey = "version_check_interval";
+
+  /// A lake over an existing store (tests use a MemoryStore), opening its tables with `open`.
+  static std::shared_ptr<Lake> OverStore(std::shared_ptr<ObjectStore> store,
+                                         const TableOpenOptions& open = {});
 
   std::string location() const { return store_->RootUrl(); }
   const std::shared_ptr<ObjectStore>& store() const { return store_; }
@@ -65,6 +71,10 @@ class Lake {
   arrow::Result<std::shared_ptr<Table>> OpenTable(const std::string& name);
   /// "namespace.table" for every folder holding a Delta log, sorted.
   arrow::Result<std::vector<std::string>> Tables();
+  /// Tables() for a query resolving its table names: the list of the last call when it was made
+  /// within the version check interval and no Lake of this process has created or dropped a
+  /// table since (the freshness rule of reads, docs/object-stores.md).
+  arrow::Result<std::vector<std::string>> TablesForRead();
   /// Makes the table disappear in one atomic step (its folder is renamed out of sight, so
   /// readers and writers see the whole table or nothing, and handles opened before can no longer
   /// commit), then deletes its files.
@@ -77,8 +87,8 @@ class Lake {
   std::shared_ptr<FileCache> cache();
 
  private:
-  explicit Lake(std::shared_ptr<ObjectStore> store)
-      : store_(std::move(store)), runtime_(LakeRuntime::Make()) {}
+  Lake(std::shared_ptr<ObjectStore> store, const TableOpenOptions& open)
+      : store_(std::move(store)), open_(open), runtime_(LakeRuntime::Make()) {}
   /// `name` parsed, with the case of the existing table whose name equals it ignoring case (if
   /// one exists).
   arrow::Result<TableName> Resolve(const std::string& name);
@@ -91,10 +101,15 @@ class Lake {
   /// Deletes leftovers of drops that did not finish (a crash between rename and delete).
   void SweepDropped(const std::string& ns);
   std::shared_ptr<ObjectStore> store_;
+  const TableOpenOptions open_;
   /// The upkeep queues of the handles this Lake opened; they hold it weakly.
   std::shared_ptr<LakeRuntime> runtime_;
   std::mutex cache_mutex_;
   std::shared_ptr<FileCache> cache_;
+  std::mutex tables_mutex_;
+  std::vector<std::string> tables_;  // GUARDED_BY(tables_mutex_): TablesForRead's last list
+  int64_t tables_listed_ms_ = -1;    // GUARDED_BY(tables_mutex_): when (steady clock), -1: never
+  uint64_t tables_generation_ = 0;   // GUARDED_BY(tables_mutex_): CatalogGeneration() then
 };
 
 }  // namespace timelake

@@ -31,6 +31,9 @@ class ForwardingStore : public ObjectStore {
   arrow::Result<std::shared_ptr<arrow::Buffer>> Get(const std::string& path) override {
     return target_->Get(path);
   }
+  arrow::Result<DatedObject> GetDated(const std::string& path) override {
+    return target_->GetDated(path);
+  }
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
                                                          int64_t length) override {
     return target_->GetRange(path, offset, length);

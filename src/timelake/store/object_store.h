@@ -71,6 +71,15 @@ struct ObjectMeta {
   std::string etag;
 };
 
+/// An object's bytes with the times its GET reply gave (ObjectStore::GetDated).
+struct DatedObject {
+  std::shared_ptr<arrow::Buffer> data;
+  /// When the object was last written, by the service's clock (ms since the epoch); -1: unknown.
+  int64_t modified_ms = -1;
+  /// When the service answered, by the same clock (the reply's Date); -1: unknown.
+  int64_t served_ms = -1;
+};
+
 /// One page of a listing (see ObjectStore::ListPage).
 struct ListPageRequest {
   std::string prefix;
@@ -161,6 +170,15 @@ class ObjectStore {
                                                                  int64_t length) = 0;
   /// Size, modification time and entity tag of the object.
   virtual arrow::Result<ObjectMeta> Head(const std::string& path) = 0;
+  /// Get() with the object's modification time and the time of the reply, both by the
+  /// service's clock, from the one reply (HTTP Last-Modified and Date: whole seconds). A store
+  /// whose reply does not carry both leaves them -1 (the default: local stores), and callers
+  /// then cannot judge the object's age.
+  virtual arrow::Result<DatedObject> GetDated(const std::string& path) {
+    DatedObject out;
+    ARROW_ASSIGN_OR_RAISE(out.data, Get(path));
+    return out;
+  }
 
   /// Creates or replaces the object.
   virtual arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) = 0;

@@ -32,7 +32,7 @@ void PrintAppendProfile(const TableContext& t, const IngestProfile& p, double co
 
 arrow::Result<std::optional<AppendResult>> PrepareAppend(TableContext& t, const AppendOptions& options,
                                                          AppendPlan* plan) {
-  ARROW_RETURN_NOT_OK(Update(t));
+  ARROW_RETURN_NOT_OK(UpdateWhole(t));
   ARROW_RETURN_NOT_OK(CheckWritable(t));
   // Judged against the snapshot now, so that a duplicate writes no files; the committer judges
   // the id again on the snapshot it commits on (txn/committer.h).

@@ -2,11 +2,13 @@
 #include "timelake/table/context.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "timelake/log/features.h"
 #include "timelake/log/file_tags.h"
 #include "timelake/log/schema.h"
+#include "timelake/table/head.h"
 #include "timelake/util/ids.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
@@ -99,9 +101,50 @@ arrow::Status Update(TableContext& t) {
         return arrow::Status::OK();
       },
       &reloaded));
+  NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, t.snapshot.version);
   if (reloaded) t.latest = LatestState{};
   if (t.snapshot.metadata.id != t.metadata_id || !t.declared ||
       t.snapshot.metadata.schema_string != t.derived_schema_string ||
+      ArrowSchemaText(t.snapshot.metadata) != t.derived_arrow_schema) {
+    return LoadDerived(t);
+  }
+  return arrow::Status::OK();
+}
+
+int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+arrow::Status UpdateForRead(TableContext& t) {
+  const int64_t now = SteadyMillis();
+  const uint64_t changes = CatalogChanges();
+  if (t.check_interval_ms > 0 && t.checked_at_ms >= 0 && now - t.checked_at_ms < t.check_interval_ms &&
+      changes == t.checked_changes &&
+      NewestVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id) <=
+          t.snapshot.version) {
+    return arrow::Status::OK();
+  }
+  ARROW_RETURN_NOT_OK(Update(t));
+  t.checked_at_ms = now;  // what the check saw was there when it started
+  t.checked_changes = changes;
+  return arrow::Status::OK();
+}
+
+arrow::Status UpdateWhole(TableContext& t) {
+  // A load is the latest version already: no Update() after it (which would read its head again).
+  if (!t.partial) return Update(t);
+  auto whole = t.log.Load();
+  if (!whole.ok()) {
+    return whole.status().IsKeyError() ? TableDropped(t.name) : whole.status();
+  }
+  if (whole->metadata.id != t.snapshot.metadata.id) return TableDropped(t.name);
+  t.snapshot = std::move(*whole);
+  t.partial = false;
+  t.latest = LatestState{};
+  NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, t.snapshot.version);
+  if (t.snapshot.metadata.schema_string != t.derived_schema_string ||
       ArrowSchemaText(t.snapshot.metadata) != t.derived_arrow_schema) {
     return LoadDerived(t);
   }
@@ -180,7 +223,19 @@ RemoveFile RemoveOf(const AddFile& add, bool data_change, int64_t now_ms, const 
 }
 
 arrow::Status CommitPending(TableContext& t, PendingCommit* pending, CommitOutcome* out) {
-  return t.committer.Commit(&t.snapshot, pending, out);
+  if (t.partial) {
+    // Operations that commit call UpdateWhole first; a commit planned on a head's snapshot gets
+    // that version's history here (not the latest version: the committer must see the winners).
+    ARROW_ASSIGN_OR_RAISE(auto whole, t.log.LoadAt(t.snapshot.version));
+    if (whole.metadata.id != t.snapshot.metadata.id) return TableDropped(t.name);
+    t.snapshot = std::move(whole);
+    t.partial = false;
+  }
+  arrow::Status st = t.committer.Commit(&t.snapshot, pending, out);
+  if (out->version) {
+    NoteVersionSeen(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, *out->version);
+  }
+  return st;
 }
 
 std::string BatchAppId(const std::string& batch_id) { return "timelake:" + batch_id; }

@@ -78,6 +78,19 @@ struct TableContext {
   std::shared_ptr<Spool> spool;
   bool spool_checked = false;
   int spool_expected = 0;  // requests the last commit led here took in: worth waiting for
+  /// Whether commits write the table head (table/head.h): on object stores (stores without
+  /// LocalFiles), where opening from the log takes many requests.
+  bool heads = false;
+  /// Reads (Refresh, Latest) skip the log check within this many ms of the last one, unless this
+  /// process committed a newer version (the `version_check_interval` storage option; 0: always).
+  int64_t check_interval_ms = 0;
+  /// When the log was last checked for reads (steady clock, ms; -1: never), and CatalogChanges()
+  /// then (table/head.h): a drop or creation by this process since makes the next read check.
+  int64_t checked_at_ms = -1;
+  uint64_t checked_changes = 0;
+  /// The snapshot came from the table head: it lacks the checkpoint's history (batch ids,
+  /// tombstones), which writers load first (UpdateWhole).
+  bool partial = false;
   /// Post-commit work of appends (table/upkeep.h), queued in the Lake's runtime; thread-safe.
   /// Last member: destroyed (drained) first.
   UpkeepQueue upkeep;
@@ -90,6 +103,15 @@ arrow::Status LoadDerived(TableContext& t);
 const std::string& ArrowSchemaText(const Metadata& m);
 /// Advances `t` to the latest version, deriving again if the table changed identity or schema.
 arrow::Status Update(TableContext& t);
+/// Update() for a read: skipped within `t.check_interval_ms` of the last check, unless this
+/// process committed or read a version newer than the handle's (table/head.h, NoteVersionSeen).
+arrow::Status UpdateForRead(TableContext& t);
+/// Milliseconds of the steady clock, the time base of `checked_at_ms`.
+int64_t SteadyMillis();
+/// Before an operation that commits: a snapshot opened from the table head (`t.partial`) is
+/// replaced by the latest one loaded from the log, with the checkpoint's history; then, as
+/// without a head, Update(). TableDropped when the log holds another table (or none).
+arrow::Status UpdateWhole(TableContext& t);
 /// NotImplemented if the table uses writer features timelake cannot honour.
 arrow::Status CheckWritable(const TableContext& t);
 /// The Delta txn appId that records `batch_id` (whether the table records it: RecordedTxns,

@@ -240,7 +240,7 @@ struct BackgroundCompaction {
   pid_t table_of = 0;  // the process that opened `table`
 
   arrow::Status Pass(const std::shared_ptr<ObjectStore>& store, const std::string& table_path,
-                     const std::string& name) {
+                     const std::string& name, bool heads) {
     if (table && table_of != getpid()) {
       // A forked child's copy of its parent's context, possibly taken mid-pass: not ours to
       // use or to destroy.
@@ -248,6 +248,7 @@ struct BackgroundCompaction {
     }
     if (!table) {
       auto opened = std::make_unique<TableContext>(store, table_path, name);
+      opened->heads = heads;  // its commits write the table head, as the handle's do
       auto snapshot = opened->log.Load();
       if (!snapshot.ok()) {
         // Dropped since the append: nothing left to compact.
@@ -295,9 +296,10 @@ void MaybeCompactInBackground(TableContext& t, int64_t files_added) {
   if (t.compaction->queued_by.exchange(self) == self) return;  // the waiting pass will see these files
   t.files_since_compaction = 0;
   t.upkeep.Post("background compaction",
-                 [compaction = t.compaction, store = t.store, path = t.table_path, name = t.name] {
+                 [compaction = t.compaction, store = t.store, path = t.table_path, name = t.name,
+                  heads = t.heads] {
                    compaction->queued_by = 0;
-                   return compaction->Pass(store, path, name);
+                   return compaction->Pass(store, path, name, heads);
                  });
 }
 

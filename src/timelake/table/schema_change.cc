@@ -19,7 +19,7 @@ namespace timelake {
 
 arrow::Result<int64_t> Table::AddColumns(const arrow::FieldVector& fields) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("add_columns"));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));
   ARROW_RETURN_NOT_OK(CheckWritable(ctx_));
   if (fields.empty()) return arrow::Status::Invalid("add_columns needs at least one column");
   std::set<std::string> taken;
@@ -67,7 +67,7 @@ arrow::Result<int64_t> Table::AddColumns(const arrow::FieldVector& fields) {
 
 arrow::Result<int64_t> Table::WidenColumns(const arrow::FieldVector& fields) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("widen_columns"));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));
   ARROW_RETURN_NOT_OK(CheckWritable(ctx_));
   if (fields.empty()) return arrow::Status::Invalid("widen_columns needs at least one column");
   if (ctx_.snapshot.Config("delta.enableTypeWidening") == "false") {

@@ -15,6 +15,7 @@
 #include "timelake/log/data_path.h"
 #include "timelake/log/schema.h"
 #include "timelake/txn/conflict.h"
+#include "timelake/table/head.h"
 #include "timelake/util/status.h"
 #include "timelake/util/time.h"
 
@@ -28,10 +29,16 @@ Table::Table(std::shared_ptr<ObjectStore> store, std::string table_path, std::st
 
 arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> store,
                                                   std::string table_path, std::string name,
-                                                  std::weak_ptr<LakeRuntime> runtime) {
+                                                  std::weak_ptr<LakeRuntime> runtime,
+                                                  const TableOpenOptions& options) {
   std::shared_ptr<Table> table(new Table(std::move(store), std::move(table_path), std::move(name),
                                          std::move(runtime)));
   TableContext& t = table->ctx_;
+  t.heads = options.heads;
+  t.check_interval_ms = options.check_interval_ms;
+  if (t.heads && table->OpenFromHead()) return table;
+  t.checked_at_ms = SteadyMillis();
+  t.checked_changes = CatalogChanges();
   auto snapshot = t.log.Load();
   if (!snapshot.ok()) {
     if (snapshot.status().IsKeyError()) return TableNotFound(t.name);
@@ -39,7 +46,46 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
   }
   t.snapshot = std::move(*snapshot);
   ARROW_RETURN_NOT_OK(LoadDerived(t));
+  NoteVersionSeen(table->location(), t.snapshot.metadata.id, t.snapshot.version);
   return table;
+}
+
+bool Table::OpenFromHead() {
+  TableContext& t = ctx_;
+  const int64_t started = SteadyMillis();
+  const uint64_t changes = CatalogChanges();
+  // A store that cannot be read now fails the normal open too, with its own message.
+  auto read = ReadHead(*t.store, t.table_path);
+  if (!read.ok() || !*read) return false;
+  HeadRead& head = **read;
+  const int64_t version = head.contents.snapshot.version;
+  t.snapshot = std::move(head.contents.snapshot);
+  if (!LoadDerived(t).ok()) return false;  // the normal open says why
+  t.partial = true;
+  if (head.contents.latest) {
+    t.latest.rows = std::move(head.contents.latest);
+    t.latest.version = version;
+  }
+  const bool fresh = t.check_interval_ms > 0 && head.age_ms >= 0 &&
+                     head.age_ms <= t.check_interval_ms &&
+                     NewestVersionSeen(location(), t.snapshot.metadata.id) <= version;
+  if (fresh) {
+    // The head's writer saw no newer commit when it wrote it, at most `age_ms` ago.
+    t.checked_at_ms = started - head.age_ms;
+    t.checked_changes = changes;
+    NoteVersionSeen(location(), t.snapshot.metadata.id, version);
+    return true;
+  }
+  // Too old to trust alone: the head's commit must still be there (the same bytes: not a dropped
+  // table's), and the commits after it are read as a refresh reads them.
+  if (!Update(t).ok()) {
+    t.partial = false;
+    t.latest = LatestState{};
+    return false;
+  }
+  t.checked_at_ms = started;
+  t.checked_changes = changes;
+  return true;
 }
 
 std::string Table::location() const { return ctx_.store->RootUrl() + "/" + ctx_.table_path; }
@@ -53,12 +99,14 @@ int64_t Table::version() {
 
 arrow::Status Table::Refresh() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
+  ctx_.checked_at_ms = SteadyMillis();
+  ctx_.checked_changes = CatalogChanges();
   return Update(ctx_);
 }
 
 arrow::Result<std::optional<int64_t>> Table::RecordedBatchVersion(const std::string& batch_id) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("recorded batch version"));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));  // a head's snapshot holds no batch ids
   const std::string app_id = BatchAppId(batch_id);
   // RecordedTxns applies the retention; asked at the lowest version, it says whether any is held.
   ARROW_ASSIGN_OR_RAISE(auto recorded, RecordedTxns({{app_id, INT64_MIN}}, ctx_.snapshot));
@@ -77,6 +125,11 @@ std::map<std::string, std::string> Table::properties() {
   return ctx_.snapshot.metadata.configuration;
 }
 
+arrow::Status Table::RefreshIfDue() {
+  ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
+  return UpdateForRead(ctx_);
+}
+
 arrow::Status Table::WaitForUpkeep() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("wait for upkeep"));
   return DroppedOr(ctx_, FinishUpkeep(ctx_));
@@ -91,7 +144,7 @@ arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("maintain", options.interrupt));
   const auto started = std::chrono::steady_clock::now();
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, FinishUpkeep(ctx_)));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateWhole(ctx_));
   MaintainResult result;
   ARROW_RETURN_NOT_OK(DroppedOr(ctx_, MaintainLocked(ctx_, options, /*inline_only=*/false, &result)));
   result.seconds =
@@ -101,7 +154,7 @@ arrow::Result<MaintainResult> Table::Maintain(const MaintainOptions& options) {
 
 arrow::Result<std::shared_ptr<arrow::Table>> Table::Latest() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("latest"));
-  ARROW_RETURN_NOT_OK(Update(ctx_));
+  ARROW_RETURN_NOT_OK(UpdateForRead(ctx_));
   if (!ctx_.contract.is_time_series()) {
     return arrow::Status::Invalid("latest() needs a time-series table, but '", ctx_.name,
                                   "' has no time column (a plain table)");
@@ -136,6 +189,14 @@ arrow::Result<TableInfo> Table::Info() {
       info.index_series = -1;
       info.index_version = -1;
       info.index_error = state.status().message();
+    }
+  }
+  if (ctx_.partial) {
+    // A head's checkpoint may be older than the one a reader of the log would start from (its
+    // writer may have written it before the checkpoint): ask `_last_checkpoint`, as that reader.
+    if (auto hint = ctx_.log.store().LastCheckpointHint();
+        hint && *hint > ctx_.snapshot.checkpoint_version && *hint <= ctx_.snapshot.version) {
+      ctx_.snapshot.checkpoint_version = *hint;
     }
   }
   if (ctx_.snapshot.oldest_version < 0) {

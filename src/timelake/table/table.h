@@ -51,14 +51,28 @@ struct TableInfo {
   std::optional<std::string> index_error;
 };
 
+/// How a Lake opens its tables (table/head.h).
+struct TableOpenOptions {
+  /// Open from the table head when it can be trusted, and write it after every commit.
+  bool heads = false;
+  /// The version check interval of reads (TableContext::check_interval_ms).
+  int64_t check_interval_ms = 0;
+};
+
 class Table {
  public:
   /// Opens the table at `table_path` (relative to the store root) at its latest version. Its
   /// appends leave their upkeep to `runtime` (its Lake's, table/lake_runtime.h) while that lives,
   /// and do it inline once it is gone (or without one).
+  /// With `options.heads`, the table head is read first (one request): a head written within
+  /// `options.check_interval_ms` (by the service's clock) opens the table at its version with no
+  /// other request, unless this process committed a newer version; an older one opens at its
+  /// version and reads the log from there (CheckHead, then the newer commits); a missing,
+  /// damaged or foreign head, or one whose version the log does not hold, opens from the log.
   static arrow::Result<std::shared_ptr<Table>> Open(std::shared_ptr<ObjectStore> store,
                                                     std::string table_path, std::string name,
-                                                    std::weak_ptr<LakeRuntime> runtime = {});
+                                                    std::weak_ptr<LakeRuntime> runtime = {},
+                                                    const TableOpenOptions& options = {});
 
   const std::string& name() const { return ctx_.name; }
   std::string location() const;
@@ -72,7 +86,12 @@ class Table {
   /// The newest row of every series (storage types), from the last-value index, at the latest
   /// version. Status::Invalid for a plain table.
   arrow::Result<std::shared_ptr<arrow::Table>> Latest();
+  /// Advances the handle to the latest version (always checks the log).
   arrow::Status Refresh();
+  /// Refresh() for a read that may skip the log check: within the lake's version check
+  /// interval of the last check, unless this process committed a newer version (see
+  /// UpdateForRead, table/context.h). Latest() refreshes the same way.
+  arrow::Status RefreshIfDue();
   /// Waits for the work earlier appends left to the handle's upkeep thread (checkpoints, index
   /// records and folds; table/upkeep.h). latest(), info() and maintain() wait for it themselves.
   arrow::Status WaitForUpkeep();
@@ -132,6 +151,8 @@ class Table {
                                             const std::string& operation,
                                             std::map<std::string, std::string> parameters,
                                             const std::string& call);
+  /// Opens the handle from the table head (see Open); false when it must open from the log.
+  bool OpenFromHead();
   /// `st` with the table's folder replaced by its name in a KeyError's message.
   arrow::Status TableMessage(const arrow::Status& st) const;
 

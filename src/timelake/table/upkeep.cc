@@ -10,7 +10,9 @@
 #include <system_error>
 
 #include "timelake/log/file_tags.h"
+#include "timelake/rows/newest_rows.h"
 #include "timelake/table/context.h"
+#include "timelake/table/head.h"
 #include "timelake/table/latest.h"
 #include "timelake/table/maintain.h"
 #include "timelake/util/parallel.h"
@@ -180,7 +182,7 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
   const bool fold = indexed && version % FoldInterval(record_rows) == 0;
   // The snapshot of the commit, for the tasks that need all of it (copied only then).
   std::shared_ptr<const Snapshot> snapshot;
-  if (checkpoint || fold) snapshot = std::make_shared<Snapshot>(t.snapshot);
+  if (checkpoint || fold || t.heads) snapshot = std::make_shared<Snapshot>(t.snapshot);
   if (checkpoint) {
     t.upkeep.Post("checkpoint", [store = t.store, path = t.table_path, snapshot,
                                   checkpointed = t.checkpointed] {
@@ -209,6 +211,38 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
       return RecordAndFold(*index, version, paths, rows, snapshot.get());
     });
   }
+  if (t.heads) {
+    std::vector<std::shared_ptr<arrow::Table>> newest;
+    for (const auto& f : files) newest.push_back(f.newest);
+    t.upkeep.Post("table head", [store = t.store, path = t.table_path, snapshot, index = t.index,
+                                  contract = t.contract, checkpointed = t.checkpointed,
+                                  newest = std::move(newest)] {
+      Snapshot at = *snapshot;
+      // Checkpoint tasks run before this one: a reader of the head starts from the newest.
+      const int64_t checkpoint = checkpointed->load();
+      if (checkpoint > at.checkpoint_version && checkpoint <= at.version) {
+        at.checkpoint_version = checkpoint;
+      }
+      DeltaLog log(store, path);
+      const int64_t version = at.version;
+      return WriteHead(*store, log, std::move(at), [&](const std::optional<HeadContents>& previous,
+                                                       const Snapshot& written)
+                           -> arrow::Result<std::shared_ptr<arrow::Table>> {
+        if (!contract.is_time_series()) return nullptr;
+        // The head before this commit's, advanced by this commit's rows: O(series).
+        if (previous && previous->latest && written.version == version &&
+            previous->snapshot.version == version - 1 &&
+            previous->snapshot.metadata.id == written.metadata.id &&
+            previous->snapshot.metadata.schema_string == written.metadata.schema_string) {
+          if (newest.empty()) return previous->latest;
+          ARROW_ASSIGN_OR_RAISE(auto record, RecordRows(newest, version, contract));
+          if (record) return MergeNewest({previous->latest, record}, contract);
+        }
+        ARROW_ASSIGN_OR_RAISE(auto state, index->Read(written));
+        return state.rows;
+      });
+    });
+  }
 }
 
 arrow::Status FinishUpkeep(TableContext& t) {
@@ -229,6 +263,17 @@ PostCommitHooks HooksAfter(TableContext& t, const std::vector<WrittenFile>* file
   if (files != nullptr) {
     hooks.Add("last-value index", [&t, files, version, seq] {
       return RecordNewest(t, *files, version, seq);
+    });
+  }
+  if (t.heads) {
+    hooks.Add("table head", [&t] {
+      return WriteHead(*t.store, t.log, t.snapshot, [&t](const std::optional<HeadContents>&,
+                                                         const Snapshot& written)
+                           -> arrow::Result<std::shared_ptr<arrow::Table>> {
+        if (!t.contract.is_time_series()) return nullptr;
+        ARROW_ASSIGN_OR_RAISE(auto state, t.index->Read(written));
+        return state.rows;
+      });
     });
   }
   return hooks;

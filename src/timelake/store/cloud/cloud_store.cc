@@ -164,6 +164,23 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> CloudStore::Get(const std::string&
   return reply.body;
 }
 
+arrow::Result<DatedObject> CloudStore::GetDated(const std::string& path) {
+  CloudCall call = ObjectCall(Access::kRead, Key(path));
+  call.what = "GET " + Url(path);
+  ARROW_ASSIGN_OR_RAISE(auto reply, SendRead(call, path));
+  if (reply.status != 200) return ReplyError(call.what, reply);
+  DatedObject out;
+  out.data = reply.body;
+  // ParseServiceTimeMs reads an unreadable time as now: only a reply with both headers is dated.
+  const std::string modified = reply.Header("last-modified");
+  const std::string served = reply.Header("date");
+  if (!modified.empty() && !served.empty()) {
+    out.modified_ms = ParseServiceTimeMs(modified);
+    out.served_ms = ParseServiceTimeMs(served);
+  }
+  return out;
+}
+
 arrow::Result<std::shared_ptr<arrow::Buffer>> CloudStore::GetRange(const std::string& path,
                                                                    int64_t offset, int64_t length) {
   if (offset < 0 || length < 0) {

@@ -101,6 +101,7 @@ class CloudStore : public ObjectStore, public std::enable_shared_from_this<Cloud
   arrow::Result<std::shared_ptr<arrow::Buffer>> GetRange(const std::string& path, int64_t offset,
                                                          int64_t length) override;
   arrow::Result<ObjectMeta> Head(const std::string& path) override;
+  arrow::Result<DatedObject> GetDated(const std::string& path) override;
   arrow::Status Put(const std::string& path, const std::shared_ptr<arrow::Buffer>& data) override;
   arrow::Result<bool> PutIfAbsent(const std::string& path,
                                   const std::shared_ptr<arrow::Buffer>& data) override;
