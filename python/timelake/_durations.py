@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Optional
 
 from . import _core
@@ -13,6 +14,7 @@ def duration_us(text: str) -> int:
     return _core.duration_us(text)
 
 
+@functools.lru_cache(maxsize=4096)  # labels repeat across every plan of a table
 def chunk_start_us(chunk: Optional[str], label: str) -> Optional[int]:
     """The first instant of the chunk `label` names (see chunk_end_us); None if it names none."""
     formats = {"hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "month": "%Y-%m"}
@@ -23,6 +25,7 @@ def chunk_start_us(chunk: Optional[str], label: str) -> Optional[int]:
     return int(start.replace(tzinfo=dt.timezone.utc).timestamp()) * 1_000_000
 
 
+@functools.lru_cache(maxsize=4096)
 def chunk_end_us(chunk: Optional[str], label: str) -> Optional[int]:
     """The first instant (microseconds since the epoch, UTC) after the chunk `label` names:
     "2025-01-02T03" (hour), "2025-01-02" (day), "2025-01" (month). None if it names none."""

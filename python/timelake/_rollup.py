@@ -675,7 +675,12 @@ class _Session:
                 not {g.lower() for g in spec.groups} <= {k.lower() for k in keys}:
             # An upsert hides the older row of its key at read time, without its file changing;
             # when the rollup groups by columns that are not the key, that row's pair changed too.
-            old_view = self.view(plan_old)
+            # The hidden row has the added row's time, so it lies in a chunk of an added file.
+            chunks = {new[k].chunk for k in new if k not in old}
+            whole = None in chunks or "" in chunks or any(not f.store_path for f in plan_old.files)
+            old_view = self.view(plan_old if whole else
+                                 _core.plan_subset(plan_old, {f.store_path for f in plan_old.files
+                                                              if not f.chunk or f.chunk in chunks}))
             t = quote(spec.time_column)
             on = " AND ".join([f"o.{t} = a.{t}"] + [f"o.{quote(k)} IS NOT DISTINCT FROM a.{quote(k)}" for k in keys])
             bucket = f"time_bucket({spec.width}, o.{t}) AS {quote(spec.bucket)}"
@@ -689,11 +694,13 @@ class _Session:
     def recompute(self, spec: Spec, schema: pa.Schema, plan_now: Any, changed: Optional[pa.Table]) -> pa.Table:
         """Stored rows for the `changed` pairs (every pair when None) at `plan_now`'s version; a
         changed pair without raw rows any more has none."""
-        source = self.view(plan_now)
         if changed is None:
-            return _conform(self.query(state_select(spec, schema, source)), schema)
+            return _conform(self.query(state_select(spec, schema, self.view(plan_now))), schema)
         pairs = self.register(changed)
         lo, hi = _time_range(changed, spec)
+        # Only the files of the chunks those buckets overlap can hold their rows (a file of
+        # another engine, without a chunk, may hold any): a view over fewer files costs less.
+        source = self.view(_overlapping(plan_now, spec, changed))
         on = " AND ".join([f"time_bucket({spec.width}, s.{quote(spec.time_column)}) = d.{quote(spec.bucket)}"]
                           + [f"s.{quote(g)} IS NOT DISTINCT FROM d.{quote(g)}" for g in spec.groups])
         filtered = (f"(SELECT s.* FROM {source} s SEMI JOIN {pairs} d ON {on} "
@@ -733,6 +740,26 @@ class _Session:
             pairs = self.register(changed)
             kept = self.query(f"SELECT o.* FROM {old} o ANTI JOIN {pairs} n ON {on} WHERE o.{ROWS} > 0")
         return pa.concat_tables([_conform(kept, schema), fresh]), paths, fresh.num_rows
+
+
+def _overlapping(plan: Any, spec: Spec, pairs: pa.Table) -> Any:
+    """`plan` with only the files whose chunk overlaps the buckets of `pairs` (and every file
+    without a chunk, or outside the table's folder)."""
+    import pyarrow.compute as pc
+
+    kind = plan.contract.get("chunk")
+    buckets = pairs.column(spec.bucket).cast(pa.timestamp("us", pairs.schema.field(spec.bucket).type.tz))
+    lo, hi = pc.min(buckets).value, pc.max(buckets).value
+    if kind is None or lo is None or any(not f.store_path for f in plan.files):
+        return plan
+    hi += spec.months * 31 * 86_400_000_000 if spec.months else spec.micros  # the last bucket's end
+    keep = set()
+    for f in plan.files:
+        start = chunk_start_us(kind, f.chunk) if f.chunk else None
+        end = chunk_end_us(kind, f.chunk) if f.chunk else None
+        if start is None or end is None or (start < hi and end > lo):
+            keep.add(f.store_path)
+    return plan if len(keep) == len(plan.files) else _core.plan_subset(plan, keep)
 
 
 def _chunks_of(buckets: Any, chunk: Optional[str]) -> set:

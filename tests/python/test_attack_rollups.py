@@ -410,7 +410,9 @@ _ABORT_AT_EXIT = textwrap.dedent(
     # A file the next refresh reads is gone (as when it races a drop or a cleanup).
     for f in glob.glob(os.path.join(location, "default", "readings", "data", "*", "*.parquet")):
         os.remove(f)
-    t.append(rows(6))  # queues the background refresh, which fails reading the removed file
+    # Rows of the same day again: queues the background refresh, which recomputes that day's
+    # pairs and fails reading the removed file.
+    t.append(rows(5))
     assert lake._refresher.wait(60)
     print("errors:", sorted(lake._refresher.errors), flush=True)
     """

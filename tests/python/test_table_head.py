@@ -135,6 +135,31 @@ def test_a_head_older_than_the_interval_is_checked_against_the_log(s3):
     assert got["rows"] == newest_per_device(batches)
 
 
+def test_a_handle_opened_after_a_check_of_the_log_trusts_the_head_of_that_version(s3):
+    """Lake.table() checked the log (the head was too old to trust alone); the handle a query
+    opens next, within the interval, reads the head and nothing of the log."""
+    url, via_proxy, direct, proxy, client, bucket = s3
+    _, t, batches = written_table(url, direct, 5)
+    time.sleep(5 + 1.1)  # older than the reader's interval
+    reader = timelake.Lake(url, storage_options=dict(via_proxy, version_check_interval="5s"))
+    log = f"/{bucket}/lake/default/readings/_delta_log/"
+    opened = requests_of(proxy, lambda: reader.table("readings"))
+    assert [p for _, p in opened] == [f"/{bucket}/{HEAD_KEY}", f"{log}{t.version:020d}.json",
+                                      f"{log}{t.version + 1:020d}.json"], opened
+    one_series = "SELECT time, temp FROM readings WHERE device_id = 'b' ORDER BY time"
+    got: dict = {}
+    sent = requests_of(proxy, lambda: got.update(rows=sql_rows(reader, one_series)))
+    assert [p for _, p in sent if "/data/" not in p] == [f"/{bucket}/{HEAD_KEY}"], sent
+    assert got["rows"] == sql_rows(timelake.Lake(url, storage_options=dict(direct, version_check_interval="0")),
+                                   one_series)
+    # After a commit of this process, the next handle sees it (from the log, or from a head of
+    # the new version if the writer's upkeep put one already).
+    t.append(batch(9))
+    assert reader.table("readings").version == t.version
+    assert sql_rows(reader, one_series)[-1] == {"time": batch(9).to_pylist()[-1]["time"], "temp": [
+        r["temp"] for r in batch(9).to_pylist() if r["device_id"] == "b"][-1]}
+
+
 def test_a_commit_whose_head_was_never_written_is_seen_after_the_interval(s3):
     """The writer 'dies' between its commit and its head: every put of the head fails."""
     url, via_proxy, _, proxy, client, bucket = s3

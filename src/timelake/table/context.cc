@@ -129,6 +129,8 @@ arrow::Status UpdateForRead(TableContext& t) {
   ARROW_RETURN_NOT_OK(Update(t));
   t.checked_at_ms = now;  // what the check saw was there when it started
   t.checked_changes = changes;
+  NoteVersionChecked(t.store->RootUrl() + "/" + t.table_path, t.snapshot.metadata.id, t.snapshot.version, now,
+                     changes);
   return arrow::Status::OK();
 }
 

@@ -45,10 +45,16 @@ arrow::Result<std::string> LatestBytes(const std::shared_ptr<arrow::Table>& late
   return buffer->ToString();
 }
 
-// The newest version of each table (location and id) the process committed or read.
+// The newest version of each table (location and id) the process committed or read, and when
+// (steady clock, ms; -1: never) a check of the log last found it the newest.
+struct Seen_ {
+  int64_t version = -1;
+  int64_t checked_ms = -1;
+  uint64_t changes = 0;  // CatalogChanges() at that check
+};
 struct SeenVersions {
   std::mutex mutex;
-  std::map<std::pair<std::string, std::string>, int64_t> newest;  // GUARDED_BY(mutex)
+  std::map<std::pair<std::string, std::string>, Seen_> newest;  // GUARDED_BY(mutex)
 };
 
 SeenVersions& Seen() {
@@ -254,15 +260,37 @@ void NoteCatalogChange() { ++CatalogChangeCount(); }
 void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version) {
   SeenVersions& seen = Seen();
   std::lock_guard<std::mutex> lock(seen.mutex);
-  auto [it, made] = seen.newest.emplace(std::make_pair(location, table_id), version);
-  if (!made && version > it->second) it->second = version;
+  Seen_& entry = seen.newest[std::make_pair(location, table_id)];
+  if (version > entry.version) {
+    entry.version = version;
+    entry.checked_ms = -1;  // not known to be the newest
+  }
+}
+
+void NoteVersionChecked(const std::string& location, const std::string& table_id, int64_t version,
+                        int64_t checked_ms, uint64_t changes) {
+  SeenVersions& seen = Seen();
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  Seen_& entry = seen.newest[std::make_pair(location, table_id)];
+  if (version > entry.version || (version == entry.version && checked_ms > entry.checked_ms)) {
+    entry = Seen_{version, checked_ms, changes};
+  }
 }
 
 int64_t NewestVersionSeen(const std::string& location, const std::string& table_id) {
   SeenVersions& seen = Seen();
   std::lock_guard<std::mutex> lock(seen.mutex);
   auto it = seen.newest.find({location, table_id});
-  return it == seen.newest.end() ? -1 : it->second;
+  return it == seen.newest.end() ? -1 : it->second.version;
+}
+
+int64_t CheckedAsNewest(const std::string& location, const std::string& table_id, int64_t version) {
+  const uint64_t changes = CatalogChanges();
+  SeenVersions& seen = Seen();
+  std::lock_guard<std::mutex> lock(seen.mutex);
+  auto it = seen.newest.find({location, table_id});
+  if (it == seen.newest.end() || it->second.version != version || it->second.changes != changes) return -1;
+  return it->second.checked_ms;
 }
 
 }  // namespace timelake

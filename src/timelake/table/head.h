@@ -102,6 +102,15 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
 void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version);
 /// The newest version of that table this process committed or read (-1: none).
 int64_t NewestVersionSeen(const std::string& location, const std::string& table_id);
+/// Notes that a check of the log that started at `checked_ms` (steady clock) found `version` the
+/// newest of that table.
+void NoteVersionChecked(const std::string& location, const std::string& table_id, int64_t version,
+                        int64_t checked_ms, uint64_t changes);
+/// When a check of the log last found `version` the newest version of that table, if it still is
+/// the newest this process has seen and no table was created or dropped by the process since
+/// (-1 otherwise): a handle opened from a head of that version counts as checked then, as the
+/// handle that checked does (so a query's handle, opened after `Lake.table()`, asks nothing).
+int64_t CheckedAsNewest(const std::string& location, const std::string& table_id, int64_t version);
 
 /// How many table creations and drops any Lake of this process has finished (whatever their
 /// outcome). A read that may skip the version check skips it only while this is unchanged since

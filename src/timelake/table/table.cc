@@ -46,7 +46,8 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
   }
   t.snapshot = std::move(*snapshot);
   ARROW_RETURN_NOT_OK(LoadDerived(t));
-  NoteVersionSeen(table->location(), t.snapshot.metadata.id, t.snapshot.version);
+  NoteVersionChecked(table->location(), t.snapshot.metadata.id, t.snapshot.version, t.checked_at_ms,
+                     t.checked_changes);
   return table;
 }
 
@@ -66,12 +67,16 @@ bool Table::OpenFromHead() {
     t.latest.rows = std::move(head.contents.latest);
     t.latest.version = version;
   }
-  const bool fresh = t.check_interval_ms > 0 && head.age_ms >= 0 &&
-                     head.age_ms <= t.check_interval_ms &&
+  // Trusted alone when its writer saw no newer commit at most the interval ago (its age), or
+  // when a check of the log by this process found its version the newest within the interval.
+  const int64_t checked = CheckedAsNewest(location(), t.snapshot.metadata.id, version);
+  const int64_t written = head.age_ms >= 0 ? started - head.age_ms : -1;
+  const int64_t newest_check = std::max(checked, written);
+  const bool fresh = t.check_interval_ms > 0 && newest_check >= 0 &&
+                     started - newest_check <= t.check_interval_ms &&
                      NewestVersionSeen(location(), t.snapshot.metadata.id) <= version;
   if (fresh) {
-    // The head's writer saw no newer commit when it wrote it, at most `age_ms` ago.
-    t.checked_at_ms = started - head.age_ms;
+    t.checked_at_ms = newest_check;
     t.checked_changes = changes;
     NoteVersionSeen(location(), t.snapshot.metadata.id, version);
     return true;
@@ -85,6 +90,7 @@ bool Table::OpenFromHead() {
   }
   t.checked_at_ms = started;
   t.checked_changes = changes;
+  NoteVersionChecked(location(), t.snapshot.metadata.id, t.snapshot.version, started, changes);
   return true;
 }
 
@@ -101,7 +107,10 @@ arrow::Status Table::Refresh() {
   ARROW_ASSIGN_OR_RAISE(auto lock, mutex_.Acquire("refresh"));
   ctx_.checked_at_ms = SteadyMillis();
   ctx_.checked_changes = CatalogChanges();
-  return Update(ctx_);
+  ARROW_RETURN_NOT_OK(Update(ctx_));
+  NoteVersionChecked(location(), ctx_.snapshot.metadata.id, ctx_.snapshot.version, ctx_.checked_at_ms,
+                     ctx_.checked_changes);
+  return arrow::Status::OK();
 }
 
 arrow::Result<std::optional<int64_t>> Table::RecordedBatchVersion(const std::string& batch_id) {
