@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from helpers import IOT_SCHEMA, T0, data_files, delta_read, iot_series, iot_table, log_actions, sorted_rows, table_dir
+from helpers import IOT_SCHEMA, NO_BACKGROUND, T0, data_files, delta_read, iot_series, iot_table, log_actions, sorted_rows, table_dir
 
 
 def _append_small_batches(t, batches: int, *, overlap: bool):
@@ -116,7 +116,9 @@ def test_latest_is_unchanged_by_compaction(lake):
 
 
 def test_inline_maintenance_compacts_once_a_chunk_is_crowded(lake):
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    # No background pass: one that ran first (after some of the small appends) would leave the
+    # inline maintenance nothing to compact.
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     _append_small_batches(t, 15, overlap=False)
     result = t.append(iot_table([(T0 + dt.timedelta(days=0, hours=20), "a", 1.0)]), maintain=True)
     assert result["maintenance"]["partitions_compacted"] == 1
@@ -126,7 +128,7 @@ def test_inline_maintenance_compacts_once_a_chunk_is_crowded(lake):
 def test_failed_inline_maintenance_is_reported_in_the_result_not_raised(lake):
     # Inline upkeep runs after the commit: its failure must neither raise (the rows are
     # committed; a retry without a batch id would double them) nor go unreported.
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
     _append_small_batches(t, 15, overlap=False)
     victim = data_files(table_dir(t))[0]
     victim.write_bytes(b"PAR1 damaged")  # the compaction of its chunk cannot read it
