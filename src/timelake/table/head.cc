@@ -47,14 +47,14 @@ arrow::Result<std::string> LatestBytes(const std::shared_ptr<arrow::Table>& late
 
 // The newest version of each table (location and id) the process committed or read, and when
 // (steady clock, ms; -1: never) a check of the log last found it the newest.
-struct Seen_ {
+struct SeenEntry {
   int64_t version = -1;
   int64_t checked_ms = -1;
   uint64_t changes = 0;  // CatalogChanges() at that check
 };
 struct SeenVersions {
   std::mutex mutex;
-  std::map<std::pair<std::string, std::string>, Seen_> newest;  // GUARDED_BY(mutex)
+  std::map<std::pair<std::string, std::string>, SeenEntry> newest;  // GUARDED_BY(mutex)
 };
 
 SeenVersions& Seen() {
@@ -260,7 +260,7 @@ void NoteCatalogChange() { ++CatalogChangeCount(); }
 void NoteVersionSeen(const std::string& location, const std::string& table_id, int64_t version) {
   SeenVersions& seen = Seen();
   std::lock_guard<std::mutex> lock(seen.mutex);
-  Seen_& entry = seen.newest[std::make_pair(location, table_id)];
+  SeenEntry& entry = seen.newest[std::make_pair(location, table_id)];
   if (version > entry.version) {
     entry.version = version;
     entry.checked_ms = -1;  // not known to be the newest
@@ -271,9 +271,9 @@ void NoteVersionChecked(const std::string& location, const std::string& table_id
                         int64_t checked_ms, uint64_t changes) {
   SeenVersions& seen = Seen();
   std::lock_guard<std::mutex> lock(seen.mutex);
-  Seen_& entry = seen.newest[std::make_pair(location, table_id)];
+  SeenEntry& entry = seen.newest[std::make_pair(location, table_id)];
   if (version > entry.version || (version == entry.version && checked_ms > entry.checked_ms)) {
-    entry = Seen_{version, checked_ms, changes};
+    entry = SeenEntry{version, checked_ms, changes};
   }
 }
 
