@@ -180,7 +180,7 @@ def test_a_commit_whose_head_was_never_written_is_seen_after_the_interval(s3):
     )
     out = subprocess.run([sys.executable, "-c", script, url, json.dumps(via_proxy)],
                          capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT / "python")), check=True).stdout
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), check=True).stdout
     version, rows = out.strip().split("\n")
     assert int(version) == t.version
     expected = newest_per_device(batches + [extra])
@@ -287,7 +287,7 @@ def append_in_child(url: str, options: dict, i: int) -> int:
     out = subprocess.run(
         [sys.executable, "-c", CHILD_APPEND, url, json.dumps(options), str(ROOT / "tests/python"), str(i)],
         capture_output=True, text=True, timeout=120, check=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
     ).stdout
     return int(out.strip().splitlines()[-1])
 
@@ -403,7 +403,7 @@ def test_a_table_another_process_creates_is_found_after_the_interval(s3):
         "t.append(pa.table({'x': [1, 2, 3]}))\n"
     )
     subprocess.run([sys.executable, "-c", script, url, json.dumps(direct)], check=True, timeout=120,
-                   env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     time.sleep(SHORT_S + 0.1)
     assert sql_rows(reader, "SELECT count(*) AS n FROM other") == [{"n": 3}]
     # Created here (by any Lake of the process): found at once.
