@@ -235,12 +235,11 @@ def _parse(query: str) -> _Shape:
     if tokens.symbol("."):
         namespace, table = first, tokens.name()
     shape = _Shape(items, star, namespace, table)
-    if tokens.word("where") is None:
-        raise _NotSimple  # no series key fixed: DuckDB scans better
-    while True:
-        _condition(tokens, shape)
-        if tokens.word("and") is None:
-            break
+    if tokens.word("where") is not None:
+        while True:
+            _condition(tokens, shape)
+            if tokens.word("and") is None:
+                break
     if tokens.word("group"):
         tokens.expect("by")
         shape.group = _key(tokens)
@@ -415,7 +414,7 @@ def _plain_type(t: pa.DataType) -> bool:
     )
 
 
-def answer(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
+def answer(lake: Any, query: str, namespace: str, rollups: bool = True) -> Optional[pa.Table]:
     """The statement's result if it is a simple selection the core can read, else None (the
     caller asks DuckDB)."""
     if not ENABLED:
@@ -424,12 +423,12 @@ def answer(lake: Any, query: str, namespace: str) -> Optional[pa.Table]:
     if shape is None:
         return None
     try:
-        return _answer(lake, shape, namespace)
+        return _answer(lake, shape, namespace, rollups and getattr(lake, "_route_rollups", True))
     except _NotSimple:
         return None
 
 
-def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
+def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional[pa.Table]:
     ns = shape.namespace if shape.namespace is not None else namespace
     if _fold(ns) in _DUCKDB_NAMES:
         raise _NotSimple
@@ -490,8 +489,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
             where.append((f.name, op, 0.0, int(text), True))
         else:
             raise _NotSimple  # float32 against a decimal, an integer against a fraction, ...
-    if not key_equals:
-        raise _NotSimple
+    every_series = not key_equals
     for written, op, micros in times:
         if _column(declared, written).name != time_name:
             raise _NotSimple
@@ -521,6 +519,12 @@ def _answer(lake: Any, shape: _Shape, namespace: str) -> Optional[pa.Table]:
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
+    if every_series:
+        # Aggregates over every series are a scan of a few columns (scan/bucket_scan.h); rows of
+        # every series, or value conditions over them, are DuckDB's. A query a rollup of the
+        # table may answer is left to the routing (_route), which reads far less.
+        if not aggregate or where or (rollups and lake._rollups.rollups_of(lake, f"{ns}.{shape.table}", max_age=5.0)):
+            raise _NotSimple
     buckets = [i for i, item in enumerate(shape.items) if item.function == "time_bucket"]
     if buckets or shape.group is not None:
         # GROUP BY the one time_bucket: named by its position or its alias (an alias that is

@@ -218,7 +218,7 @@ def run_sql(lake: Any, query: str, namespace: str = "default", as_of: Any = None
             return done
     if wanted is None:
         # One series over a time range: read by the core, no DuckDB (see _select).
-        answered = _select.answer(lake, query, namespace)
+        answered = _select.answer(lake, query, namespace, rollups)
         if answered is not None:
             return answered
     catalog = lake._catalog()

@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <Python.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
+#include <thread>
 #include <map>
 #include <optional>
 #include <type_traits>
@@ -36,6 +39,7 @@
 #include <arrow/compute/initialize.h>
 
 #include "timelake/scan/file_cache.h"
+#include "timelake/scan/bucket_scan.h"
 #include "timelake/scan/selection_reader.h"
 #include "timelake/table/table.h"
 #include "timelake/table/lake_runtime.h"
@@ -482,14 +486,40 @@ NB_MODULE(_core, m) {
         }
         SelectionCounters counters;
         arrow::Result<std::shared_ptr<arrow::Table>> rows;
+        bool interrupted = false;
         {
           nb::gil_scoped_release release;
-          rows = ReadSelection(plan, paths, columns, read_shape, &counters);
-          if (rows.ok() && !folds.empty()) {
+          const bool scanned = !folds.empty() && plan.filter.key_equals.empty() && shape.where.empty();
+          if (scanned) {
+            // Every series: a scan folding rows into buckets (scan/bucket_scan.h), as long as the
+            // table. It runs on a thread of its own while this one looks for Ctrl-C every 50 ms
+            // (Python runs signal handlers only on its main thread, with the GIL).
+            std::atomic<bool> cancel{false};
+            std::promise<void> finished;
+            std::future<void> done = finished.get_future();
+            std::thread worker([&] {
+              rows = ScanAggregates(plan, paths, folds, shape.order == SelectionShape::Order::kTimeDescending,
+                                    grouped ? shape.limit : std::nullopt, &counters, &cancel);
+              finished.set_value();
+            });
+            while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+              nb::gil_scoped_acquire acquire;
+              if (PyErr_CheckSignals() != 0) {
+                interrupted = true;
+                cancel = true;
+                break;
+              }
+            }
+            worker.join();
+          } else {
+            rows = ReadSelection(plan, paths, columns, read_shape, &counters);
+          }
+          if (rows.ok() && !folds.empty() && !scanned) {
             rows = AggregateSelection(**rows, folds, shape.order == SelectionShape::Order::kTimeDescending,
                                       grouped ? shape.limit : std::nullopt);
           }
         }
+        if (interrupted) throw nb::python_error();  // KeyboardInterrupt (or what the handler raised)
         if (!rows.ok() && rows.status().IsNotImplemented()) return nb::none();
         if (!rows.ok()) Raise(rows.status());
         nb::dict read;

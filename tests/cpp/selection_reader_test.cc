@@ -2,11 +2,15 @@
 // random files (sorted or not, with and without a page index, pages and row groups of random
 // sizes, nulls), random filters, deletion vectors and dedup marks; the rows must be exactly those
 // a full read keeps, in the same order. Plus: it reads few pages of a sorted file, and it refuses
-// (NotImplemented) what it does not handle instead of answering wrongly.
+// (NotImplemented) what it does not handle instead of answering wrongly. The scan of aggregates
+// over every series (scan/bucket_scan.h) is checked against the selection's own aggregates of
+// the same rows.
 
 #include "timelake/scan/selection_reader.h"
+#include "timelake/scan/bucket_scan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -425,6 +429,196 @@ TEST(SelectionReaderTest, ADamagedPageIsAnErrorNotWrongRows) {
   auto got = ReadSelection(PlanOf({file}, filter, {"device"}, false), {}, {"value"});
   ASSERT_FALSE(got.ok());
   EXPECT_TRUE(got.status().IsIOError()) << got.status().ToString();
+}
+
+// -- aggregates over every series (scan/bucket_scan.h) -------------------------------------------
+
+// Equal tables, floating-point values to 1e-9 relative (sums are added in another order), NaN
+// equal to NaN.
+void ExpectSameAggregates(const arrow::Table& got, const arrow::Table& expected, const std::string& what) {
+  ASSERT_TRUE(got.schema()->Equals(*expected.schema())) << what << ": " << got.schema()->ToString() << " vs "
+                                                        << expected.schema()->ToString();
+  ASSERT_EQ(got.num_rows(), expected.num_rows()) << what;
+  for (int c = 0; c < got.num_columns(); ++c) {
+    for (int64_t r = 0; r < got.num_rows(); ++r) {
+      auto a = got.column(c)->GetScalar(r).ValueOrDie();
+      auto b = expected.column(c)->GetScalar(r).ValueOrDie();
+      if (a->type->id() == arrow::Type::DOUBLE && a->is_valid && b->is_valid) {
+        const double x = std::static_pointer_cast<arrow::DoubleScalar>(a)->value;
+        const double y = std::static_pointer_cast<arrow::DoubleScalar>(b)->value;
+        if (std::isnan(x) || std::isnan(y)) {
+          EXPECT_TRUE(std::isnan(x) && std::isnan(y)) << what << " column " << c << " row " << r;
+        } else {
+          EXPECT_NEAR(x, y, 1e-9 * std::max(1.0, std::abs(y))) << what << " column " << c << " row " << r;
+        }
+      } else {
+        EXPECT_TRUE(a->Equals(*b)) << what << " column " << c << " row " << r << ": " << a->ToString() << " vs "
+                                   << b->ToString();
+      }
+    }
+  }
+}
+
+TEST(BucketScanTest, EqualsTheSelectionsAggregatesOverRandomFiles) {
+  std::mt19937_64 rng(20261207);
+  const std::vector<SelectionAggregate> all = {
+      {"count", "", "rows"},       {"count", "value", "cv"},  {"count", "note", "cn"}, {"count", "ok", "co"},
+      {"sum", "value", "s"},       {"avg", "value", "a"},     {"avg", "unit", "au"},   {"min", "value", "lo"},
+      {"max", "value", "hi"},      {"min", "unit", "ulo"},    {"max", "unit", "uhi"},  {"min", "time", "first"},
+      {"max", "time", "last"},
+  };
+  const int64_t widths[] = {1, 1000, 7777, 1000000, 60000000, 86400000000};
+  for (int round = 0; round < 100; ++round) {
+    TempDir dir;
+    const int file_count = 1 + static_cast<int>(rng() % 4);
+    std::vector<ScanFile> scan_files;
+    for (int f = 0; f < file_count; ++f) {
+      std::vector<Row> rows;
+      const int devices = 1 + static_cast<int>(rng() % 6);
+      const int per_device = static_cast<int>(rng() % 3000);
+      const int64_t span = rng() % 2 == 0 ? 100000000 : 5000;
+      for (int d = 0; d < devices; ++d) {
+        for (int i = 0; i < per_device; ++i) {
+          const int64_t time = static_cast<int64_t>(rng() % span) - (rng() % 5 == 0 ? span / 2 : 0);
+          std::optional<double> value;
+          const uint64_t kind = rng() % 20;
+          if (kind == 0) {
+            value = std::numeric_limits<double>::quiet_NaN();
+          } else if (kind == 1) {
+            value = -0.0;
+          } else if (kind > 3) {
+            value = static_cast<double>(rng() % 100000) / 7.0 - 5000;
+          }
+          std::optional<std::string> note;
+          if (rng() % 4 == 0) note = "n" + std::to_string(rng() % 50);
+          rows.push_back({time, "dev-" + std::to_string(d), static_cast<int32_t>(rng() % 2000) - 1000, value,
+                          rng() % 2 == 0, note});
+        }
+      }
+      if (rng() % 4 != 0) {
+        std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+          return std::tie(a.device, a.time) < std::tie(b.device, b.time);
+        });
+      }
+      const int64_t page_rows[] = {7, 100, 1000, 20000};
+      const int64_t group_rows[] = {500, 4000, 1000000};
+      const std::string path = dir.path() + "/f" + std::to_string(f) + ".parquet";
+      Write(path, rows, page_rows[rng() % 4], group_rows[rng() % 3], rng() % 5 != 0);
+      ScanFile file;
+      file.path = path;
+      file.order = f;
+      if (rng() % 2 == 0) {
+        for (size_t r = 0; r < rows.size(); ++r) {
+          if (rng() % 7 == 0) file.deleted_rows.push_back(r);
+        }
+      }
+      scan_files.push_back(std::move(file));
+    }
+    ScanFilter filter;
+    if (rng() % 2 == 0) filter.min_time = static_cast<int64_t>(rng() % 100000000) - 50000000;
+    if (rng() % 2 == 0) filter.max_time = static_cast<int64_t>(rng() % 100000000);
+    ScanPlan plan = PlanOf(scan_files, filter, {"device"}, false);
+    plan.dedup_order = {};
+
+    std::vector<SelectionAggregate> aggregates;
+    for (const SelectionAggregate& agg : all) {
+      if (rng() % 3 == 0) aggregates.push_back(agg);
+    }
+    if (aggregates.empty()) aggregates.push_back(all[rng() % all.size()]);
+    if (rng() % 3 != 0) {
+      const int64_t origin = rng() % 2 == 0 ? 946857600000000 : static_cast<int64_t>(rng() % 1000);
+      SelectionAggregate bucket{"time_bucket", "time", "b", widths[rng() % 6], origin};
+      aggregates.insert(aggregates.begin() + static_cast<std::ptrdiff_t>(rng() % (aggregates.size() + 1)), bucket);
+    }
+    const bool descending = rng() % 2 == 0;
+    std::optional<int64_t> limit;
+    if (rng() % 3 == 0) limit = static_cast<int64_t>(rng() % 30);
+
+    SelectionCounters counters;
+    auto got = ScanAggregates(plan, {}, aggregates, descending, limit, &counters);
+    ASSERT_TRUE(got.ok()) << "round " << round << ": " << got.status().ToString();
+    std::vector<std::string> columns = AllColumns();
+    auto rows = ReadSelection(plan, {}, columns);
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    auto expected = AggregateSelection(**rows, aggregates, descending, limit);
+    ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+    ExpectSameAggregates(*(*got)->CombineChunks().ValueOrDie(), *(*expected)->CombineChunks().ValueOrDie(),
+                         "round " + std::to_string(round));
+    EXPECT_EQ(counters.files, file_count);
+  }
+}
+
+TEST(BucketScanTest, SkipsRowGroupsOutsideTheTimeRange) {
+  TempDir dir;
+  std::vector<Row> rows;
+  for (int i = 0; i < 10000; ++i) rows.push_back({int64_t{i} * 1000, "dev", 1, 1.0 * i, true, std::nullopt});
+  const std::string path = dir.path() + "/f.parquet";
+  Write(path, rows, 1000, 1000, true);  // ten row groups of one second each
+  ScanFile file;
+  file.path = path;
+  ScanFilter filter;
+  filter.min_time = 2500000;
+  filter.max_time = 3499999;
+  SelectionCounters counters;
+  auto got = ScanAggregates(PlanOf({file}, filter, {"device"}, false), {},
+                            {{"count", "", "c"}, {"sum", "value", "s"}}, false, std::nullopt, &counters);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(counters.row_groups, 2);
+  EXPECT_EQ((*got)->column(0)->GetScalar(0).ValueOrDie()->ToString(), "1000");
+  EXPECT_EQ((*got)->column(1)->GetScalar(0).ValueOrDie()->ToString(), std::to_string((2500 + 3499) * 1000 / 2));
+}
+
+TEST(BucketScanTest, RefusesWhatItDoesNotHandle) {
+  TempDir dir;
+  const std::string path = dir.path() + "/f.parquet";
+  Write(path, {{1, "a", 1, 1.0, true, std::string("x")}}, 100, 100, true);
+  ScanFile file;
+  file.path = path;
+  auto refused = [&](const ScanPlan& plan, std::vector<SelectionAggregate> aggregates) {
+    auto got = ScanAggregates(plan, {}, aggregates);
+    return !got.ok() && got.status().IsNotImplemented();
+  };
+  const std::vector<SelectionAggregate> avg = {{"avg", "value", "a"}};
+  EXPECT_FALSE(refused(PlanOf({file}, {}, {"device"}, false), avg));
+  // A key condition: the selection reader's (it reads that series' pages only).
+  ScanFilter keyed;
+  keyed.key_equals["device"] = std::string("a");
+  EXPECT_TRUE(refused(PlanOf({file}, keyed, {"device"}, false), avg));
+  // Read-time dedup over several series.
+  ScanPlan dedup = PlanOf({file}, {}, {"device"}, false);
+  dedup.files[0].dedup = true;
+  EXPECT_TRUE(refused(dedup, avg));
+  // Aggregates it does not compute as DuckDB does: strings, sums of integers.
+  EXPECT_TRUE(refused(PlanOf({file}, {}, {"device"}, false), {{"max", "note", "m"}}));
+  EXPECT_TRUE(refused(PlanOf({file}, {}, {"device"}, false), {{"sum", "unit", "s"}}));
+  // A bucket of another column than the time column.
+  EXPECT_TRUE(refused(PlanOf({file}, {}, {"device"}, false), {{"time_bucket", "unit", "b", 10, 0}}));
+  // Column mapping, a remote path.
+  ScanPlan mapped = PlanOf({file}, {}, {"device"}, false);
+  mapped.physical_names["value"] = "col-1";
+  EXPECT_TRUE(refused(mapped, avg));
+  ScanPlan remote = PlanOf({file}, {}, {"device"}, false);
+  remote.files[0].path = "s3://bucket/f.parquet";
+  EXPECT_TRUE(refused(remote, avg));
+}
+
+TEST(BucketScanTest, StopsWhenCancelled) {
+  TempDir dir;
+  std::vector<Row> rows;
+  for (int i = 0; i < 20000; ++i) rows.push_back({int64_t{i}, "dev", 1, 1.0, true, std::nullopt});
+  const std::string path = dir.path() + "/f.parquet";
+  Write(path, rows, 1000, 5000, true);
+  ScanFile file;
+  file.path = path;
+  const ScanPlan plan = PlanOf({file}, {}, {"device"}, false);
+  std::atomic<bool> cancel{true};
+  auto got = ScanAggregates(plan, {}, {{"count", "", "c"}}, false, std::nullopt, nullptr, &cancel);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(got.status().IsCancelled()) << got.status().ToString();
+  cancel = false;
+  got = ScanAggregates(plan, {}, {{"count", "", "c"}}, false, std::nullopt, nullptr, &cancel);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)->column(0)->GetScalar(0).ValueOrDie()->ToString(), "20000");
 }
 
 }  // namespace

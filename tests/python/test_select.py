@@ -1,7 +1,7 @@
 """Simple selections answered by the core (_select, scan/selection_reader): the same answers as
 DuckDB gives for the same statement at the same version, over random tables of every dedup policy
-(overlapping appends, re-sent rows, NaN and nulls, compaction), on every store; statements of any
-other shape still go to DuckDB; and a one-series read decodes only a few pages."""
+(overlapping appends, re-sent rows, NaN and nulls, compaction), on every store; aggregates over every series (scan/bucket_scan) too, unless a rollup may answer; statements of
+any other shape still go to DuckDB; and a one-series read decodes only a few pages."""
 
 from __future__ import annotations
 
@@ -192,7 +192,12 @@ def test_a_one_series_read_decodes_few_pages(lake_path):
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' OR device_id = 'dev-02'",
         "SELECT avg(temp) + 1 AS a FROM q.r WHERE device_id = 'dev-01'",
         "SELECT device_id, avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' GROUP BY device_id",
-        "SELECT avg(temp) AS a FROM q.r WHERE time >= TIMESTAMP '2026-03-01 01:00:00'",  # no key: a scan
+        # No key: rows of every series, or value conditions over them, are DuckDB's to scan.
+        "SELECT time, temp FROM q.r WHERE time >= TIMESTAMP '2026-03-01 00:30:00'",
+        "SELECT avg(temp) AS a FROM q.r WHERE temp > 1",
+        "SELECT * FROM q.r",
+        "SELECT time_bucket(INTERVAL '1 hour', time) AS b, avg(temp) AS a FROM q.r WHERE n > 3 GROUP BY 1",
+        "SELECT device_id, max(temp) AS a FROM q.r GROUP BY device_id",
         "SELECT avg(temp) AS a FROM q.r AT (VERSION => 1) WHERE device_id = 'dev-01'",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' AND time >= now() - INTERVAL '1 day'",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' AND time >= TIMESTAMP '2026-03-01 01:00:00+02'",
@@ -288,3 +293,102 @@ def test_a_damaged_page_is_an_error(lake_path):
     path.write_bytes(bytes(data))
     with pytest.raises(RuntimeError):
         lake.sql("SELECT max(temp) AS m FROM c.r WHERE device_id = 'dev-03'")
+
+
+def random_scan(rng: random.Random, table: str) -> tuple[str, bool]:
+    """An aggregate over every series (no key): (text, rows come ordered)."""
+    conds = []
+    lo = T0 + timedelta(minutes=rng.randrange(-30, 600))
+    hi = lo + timedelta(minutes=rng.choice([1, 30, 90, 600, 3000]))
+    form = rng.choice(["ts", "tz", "str"])
+    r = rng.random()
+    if r < 0.4:
+        conds += [f"time {rng.choice(['>=', '>'])} {ts(lo, form)}", f"time {rng.choice(['<', '<='])} {ts(hi, form)}"]
+    elif r < 0.55:
+        conds.append(f"time BETWEEN {ts(lo, form)} AND {ts(hi, form)}")
+    elif r < 0.65:
+        conds.append(f"time >= {ts(lo, form)}")
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    aggs = rng.sample(["avg(temp) AS a", "max(temp) AS hi", "min(temp) AS lo", "count(*) AS c", "min(n) AS mn",
+                       "max(n) AS mx", "avg(n) AS an", "sum(temp) AS s", "count(hum) AS ch", "avg(hum) AS ah",
+                       "max(hum) AS mh", "max(time) AS last_t", "min(time) AS first_t", "count(note) AS notes",
+                       "count(ok) AS oks"], rng.randrange(1, 5))
+    if rng.random() < 0.7:
+        width = rng.choice(["1 minute", "5 minutes", "1 hour", "90 seconds", "1 day", "7 minutes", "1 week",
+                            "250 milliseconds", "1 second"])
+        key = rng.choice(["1", "b"])
+        order = rng.choice(["", f" ORDER BY {key}", f" ORDER BY {key} DESC", f" ORDER BY {key} ASC"])
+        limit = f" LIMIT {rng.randrange(0, 20)}" if order and rng.random() < 0.4 else ""
+        return (f"SELECT time_bucket(INTERVAL '{width}', time) AS b, {', '.join(aggs)} FROM {table}"
+                f"{where} GROUP BY {key}{order}{limit}"), bool(order)
+    return f"SELECT {', '.join(aggs)} FROM {table}{where}", True
+
+
+@pytest.mark.parametrize("dedup", ["none", "last"])
+def test_aggregates_over_every_series_equal_duckdbs(lake_path, dedup):
+    """The bucket scan's answers are DuckDB's at the same version; on a dedup table it answers only
+    once compaction removed the read-time dedup (DuckDB keeps one row per key before)."""
+    rng = random.Random(f"scan-{dedup}")
+    lake = timelake.Lake(str(lake_path))
+    table = lake.create_table("s.r", SCHEMA, time_column="time", series_key=["device_id"], chunk="hour", dedup=dedup)
+    table.append(batch(rng, T0, 240, DEVICES))
+    table.append(batch(rng, T0 + timedelta(hours=3), 180, DEVICES[:5]))  # overlaps: re-sent readings
+    table.append(batch(rng, T0 + timedelta(hours=1), 30, DEVICES[3:8], step_s=20))
+    for step in range(3):
+        marked = dedup != "none" and step != 1  # dedup marks until compacted, and after the append
+        refused = 0
+        for _ in range(25):
+            query, ordered = random_scan(rng, rng.choice(["s.r", "S.R", "r"]))
+            if marked:
+                # Answered only when the time range holds no file marked for dedup.
+                before = _select.ANSWERED
+                fast = lake.sql(query, namespace="s")
+                refused += _select.ANSWERED == before
+                _select.ENABLED = False
+                try:
+                    slow = lake.sql(query, namespace="s")
+                finally:
+                    _select.ENABLED = True
+            else:
+                fast, slow = both(lake, query, namespace="s")
+            same(fast, slow, ordered)
+        assert refused > 0 if marked else refused == 0
+        if step == 0:
+            table.maintain()  # compacted: the dedup marks go away
+        else:
+            table.append(batch(rng, T0 + timedelta(hours=2), 60, DEVICES[::2]))
+
+
+def test_an_aggregate_over_every_series_sees_the_latest_append_on_every_store(lake):
+    rng = random.Random(11)
+    table = lake.create_table("m.every", SCHEMA, time_column="time", series_key=["device_id"], chunk="hour")
+    table.append(batch(rng, T0, 120, DEVICES[:4]))
+    query = "SELECT time_bucket(INTERVAL '1 hour', time) AS h, count(*) AS c, avg(temp) AS a FROM m.every GROUP BY 1 ORDER BY 1"
+    fast, slow = both(lake, query)
+    same(fast, slow, True)
+    assert fast.column("c").to_pylist() == [240, 240]
+    table.append(batch(rng, T0 + timedelta(minutes=150), 10, ["dev-02"], step_s=30))
+    fast, slow = both(lake, query)
+    same(fast, slow, True)
+    assert fast.column("c").to_pylist() == [240, 240, 20]
+
+
+def test_a_query_a_rollup_may_answer_is_left_to_the_routing(lake_path):
+    lake = timelake.Lake(str(lake_path))
+    table = lake.create_table("r.raw", SCHEMA, time_column="time", series_key=["device_id"], chunk="hour")
+    table.append(batch(random.Random(12), T0, 180, DEVICES[:3]))
+    query = "SELECT time_bucket(INTERVAL '1 hour', time) AS h, avg(temp) AS a FROM r.raw GROUP BY 1 ORDER BY 1"
+    before = _select.ANSWERED
+    plain = lake.sql(query)
+    assert _select.ANSWERED == before + 1  # no rollup yet: the scan
+    lake.sql("CREATE MATERIALIZED ROLLUP r.hourly AS SELECT time_bucket(INTERVAL '1 hour', time) AS hour, "
+             "device_id, avg(temp) AS temp FROM r.raw GROUP BY 1, 2")
+    before = _select.ANSWERED
+    routed = lake.sql(query)
+    assert _select.ANSWERED == before
+    same(routed, plain, True)
+    # Routing turned off (rollups=False): the scan answers again.
+    before = _select.ANSWERED
+    same(lake.sql(query, rollups=False), plain, True)
+    assert _select.ANSWERED == before + 1
+

@@ -30,6 +30,7 @@
 #include <parquet/schema.h>
 #include <parquet/statistics.h>
 
+#include "timelake/scan/data_files.h"
 #include "timelake/store/parquet_object.h"
 
 namespace timelake {
@@ -523,51 +524,6 @@ class Output {
   arrow::Status status_;
 };
 
-// Footers of the data files selections read, process-wide: a data file never changes once
-// written (its name is new, and it is only ever deleted), so its parsed footer stays right for
-// as long as a file of that name and size exists. Bounded; the least recently used go first.
-class FooterCache {
- public:
-  std::shared_ptr<parquet::FileMetaData> Get(const std::string& path, int64_t size) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(path);
-    if (it == entries_.end() || it->second.size != size) return nullptr;
-    order_.splice(order_.begin(), order_, it->second.position);
-    return it->second.footer;
-  }
-
-  void Put(const std::string& path, int64_t size, std::shared_ptr<parquet::FileMetaData> footer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(path);
-    if (it != entries_.end()) {
-      order_.erase(it->second.position);
-      entries_.erase(it);
-    }
-    order_.push_front(path);
-    entries_[path] = Entry{size, std::move(footer), order_.begin()};
-    while (entries_.size() > kEntries) {
-      entries_.erase(order_.back());
-      order_.pop_back();
-    }
-  }
-
- private:
-  static constexpr size_t kEntries = 1024;
-  struct Entry {
-    int64_t size;
-    std::shared_ptr<parquet::FileMetaData> footer;
-    std::list<std::string>::iterator position;
-  };
-  std::mutex mutex_;
-  std::list<std::string> order_;  // most recently used first
-  std::unordered_map<std::string, Entry> entries_;
-};
-
-FooterCache& Footers() {
-  static FooterCache* cache = new FooterCache();  // never destroyed: used until exit
-  return *cache;
-}
-
 // The matching rows of one row group: positions in the row group and their times.
 struct Matches {
   size_t file = 0;
@@ -576,30 +532,6 @@ struct Matches {
   std::vector<int64_t> rows;
   std::vector<int64_t> times;
 };
-
-arrow::Status Supported(const ScanPlan& plan, const std::vector<std::string>& columns) {
-  if (plan.contract.time_column.empty()) return arrow::Status::NotImplemented("a table without a time column");
-  if (!plan.physical_names.empty()) return arrow::Status::NotImplemented("column mapping");
-  if (plan.evolved || plan.read_by_name || !plan.widened.empty()) {
-    return arrow::Status::NotImplemented("files that differ in their columns");
-  }
-  if (!plan.partition_columns.empty()) return arrow::Status::NotImplemented("partition columns");
-  for (const std::string& name : columns) {
-    if (std::find(plan.restored.begin(), plan.restored.end(), name) != plan.restored.end()) {
-      return arrow::Status::NotImplemented("column '", name, "' is restored to its declared type");
-    }
-  }
-  const bool any_dedup = std::any_of(plan.files.begin(), plan.files.end(),
-                                     [](const ScanFile& f) { return f.dedup; });
-  if (any_dedup) {
-    for (const std::string& key : plan.contract.series_key) {
-      if (!plan.filter.key_equals.count(key)) {
-        return arrow::Status::NotImplemented("read-time dedup over more than one series");
-      }
-    }
-  }
-  return arrow::Status::OK();
-}
 
 // Builds the conditions of the filter for one file's schema.
 arrow::Result<std::vector<Condition>> ConditionsFor(const ScanPlan& plan, const parquet::SchemaDescriptor& schema,
@@ -763,28 +695,21 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
                                                                   const std::vector<std::string>& columns,
                                                                   const SelectionShape& shape,
                                                                   SelectionCounters* counters) {
-  ARROW_RETURN_NOT_OK(Supported(plan, columns));
+  ARROW_RETURN_NOT_OK(CoreReadable(plan, columns));
   std::vector<std::shared_ptr<arrow::Field>> fields;
   for (const std::string& name : columns) {
     auto field = plan.storage->GetFieldByName(name);
     if (!field) return arrow::Status::KeyError("no column '", name, "'");
     fields.push_back(field);
   }
+  std::vector<std::shared_ptr<arrow::io::RandomAccessFile>> inputs;
   std::vector<std::unique_ptr<parquet::ParquetFileReader>> files;
   std::vector<Matches> matches;
   for (size_t f = 0; f < plan.files.size(); ++f) {
-    const std::string& path = paths.empty() ? plan.files[f].path : paths[f];
-    if (path.empty() || path.front() != '/') return arrow::Status::NotImplemented("a file that is not local");
-    ARROW_ASSIGN_OR_RAISE(auto input, arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ));
-    // Footers are kept only for the lake's own files (a local copy of a remote file may be
-    // replaced by a copy of other row groups under the same name), checked by the log's size.
-    const int64_t size = plan.files[f].size;
-    const bool keep_footer = paths.empty() && size >= 0;
-    ARROW_ASSIGN_OR_RAISE(const int64_t actual, input->GetSize());
-    std::shared_ptr<parquet::FileMetaData> footer =
-        keep_footer && actual == size ? Footers().Get(path, size) : nullptr;
-    files.push_back(parquet::ParquetFileReader::Open(input, VerifyingReaderProperties(), footer));
-    if (keep_footer && actual == size && !footer) Footers().Put(path, size, files.back()->metadata());
+    ARROW_ASSIGN_OR_RAISE(OpenDataFile opened, OpenPlanFile(plan, paths, f));
+    std::shared_ptr<arrow::io::RandomAccessFile> input = std::move(opened.source);
+    inputs.push_back(input);
+    files.push_back(std::move(opened.reader));
     if (counters) ++counters->files;
     parquet::ParquetFileReader* file = files.back().get();
     const std::shared_ptr<parquet::FileMetaData> meta = file->metadata();
