@@ -31,6 +31,15 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
 * time_bucket: widths of whole units below a month, DuckDB's origin (2000-01-03 00:00 UTC), the
   alias not a column's name (GROUP BY and ORDER BY would bind it differently).
 
+Without a series-key condition (the WHERE optional, time comparisons only), aggregate statements
+of these shapes are a scan of every series instead (scan/bucket_scan.h), and so is
+
+    SELECT [time_bucket(...) AS b,] <column> [AS name], aggregate [, …] FROM … [WHERE <time>]
+        GROUP BY <b and the column, by position or name> [ORDER BY <b, the column> [ASC | DESC] …]
+        [LIMIT n] [;]
+
+unless a rollup of the table may answer the statement (routing, _route, reads far less).
+
 The results are those DuckDB gives: the same column names and types, NULL aggregates over no
 rows (count 0), NaN ordered above every number in min/max as DuckDB orders it. Sums and averages
 of floating-point values may differ from DuckDB's in the last bits (SQL leaves the order of
@@ -107,7 +116,9 @@ class _Shape:
     times: List[Tuple[str, str, int]] = field(default_factory=list)  # (column, op, microseconds)
     order: Optional[Tuple[str, bool]] = None  # (column as written or "#<position>", descending)
     limit: Optional[int] = None
-    group: Optional[str] = None  # GROUP BY's one key (a name as written or "#<position>")
+    group: Optional[str] = None  # GROUP BY's first key (a name as written or "#<position>")
+    groups: List[str] = field(default_factory=list)  # every GROUP BY key
+    orders: List[Tuple[str, bool]] = field(default_factory=list)  # every ORDER BY key
 
 
 class _NotSimple(Exception):
@@ -242,12 +253,20 @@ def _parse(query: str) -> _Shape:
                 break
     if tokens.word("group"):
         tokens.expect("by")
-        shape.group = _key(tokens)
+        while True:
+            shape.groups.append(_key(tokens))
+            if not tokens.symbol(","):
+                break
+        shape.group = shape.groups[0]
     if tokens.word("order"):
         tokens.expect("by")
-        column = _key(tokens)
-        descending = tokens.word("asc", "desc") == "desc"
-        shape.order = (column, descending)
+        while True:
+            column = _key(tokens)
+            descending = tokens.word("asc", "desc") == "desc"
+            shape.orders.append((column, descending))
+            if not tokens.symbol(","):
+                break
+        shape.order = shape.orders[0]
     if tokens.word("limit"):
         text, kind = tokens.take()
         if kind != "numeric_const" or not text.isdigit() or int(text) > _INT64_MAX:
@@ -500,6 +519,17 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
             bound = micros - 1 if op == "<" else micros
             high = bound if high is None else min(high, bound)
 
+    if every_series:
+        # Aggregates over every series are a scan of a few columns (scan/bucket_scan.h); rows of
+        # every series, or value conditions over them, are DuckDB's. A query a rollup of the
+        # table may answer is left to the routing (_route), which reads far less.
+        if shape.star or where or (rollups and lake._rollups.rollups_of(lake, f"{ns}.{shape.table}", max_age=5.0)):
+            raise _NotSimple
+        if any(item.function is None for item in shape.items):
+            return _by_key(lake, handle, shape, declared, time_name, low, high)
+    if len(shape.groups) > 1 or len(shape.orders) > 1:
+        raise _NotSimple
+
     # What to read and give back.
     if shape.star:
         outputs = [(f.name, f, None) for f in declared]
@@ -519,12 +549,8 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
-    if every_series:
-        # Aggregates over every series are a scan of a few columns (scan/bucket_scan.h); rows of
-        # every series, or value conditions over them, are DuckDB's. A query a rollup of the
-        # table may answer is left to the routing (_route), which reads far less.
-        if not aggregate or where or (rollups and lake._rollups.rollups_of(lake, f"{ns}.{shape.table}", max_age=5.0)):
-            raise _NotSimple
+    if every_series and not aggregate:
+        raise _NotSimple
     buckets = [i for i, item in enumerate(shape.items) if item.function == "time_bucket"]
     if buckets or shape.group is not None:
         # GROUP BY the one time_bucket: named by its position or its alias (an alias that is
@@ -587,23 +613,99 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
          _BUCKET_ORIGIN)
         for name, f, function in outputs
     ] if aggregate else []
+    rows = _read(lake, plan, columns, folds, shape.limit, [], order=order, where=where)
+    if aggregate:
+        return rows
+    fields = [pa.field(name, f.type) for name, f, _ in outputs]
+    return pa.Table.from_arrays([rows.column(f.name) for _, f, _ in outputs], schema=pa.schema(fields))
+
+
+def _by_key(lake: Any, handle: Any, shape: _Shape, declared: pa.Schema, time_name: str, low: Optional[int],
+            high: Optional[int]) -> pa.Table:
+    """Aggregates of every series grouped by one column (and a time bucket):
+    `SELECT [time_bucket(...) AS b,] device_id, max(temp) AS hi FROM t [WHERE <time>] GROUP BY ...
+    [ORDER BY <grouped columns> [ASC | DESC], ...] [LIMIT n]`, scanned by the core."""
+    plain = [i for i, item in enumerate(shape.items) if item.function is None]
+    buckets = [i for i, item in enumerate(shape.items) if item.function == "time_bucket"]
+    if len(plain) != 1 or len(buckets) > 1 or not shape.groups:
+        raise _NotSimple
+    key_item = shape.items[plain[0]]
+    key_field = _column(declared, key_item.column)
+    if key_item.alias is None and key_item.column != key_field.name:
+        raise _NotSimple  # DuckDB names the column as written
+    if not (pa.types.is_string(key_field.type) or pa.types.is_binary(key_field.type)
+            or key_field.type in _INTEGER_RANGES) or key_field.name == time_name:
+        raise _NotSimple
+    names = {}  # result position -> the names a GROUP BY or ORDER BY may use for it
+    for i, item in enumerate(shape.items):
+        if item.function is not None and item.function != "time_bucket" and item.alias is None:
+            raise _NotSimple  # DuckDB's own names for it depend on its keyword list
+        if item.alias is not None and any(_fold(f.name) == _fold(item.alias) and f.name != key_field.name
+                                          for f in declared):
+            raise _NotSimple  # an alias that is another column's name binds differently
+        if i in plain:
+            names[i] = {_fold(key_item.alias or key_field.name), _fold(key_field.name)}
+        elif i in buckets:
+            if _column(declared, item.column).name != time_name:
+                raise _NotSimple
+            names[i] = {_fold(item.alias)}
+
+    def position(key: str) -> int:
+        if key.startswith("#"):
+            at = int(key[1:]) - 1
+            if at in names:
+                return at
+            raise _NotSimple
+        found = [i for i, known in names.items() if _fold(key) in known]
+        if len(found) != 1:
+            raise _NotSimple
+        return found[0]
+
+    if sorted(position(key) for key in shape.groups) != sorted(names):
+        raise _NotSimple  # GROUP BY exactly the bucket and the column
+    sort = [(position(key), descending) for key, descending in shape.orders]
+    outputs = []
+    for i, item in enumerate(shape.items):
+        f = _column(declared, item.column) if item.column is not None else None
+        if i in plain:
+            outputs.append(("group", f.name, item.alias or f.name, 0))
+            continue
+        if item.function == "time_bucket":
+            outputs.append(("time_bucket", time_name, item.alias, item.width))
+            continue
+        if f is not None and not _plain_type(f.type):
+            raise _NotSimple
+        if item.function == "avg" and not (f.type in (pa.int8(), pa.int16(), pa.int32()) or pa.types.is_floating(f.type)):
+            raise _NotSimple
+        if item.function == "sum" and not pa.types.is_float64(f.type):
+            raise _NotSimple
+        if item.function in ("min", "max") and not (f.type in _INTEGER_RANGES or pa.types.is_floating(f.type)
+                                                    or pa.types.is_timestamp(f.type) or pa.types.is_date32(f.type)):
+            raise _NotSimple
+        outputs.append((item.function, f.name if f is not None else "", item.alias, 0))
+    if len({_fold(name) for _, _, name, _ in outputs}) != len(outputs):
+        raise _NotSimple
+    plan = handle.scan(min_time=low, max_time=high, key_equals={})
+    folds = [(function, column, name, width, _BUCKET_ORIGIN) for function, column, name, width in outputs]
+    return _read(lake, plan, [time_name], folds, shape.limit, sort)
+
+
+def _read(lake: Any, plan: Any, columns: List[str], folds: list, limit: Optional[int], sort: list,
+          order: str = "file", where: Optional[list] = None) -> pa.Table:
+    """The core's answer for a plan (the files copied locally first on an object store)."""
     pin = None
     paths: List[str] = []
     if lake._core.cache_directory is not None:
         paths, pin = lake._core.local_copies(plan)
     try:
-        got = _core.read_selection(plan, paths, columns, order=order, limit=shape.limit, aggregates=folds,
-                                   where=where)
+        got = _core.read_selection(plan, paths, columns, order=order, limit=limit, aggregates=folds,
+                                   where=where or [], sort=sort)
     finally:
         if pin is not None:
             pin.release()
     if got is None:
         raise _NotSimple
-    rows = read_stream(got[0])
     global ANSWERED, LAST_READ
     ANSWERED += 1
     LAST_READ = got[1]
-    if aggregate:
-        return rows
-    fields = [pa.field(name, f.type) for name, f, _ in outputs]
-    return pa.Table.from_arrays([rows.column(f.name) for _, f, _ in outputs], schema=pa.schema(fields))
+    return read_stream(got[0])

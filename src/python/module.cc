@@ -456,7 +456,8 @@ NB_MODULE(_core, m) {
       [](const ScanPlan& plan, const std::vector<std::string>& paths, const std::vector<std::string>& columns,
          const std::string& order, std::optional<int64_t> limit,
          const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates,
-         const std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>& where) -> nb::object {
+         const std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>& where,
+         const std::vector<std::tuple<size_t, bool>>& sort) -> nb::object {
         SelectionShape shape;
         if (order == "asc") {
           shape.order = SelectionShape::Order::kTimeAscending;
@@ -478,6 +479,10 @@ NB_MODULE(_core, m) {
         }
         const bool grouped = std::any_of(folds.begin(), folds.end(),
                                          [](const SelectionAggregate& a) { return a.function == "time_bucket"; });
+        const bool by_key = std::any_of(folds.begin(), folds.end(),
+                                        [](const SelectionAggregate& a) { return a.function == "group"; });
+        std::vector<ScanOrder> scan_order;
+        for (const auto& [column, descending] : sort) scan_order.push_back({column, descending});
         // Grouped: the rows come in file order and the buckets are ordered after folding.
         SelectionShape read_shape = shape;
         if (grouped) {
@@ -490,7 +495,9 @@ NB_MODULE(_core, m) {
         {
           nb::gil_scoped_release release;
           const bool scanned = !folds.empty() && plan.filter.key_equals.empty() && shape.where.empty();
-          if (scanned) {
+          if (by_key && !scanned) {
+            rows = arrow::Status::NotImplemented("grouping by a column with a key condition");
+          } else if (scanned) {
             // Every series: a scan folding rows into buckets (scan/bucket_scan.h), as long as the
             // table. It runs on a thread of its own while this one looks for Ctrl-C every 50 ms
             // (Python runs signal handlers only on its main thread, with the GIL).
@@ -499,7 +506,8 @@ NB_MODULE(_core, m) {
             std::future<void> done = finished.get_future();
             std::thread worker([&] {
               rows = ScanAggregates(plan, paths, folds, shape.order == SelectionShape::Order::kTimeDescending,
-                                    grouped ? shape.limit : std::nullopt, &counters, &cancel);
+                                    grouped || by_key ? shape.limit : std::nullopt, &counters, &cancel,
+                                    scan_order);
               finished.set_value();
             });
             while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
@@ -531,7 +539,8 @@ NB_MODULE(_core, m) {
       },
       "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
       "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{},
-      "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{});
+      "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{},
+      "sort"_a = std::vector<std::tuple<size_t, bool>>{});
 
   // The plan with only the files at `store_paths` (in the plan's order; paths it does not list are
   // ignored): a rollup refresh reads just the files a diff of two versions found changed.

@@ -621,5 +621,105 @@ TEST(BucketScanTest, StopsWhenCancelled) {
   EXPECT_EQ((*got)->column(0)->GetScalar(0).ValueOrDie()->ToString(), "20000");
 }
 
+TEST(BucketScanTest, GroupsByBucketAndKeyAsABruteForceCount) {
+  std::mt19937_64 rng(20261208);
+  for (int round = 0; round < 60; ++round) {
+    TempDir dir;
+    std::vector<std::vector<Row>> files;
+    std::vector<ScanFile> scan_files;
+    const int file_count = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < file_count; ++f) {
+      std::vector<Row> rows;
+      const int count = static_cast<int>(rng() % 5000);
+      for (int i = 0; i < count; ++i) {
+        std::optional<double> value;
+        if (rng() % 8 != 0) value = static_cast<double>(rng() % 1000) - 500;
+        rows.push_back({static_cast<int64_t>(rng() % 10000000), "dev-" + std::to_string(rng() % 9),
+                        static_cast<int32_t>(rng() % 5) - 2, value, true, std::nullopt});
+      }
+      if (rng() % 3 != 0) {
+        std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+          return std::tie(a.device, a.time) < std::tie(b.device, b.time);
+        });
+      }
+      const std::string path = dir.path() + "/f" + std::to_string(f) + ".parquet";
+      const int64_t page_rows[] = {7, 100, 1000};
+      Write(path, rows, page_rows[rng() % 3], rng() % 2 == 0 ? 700 : 100000, true);
+      ScanFile file;
+      file.path = path;
+      if (rng() % 2 == 0) {
+        for (size_t r = 0; r < rows.size(); ++r) {
+          if (rng() % 5 == 0) file.deleted_rows.push_back(r);
+        }
+      }
+      files.push_back(std::move(rows));
+      scan_files.push_back(std::move(file));
+    }
+    ScanFilter filter;
+    if (rng() % 2 == 0) filter.min_time = static_cast<int64_t>(rng() % 5000000);
+    ScanPlan plan = PlanOf(scan_files, filter, {"device"}, false);
+    plan.dedup_order = {};
+    const bool by_unit = rng() % 2 == 0;  // an int32 key, else the text one
+    const bool bucketed = rng() % 2 == 0;
+    const int64_t width = 1000000;
+    std::vector<SelectionAggregate> aggregates = {{"group", by_unit ? "unit" : "device", "k"},
+                                                  {"count", "", "c"},
+                                                  {"sum", "value", "s"},
+                                                  {"max", "value", "m"}};
+    if (bucketed) aggregates.insert(aggregates.begin(), {"time_bucket", "time", "b", width, 0});
+    const size_t key_column = bucketed ? 1 : 0;
+    // Brute force: group -> (rows, sum, max) over the rows the scan admits.
+    using Key = std::pair<int64_t, std::string>;
+    std::map<Key, std::tuple<int64_t, double, std::optional<double>>> expected;
+    for (const Row& row : Expected(files, plan)) {
+      const int64_t b = bucketed ? row.time / width * width : 0;
+      auto& [count, sum, max] = expected[{b, by_unit ? std::to_string(row.unit) : row.device}];
+      ++count;
+      if (row.value) {
+        sum += *row.value;
+        max = max ? std::max(*max, *row.value) : *row.value;
+      }
+    }
+    std::vector<ScanOrder> sort;
+    const bool descending = rng() % 2 == 0;
+    if (bucketed) sort.push_back({0, false});
+    sort.push_back({key_column, descending});
+    auto got = ScanAggregates(plan, {}, aggregates, false, std::nullopt, nullptr, nullptr, sort);
+    ASSERT_TRUE(got.ok()) << "round " << round << ": " << got.status().ToString();
+    auto table = (*got)->CombineChunks().ValueOrDie();
+    ASSERT_EQ(table->num_rows(), static_cast<int64_t>(expected.size())) << "round " << round;
+    std::optional<Key> before;
+    for (int64_t r = 0; r < table->num_rows(); ++r) {
+      const int64_t b = bucketed ? std::static_pointer_cast<arrow::TimestampScalar>(
+                                       table->column(0)->GetScalar(r).ValueOrDie())->value
+                                 : 0;
+      const std::string k = table->column(static_cast<int>(key_column))->GetScalar(r).ValueOrDie()->ToString();
+      const Key key{b, k};
+      auto it = expected.find(key);
+      ASSERT_NE(it, expected.end()) << "round " << round << ": group " << b << "/" << k;
+      const auto& [count, sum, max] = it->second;
+      const size_t c = key_column + 1;
+      EXPECT_EQ(std::static_pointer_cast<arrow::Int64Scalar>(table->column(c)->GetScalar(r).ValueOrDie())->value, count);
+      auto s = table->column(c + 1)->GetScalar(r).ValueOrDie();
+      auto m = table->column(c + 2)->GetScalar(r).ValueOrDie();
+      EXPECT_EQ(m->is_valid, max.has_value());
+      if (max) {
+        EXPECT_DOUBLE_EQ(std::static_pointer_cast<arrow::DoubleScalar>(s)->value, sum);
+        EXPECT_EQ(std::static_pointer_cast<arrow::DoubleScalar>(m)->value, *max);
+      }
+      // Ordered as asked: by bucket, then key (integers as numbers, text as bytes).
+      if (before) {
+        const auto& [pb, pk] = *before;
+        ASSERT_LE(pb, b);
+        if (pb == b) {
+          const bool ascending_keys = by_unit ? std::stoll(pk) < std::stoll(k) : pk < k;
+          EXPECT_EQ(ascending_keys, !descending) << "round " << round << ": " << pk << " then " << k;
+        }
+      }
+      before = key;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace timelake::testing

@@ -197,7 +197,12 @@ def test_a_one_series_read_decodes_few_pages(lake_path):
         "SELECT avg(temp) AS a FROM q.r WHERE temp > 1",
         "SELECT * FROM q.r",
         "SELECT time_bucket(INTERVAL '1 hour', time) AS b, avg(temp) AS a FROM q.r WHERE n > 3 GROUP BY 1",
-        "SELECT device_id, max(temp) AS a FROM q.r GROUP BY device_id",
+        # Grouped by a column: only with the columns it groups by beside the aggregates.
+        "SELECT max(temp) AS a FROM q.r GROUP BY device_id",
+        "SELECT device_id, site, max(temp) AS a FROM q.r GROUP BY device_id, site",
+        "SELECT device_id, max(temp) AS a FROM q.r GROUP BY device_id ORDER BY a",
+        "SELECT device_id, max(temp) FROM q.r GROUP BY device_id",
+        "SELECT temp, max(n) AS a FROM q.r GROUP BY temp",
         "SELECT avg(temp) AS a FROM q.r AT (VERSION => 1) WHERE device_id = 'dev-01'",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' AND time >= now() - INTERVAL '1 day'",
         "SELECT avg(temp) AS a FROM q.r WHERE device_id = 'dev-01' AND time >= TIMESTAMP '2026-03-01 01:00:00+02'",
@@ -313,6 +318,22 @@ def random_scan(rng: random.Random, table: str) -> tuple[str, bool]:
                        "max(n) AS mx", "avg(n) AS an", "sum(temp) AS s", "count(hum) AS ch", "avg(hum) AS ah",
                        "max(hum) AS mh", "max(time) AS last_t", "min(time) AS first_t", "count(note) AS notes",
                        "count(ok) AS oks"], rng.randrange(1, 5))
+    if rng.random() < 0.35:
+        # Grouped by a column (text or integer), with or without a bucket.
+        key = rng.choice(["device_id", "site", "device_id AS d", "site AS s2"])
+        key_name = key.split(" AS ")[-1]
+        if rng.random() < 0.5:
+            width = rng.choice(["1 hour", "7 minutes", "1 day"])
+            items = [f"time_bucket(INTERVAL '{width}', time) AS b", key]
+            group = rng.choice(["1, 2", f"b, {key_name}", f"2, 1", f"{key_name}, b"])
+            order = rng.choice(["", " ORDER BY 1, 2", f" ORDER BY b DESC, {key_name}", f" ORDER BY {key_name} DESC, b",
+                                " ORDER BY 2 ASC, 1 DESC"])
+        else:
+            items = [key]
+            group = rng.choice(["1", key_name])
+            order = rng.choice(["", " ORDER BY 1", f" ORDER BY {key_name} DESC"])
+        limit = f" LIMIT {rng.randrange(0, 20)}" if order and rng.random() < 0.4 else ""
+        return (f"SELECT {', '.join(items + aggs)} FROM {table}{where} GROUP BY {group}{order}{limit}"), bool(order)
     if rng.random() < 0.7:
         width = rng.choice(["1 minute", "5 minutes", "1 hour", "90 seconds", "1 day", "7 minutes", "1 week",
                             "250 milliseconds", "1 second"])

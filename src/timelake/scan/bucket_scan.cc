@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 
+#include <arrow/array/builder_binary.h>
 #include <arrow/array/builder_primitive.h>
 #include <arrow/builder.h>
 #include <arrow/io/interfaces.h>
@@ -73,13 +76,136 @@ struct Input {
   bool floating = false;
 };
 
-struct Bucketed {
-  int64_t rows = 0;
-  std::vector<Acc> accs;
+// A group's key value: of the grouped column (kNone without one; kNull for its null values).
+struct KeyValue {
+  enum Kind : int { kNone = 0, kValue = 1, kNull = 2 } kind = kNone;
+  int64_t integer = 0;
+  std::string text;
+
+  bool operator<(const KeyValue& o) const {  // values (integers, then bytes) before NULL
+    return std::tie(kind, integer, text) < std::tie(o.kind, o.integer, o.text);
+  }
 };
 
-// Everything a worker folded: bucket start -> state.
-using Partial = std::map<int64_t, Bucketed>;
+// What one worker folded: the buckets and keys met, numbered as met, and a slot per group (a
+// bucket and a key) with its row count and its aggregates' states (`stride` of them per slot).
+class Groups {
+ public:
+  Groups(size_t stride, bool text_keys) : stride_(stride), text_keys_(text_keys) {}
+
+  int32_t Bucket(int64_t start) {
+    auto [it, added] = bucket_index_.emplace(start, static_cast<int32_t>(bucket_starts_.size()));
+    if (added) bucket_starts_.push_back(start);
+    return it->second;
+  }
+  int32_t Text(std::string_view text) {
+    auto it = text_index_.find(std::string(text));
+    if (it != text_index_.end()) return it->second;
+    return Add(text_index_, std::string(text), KeyValue{KeyValue::kValue, 0, std::string(text)});
+  }
+  int32_t Integer(int64_t value) {
+    auto it = integer_index_.find(value);
+    if (it != integer_index_.end()) return it->second;
+    return Add(integer_index_, value, KeyValue{KeyValue::kValue, value, {}});
+  }
+  int32_t Null() {
+    if (null_key_ < 0) {
+      null_key_ = static_cast<int32_t>(keys_.size());
+      keys_.push_back({KeyValue::kNull, 0, {}});
+    }
+    return null_key_;
+  }
+  int32_t None() {
+    if (none_key_ < 0) {
+      none_key_ = static_cast<int32_t>(keys_.size());
+      keys_.push_back({});
+    }
+    return none_key_;
+  }
+  int32_t Key(const KeyValue& value) {
+    switch (value.kind) {
+      case KeyValue::kNone:
+        return None();
+      case KeyValue::kNull:
+        return Null();
+      default:
+        return text_keys_ ? Text(value.text) : Integer(value.integer);
+    }
+  }
+
+  // The slot of (bucket number, key number), made on first use.
+  int32_t Slot(int32_t bucket, int32_t key) {
+    const uint64_t id = (static_cast<uint64_t>(static_cast<uint32_t>(bucket)) << 32) | static_cast<uint32_t>(key);
+    auto [it, added] = slot_index_.emplace(id, static_cast<int32_t>(slots_.size()));
+    if (added) {
+      slots_.emplace_back(bucket, key);
+      accs_.resize(slots_.size() * stride_);
+      rows_.push_back(0);
+    }
+    return it->second;
+  }
+
+  size_t size() const { return slots_.size(); }
+  int64_t bucket_start(size_t slot) const { return bucket_starts_[static_cast<size_t>(slots_[slot].first)]; }
+  const KeyValue& key(size_t slot) const { return keys_[static_cast<size_t>(slots_[slot].second)]; }
+  int32_t key_number(size_t slot) const { return slots_[slot].second; }
+  const std::vector<KeyValue>& keys() const { return keys_; }
+  int64_t& rows(size_t slot) { return rows_[slot]; }
+  int64_t rows(size_t slot) const { return rows_[slot]; }
+  std::vector<int64_t>& all_rows() { return rows_; }
+  std::vector<Acc>& accs() { return accs_; }
+  const Acc* accs(size_t slot) const { return accs_.data() + slot * stride_; }
+
+ private:
+  template <typename Map, typename K>
+  int32_t Add(Map& index, K key, KeyValue value) {
+    const auto number = static_cast<int32_t>(keys_.size());
+    index.emplace(std::move(key), number);
+    keys_.push_back(std::move(value));
+    return number;
+  }
+
+  size_t stride_;
+  bool text_keys_;
+  std::unordered_map<int64_t, int32_t> bucket_index_;
+  std::vector<int64_t> bucket_starts_;
+  std::unordered_map<std::string, int32_t> text_index_;
+  std::unordered_map<int64_t, int32_t> integer_index_;
+  int32_t null_key_ = -1, none_key_ = -1;
+  std::vector<KeyValue> keys_;
+  std::unordered_map<uint64_t, int32_t> slot_index_;
+  std::vector<std::pair<int32_t, int32_t>> slots_;  // slot -> (bucket number, key number)
+  std::vector<Acc> accs_;
+  std::vector<int64_t> rows_;
+};
+
+// Do the `n` bytes at `a` equal those at `b`? (Keys of a table are short and mostly differ at
+// their end: the last 8 bytes first.)
+inline bool SameBytes(const uint8_t* a, const char* b, size_t n) {
+  if (n >= 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + n - 8, 8);
+    std::memcpy(&y, b + n - 8, 8);
+    if (x != y) return false;
+    if (n <= 16) {
+      std::memcpy(&x, a, 8);
+      std::memcpy(&y, b, 8);
+      return x == y;
+    }
+    return std::memcmp(a, b, n - 8) == 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != static_cast<uint8_t>(b[i])) return false;
+  }
+  return true;
+}
+
+// The grouped key column (a series-key column of text or integers), if any.
+struct KeyColumn {
+  std::string name;
+  std::shared_ptr<arrow::DataType> type;
+  parquet::Type::type physical = parquet::Type::UNDEFINED;  // BYTE_ARRAY, INT32 or INT64
+};
 
 // floor((t - origin) / width) * width + origin, without overflow for any time and width.
 int64_t BucketOf(int64_t t, int64_t width, int64_t origin) {
@@ -313,13 +439,13 @@ void FoldBatch(const std::vector<Fold>& folds, int input, const std::vector<Run>
 class Scan {
  public:
   Scan(const ScanPlan& plan, const std::vector<std::string>& paths, std::vector<Fold> folds,
-       std::vector<Input> inputs, std::string time_column, int64_t width, int64_t origin,
-       const std::atomic<bool>* cancel)
-      : plan_(plan), paths_(paths), folds_(std::move(folds)), inputs_(std::move(inputs)),
+       std::vector<Input> inputs, std::optional<KeyColumn> key, std::string time_column, int64_t width,
+       int64_t origin, const std::atomic<bool>* cancel)
+      : plan_(plan), paths_(paths), folds_(std::move(folds)), inputs_(std::move(inputs)), key_(std::move(key)),
         time_column_(std::move(time_column)), width_(width), origin_(origin), cancel_(cancel) {}
 
   // Folds plan file `f` into `out`.
-  arrow::Status File(size_t f, Partial* out, SelectionCounters* counters) {
+  arrow::Status File(size_t f, Groups* out, SelectionCounters* counters) {
     ARROW_ASSIGN_OR_RAISE(OpenDataFile file, OpenPlanFile(plan_, paths_, f, /*verify=*/false));
     ++counters->files;
     const std::shared_ptr<parquet::FileMetaData> meta = file.reader->metadata();
@@ -339,6 +465,13 @@ class Scan {
                                              parquet::TypeToString(descr->physical_type()));
       }
       max_defs[c] = descr->max_definition_level();
+    }
+    int key_leaf = -1;
+    if (key_) {
+      const parquet::ColumnDescriptor* descr = Leaf(schema, key_->name, &key_leaf);
+      if (descr == nullptr || !StoredAs(*descr, *key_->type)) {
+        return arrow::Status::NotImplemented("key column '", key_->name, "' stored differently");
+      }
     }
     const std::vector<uint64_t>& deleted = plan_.files[f].deleted_rows;
     const int64_t lo = plan_.filter.min_time.value_or(std::numeric_limits<int64_t>::min());
@@ -367,32 +500,19 @@ class Scan {
       }
       ++counters->row_groups;
       ARROW_RETURN_NOT_OK(
-          Group(*file.reader, g, rows, first, time_leaf, leaves, max_defs, deleted, lo, hi, out));
+          Group(*file.reader, g, rows, first, time_leaf, key_leaf, leaves, max_defs, deleted, lo, hi, out));
     }
     return arrow::Status::OK();
   }
 
  private:
   arrow::Status Group(parquet::ParquetFileReader& reader, int g, int64_t rows, int64_t first, int time_leaf,
-                      const std::vector<int>& leaves, const std::vector<int16_t>& max_defs,
-                      const std::vector<uint64_t>& deleted, int64_t lo, int64_t hi, Partial* out) {
+                      int key_leaf, const std::vector<int>& leaves, const std::vector<int16_t>& max_defs,
+                      const std::vector<uint64_t>& deleted, int64_t lo, int64_t hi, Groups* out) {
     const bool bucketed = width_ > 0;
     const size_t stride = folds_.size();
-    // Slots of the buckets met so far in this row group, numbered as met.
-    std::unordered_map<int64_t, int32_t> slot_of;
-    std::vector<int64_t> starts;
-    std::vector<Acc> local;
-    std::vector<int64_t> local_rows;
-    auto slot_for = [&](int64_t start) -> int32_t {
-      auto [it, added] = slot_of.emplace(start, static_cast<int32_t>(starts.size()));
-      if (added) {
-        starts.push_back(start);
-        local.resize(starts.size() * stride);
-        local_rows.push_back(0);
-      }
-      return it->second;
-    };
-    if (!bucketed) slot_for(0);
+    const int32_t no_key = key_ ? -1 : out->None();
+    if (!bucketed) out->Bucket(0);
 
     std::shared_ptr<parquet::RowGroupReader> group = reader.RowGroup(g);
     std::shared_ptr<parquet::ColumnReader> time_base = group->Column(time_leaf);
@@ -401,6 +521,20 @@ class Scan {
     std::vector<std::shared_ptr<parquet::ColumnReader>> columns;
     for (const int leaf : leaves) columns.push_back(leaf == time_leaf ? nullptr : group->Column(leaf));
 
+    std::shared_ptr<parquet::ColumnReader> key_base = key_ ? group->Column(key_leaf) : nullptr;
+    const int16_t key_max_def = key_ ? reader.metadata()->schema()->Column(key_leaf)->max_definition_level() : 0;
+    std::vector<int16_t> key_defs(kBatch);
+    std::vector<parquet::ByteArray> key_texts(key_ && key_->physical == parquet::Type::BYTE_ARRAY ? kBatch : 0);
+    std::vector<int32_t> key_ints(key_ && key_->physical == parquet::Type::INT32 ? kBatch : 0);
+    std::vector<int64_t> key_longs(key_ && key_->physical == parquet::Type::INT64 ? kBatch : 0);
+    std::vector<int32_t> key_of(kBatch, no_key);  // each row's key number
+    // The key of the row before (text keys: a copy, the values' bytes live only as long as their page).
+    bool have_key = false;
+    std::string last_text;
+    int64_t last_integer = 0;
+    int32_t last_key = 0;
+    // The group of the row before.
+    int32_t last_group_bucket = -1, last_group_key = -1, last_slot = -1;
     std::vector<int64_t> time_values(kBatch);
     std::vector<int16_t> time_defs(kBatch);
     std::vector<int16_t> defs(kBatch);
@@ -413,9 +547,9 @@ class Scan {
     auto bools = std::make_unique<bool[]>(kBatch);
     std::vector<parquet::ByteArray> bytes(kBatch);
     auto deleted_at = std::lower_bound(deleted.begin(), deleted.end(), static_cast<uint64_t>(first));
-    // The bucket of the row before: [bucket_lo, bucket_hi) is slot bucket_slot.
+    // The bucket of the row before: [bucket_lo, bucket_hi) is bucket number bucket_number.
     int64_t bucket_lo = 1, bucket_hi = 0;
-    int32_t bucket_slot = 0;
+    int32_t bucket_number = 0;
 
     for (int64_t done = 0; done < rows; done += kBatch) {
       if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
@@ -426,6 +560,62 @@ class Scan {
       ARROW_RETURN_NOT_OK(ReadExactly(time_reader, n, time_max_def > 0 ? time_defs.data() : nullptr,
                                       time_values.data(), &read, time_column_));
       const int64_t times_read = read;
+      if (key_) {
+        // Each row's key number: the key of the row before again, mostly (rows come in runs of a series).
+        int16_t* kd = key_max_def > 0 ? key_defs.data() : nullptr;
+        int64_t k = 0;
+        if (key_->physical == parquet::Type::BYTE_ARRAY) {
+          // Batch by batch of the reader: a value's bytes live in its page (or the dictionary),
+          // which the next batch may replace.
+          auto* texts = static_cast<parquet::ByteArrayReader*>(key_base.get());
+          for (int64_t levels = 0; levels < n;) {
+            int64_t got_values = 0;
+            const int64_t got = texts->ReadBatch(n - levels, kd != nullptr ? kd + levels : nullptr, nullptr,
+                                                 key_texts.data(), &got_values);
+            if (got <= 0) return arrow::Status::IOError("column '", key_->name, "' ends early");
+            int64_t kv = 0;  // this batch's values, packed
+            const uint8_t* same_ptr = nullptr;  // bytes of this batch known to be the last key's
+            for (int64_t i = levels; i < levels + got; ++i) {
+              if (kd != nullptr && kd[i] < key_max_def) {
+                key_of[i] = out->Null();
+                continue;
+              }
+              const parquet::ByteArray& value = key_texts[kv++];
+              if (!(have_key && value.len == last_text.size() &&
+                    (value.ptr == same_ptr || SameBytes(value.ptr, last_text.data(), value.len)))) {
+                last_key = out->Text(std::string_view(reinterpret_cast<const char*>(value.ptr), value.len));
+                last_text.assign(reinterpret_cast<const char*>(value.ptr), value.len);
+                have_key = true;
+              }
+              same_ptr = value.ptr;  // dictionary pages: equal keys share their bytes
+              key_of[i] = last_key;
+            }
+            levels += got;
+          }
+        } else {
+          const bool wide = key_->physical == parquet::Type::INT64;
+          if (wide) {
+            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(key_base.get()), n, kd,
+                                            key_longs.data(), &read, key_->name));
+          } else {
+            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(key_base.get()), n, kd,
+                                            key_ints.data(), &read, key_->name));
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            if (kd != nullptr && kd[i] < key_max_def) {
+              key_of[i] = out->Null();
+              continue;
+            }
+            const int64_t value = wide ? key_longs[k++] : key_ints[k++];
+            if (!(have_key && value == last_integer)) {
+              last_key = out->Integer(value);
+              last_integer = value;
+              have_key = true;
+            }
+            key_of[i] = last_key;
+          }
+        }
+      }
       int64_t v = 0;
       for (int64_t i = 0; i < n; ++i) {
         if (time_max_def > 0 && time_defs[i] < time_max_def) {
@@ -437,18 +627,20 @@ class Scan {
           slot[i] = -1;
           continue;
         }
-        if (!bucketed) {
-          slot[i] = 0;
-        } else if (t >= bucket_lo && t < bucket_hi) {
-          slot[i] = bucket_slot;
-        } else {
+        if (bucketed && !(t >= bucket_lo && t < bucket_hi)) {
           const int64_t start = BucketOf(t, width_, origin_);
-          bucket_slot = slot_for(start);
+          bucket_number = out->Bucket(start);
           bucket_lo = start;
           bucket_hi = static_cast<int64_t>(std::min<__int128>(static_cast<__int128>(start) + width_,
                                                               std::numeric_limits<int64_t>::max()));
-          slot[i] = bucket_slot;
         }
+        const int32_t key = key_of[i];
+        if (bucket_number != last_group_bucket || key != last_group_key) {
+          last_slot = out->Slot(bucket_number, key);
+          last_group_bucket = bucket_number;
+          last_group_key = key;
+        }
+        slot[i] = last_slot;
       }
       // Rows deletion vectors delete are in no bucket.
       const auto end_position = static_cast<uint64_t>(first + done + n);
@@ -462,7 +654,7 @@ class Scan {
         while (j < n && slot[j] == slot[i]) ++j;
         if (slot[i] >= 0) {
           runs.push_back({slot[i], static_cast<int32_t>(i), static_cast<int32_t>(j)});
-          local_rows[static_cast<size_t>(slot[i])] += j - i;
+          out->rows(static_cast<size_t>(slot[i])) += j - i;
         }
         i = j;
       }
@@ -475,54 +667,44 @@ class Scan {
           // min/max/count of the time column: its values are decoded already.
           std::copy(time_values.begin(), time_values.begin() + times_read, longs.begin());
           if (d != nullptr) std::copy(time_defs.begin(), time_defs.begin() + n, defs.begin());
-          FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), times_read, &local, stride);
+          FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), times_read, &out->accs(), stride);
           continue;
         }
         switch (inputs_[c].physical) {
           case parquet::Type::DOUBLE:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::DoubleReader*>(columns[c].get()), n, d,
                                             doubles.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, doubles.data(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, doubles.data(), read, &out->accs(), stride);
             break;
           case parquet::Type::FLOAT:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::FloatReader*>(columns[c].get()), n, d,
                                             floats.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, floats.data(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, floats.data(), read, &out->accs(), stride);
             break;
           case parquet::Type::INT64:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(columns[c].get()), n, d,
                                             longs.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), read, &out->accs(), stride);
             break;
           case parquet::Type::INT32:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(columns[c].get()), n, d,
                                             ints.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, ints.data(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, ints.data(), read, &out->accs(), stride);
             break;
           case parquet::Type::BOOLEAN:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::BoolReader*>(columns[c].get()), n, d, bools.get(),
                                             &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, bools.get(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, bools.get(), read, &out->accs(), stride);
             break;
           case parquet::Type::BYTE_ARRAY:
             ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::ByteArrayReader*>(columns[c].get()), n, d,
                                             bytes.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, bytes.data(), read, &local, stride);
+            FoldBatch(folds_, input, runs, n, d, max_def, bytes.data(), read, &out->accs(), stride);
             break;
           default:
             return arrow::Status::NotImplemented("column '", name, "' of physical type ",
                                                  parquet::TypeToString(inputs_[c].physical));
         }
-      }
-    }
-    for (size_t s = 0; s < starts.size(); ++s) {
-      if (local_rows[s] == 0) continue;
-      Bucketed& into = (*out)[starts[s]];
-      if (into.accs.empty()) into.accs.resize(stride);
-      into.rows += local_rows[s];
-      for (size_t k = 0; k < stride; ++k) {
-        const bool floating = folds_[k].input >= 0 && inputs_[static_cast<size_t>(folds_[k].input)].floating;
-        into.accs[k].Merge(local[s * stride + k], floating);
       }
     }
     return arrow::Status::OK();
@@ -532,6 +714,7 @@ class Scan {
   const std::vector<std::string>& paths_;
   const std::vector<Fold> folds_;
   const std::vector<Input> inputs_;
+  const std::optional<KeyColumn> key_;
   const std::string time_column_;
   const int64_t width_;
   const int64_t origin_;
@@ -539,11 +722,11 @@ class Scan {
 };
 
 // Appends the final value of one aggregate.
-arrow::Status AppendResult(arrow::ArrayBuilder* builder, const Fold& fold, const Input* input, const Bucketed& state,
+arrow::Status AppendResult(arrow::ArrayBuilder* builder, const Fold& fold, const Input* input, int64_t rows,
                            const Acc& acc) {
   switch (fold.kind) {
     case Kind::kCountRows:
-      return static_cast<arrow::Int64Builder*>(builder)->Append(state.rows);
+      return static_cast<arrow::Int64Builder*>(builder)->Append(rows);
     case Kind::kCount:
       return static_cast<arrow::Int64Builder*>(builder)->Append(acc.count);
     case Kind::kSum:
@@ -587,11 +770,48 @@ arrow::Status AppendResult(arrow::ArrayBuilder* builder, const Fold& fold, const
   }
 }
 
+// Appends a group's key value (NULL for the group of null keys).
+arrow::Status AppendKey(arrow::ArrayBuilder* builder, const arrow::DataType& type, const KeyValue& id) {
+  if (id.kind != KeyValue::kValue) return builder->AppendNull();
+  switch (type.id()) {
+    case arrow::Type::STRING:
+      return static_cast<arrow::StringBuilder*>(builder)->Append(id.text);
+    case arrow::Type::BINARY:
+      return static_cast<arrow::BinaryBuilder*>(builder)->Append(id.text);
+    case arrow::Type::INT8:
+      return static_cast<arrow::Int8Builder*>(builder)->Append(static_cast<int8_t>(id.integer));
+    case arrow::Type::INT16:
+      return static_cast<arrow::Int16Builder*>(builder)->Append(static_cast<int16_t>(id.integer));
+    case arrow::Type::INT32:
+      return static_cast<arrow::Int32Builder*>(builder)->Append(static_cast<int32_t>(id.integer));
+    case arrow::Type::INT64:
+      return static_cast<arrow::Int64Builder*>(builder)->Append(id.integer);
+    default:
+      return arrow::Status::NotImplemented("a key of type ", type.ToString());
+  }
+}
+
 // The folds and the columns they read, checked against what the scan computes exactly.
 arrow::Status Resolve(const ScanPlan& plan, const std::vector<SelectionAggregate>& aggregates, std::vector<Fold>* folds,
-                      std::vector<Input>* inputs, const SelectionAggregate** bucket) {
+                      std::vector<Input>* inputs, const SelectionAggregate** bucket, const SelectionAggregate** grouped,
+                      std::optional<KeyColumn>* key) {
   for (const SelectionAggregate& agg : aggregates) {
     Fold fold;
+    if (agg.function == "group") {
+      if (*grouped != nullptr) return arrow::Status::NotImplemented("two grouped columns");
+      const std::shared_ptr<arrow::Field> field = plan.storage->GetFieldByName(agg.column);
+      if (!field) return arrow::Status::KeyError("no column '", agg.column, "'");
+      const arrow::Type::type id = field->type()->id();
+      if (id != arrow::Type::STRING && id != arrow::Type::BINARY && id != arrow::Type::INT8 &&
+          id != arrow::Type::INT16 && id != arrow::Type::INT32 && id != arrow::Type::INT64) {
+        return arrow::Status::NotImplemented("grouping by a column of type ", field->type()->ToString());
+      }
+      *grouped = &agg;
+      *key = KeyColumn{agg.column, field->type(), PhysicalOf(*field->type())};
+      fold.type = field->type();
+      folds->push_back(fold);  // a placeholder: its column is the group's key
+      continue;
+    }
     if (agg.function == "time_bucket") {
       if (*bucket != nullptr) return arrow::Status::NotImplemented("two time buckets");
       if (agg.width <= 0) return arrow::Status::Invalid("a time bucket of width ", agg.width);
@@ -647,14 +867,23 @@ arrow::Status Resolve(const ScanPlan& plan, const std::vector<SelectionAggregate
 
 arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
     const ScanPlan& plan, const std::vector<std::string>& paths, const std::vector<SelectionAggregate>& aggregates,
-    bool descending, std::optional<int64_t> limit, SelectionCounters* counters, const std::atomic<bool>* cancel) {
+    bool descending, std::optional<int64_t> limit, SelectionCounters* counters, const std::atomic<bool>* cancel,
+    const std::vector<ScanOrder>& sort) {
   if (!plan.filter.key_equals.empty()) return arrow::Status::NotImplemented("a series-key condition");
   std::vector<Fold> folds;
   std::vector<Input> inputs;
   const SelectionAggregate* bucket = nullptr;
-  ARROW_RETURN_NOT_OK(Resolve(plan, aggregates, &folds, &inputs, &bucket));
+  const SelectionAggregate* grouped = nullptr;
+  std::optional<KeyColumn> key;
+  ARROW_RETURN_NOT_OK(Resolve(plan, aggregates, &folds, &inputs, &bucket, &grouped, &key));
   std::vector<std::string> columns{plan.contract.time_column};
   for (const Input& in : inputs) columns.push_back(in.name);
+  if (key) columns.push_back(key->name);
+  for (const ScanOrder& o : sort) {
+    if (o.column >= aggregates.size() || (&aggregates[o.column] != bucket && &aggregates[o.column] != grouped)) {
+      return arrow::Status::NotImplemented("ordering by a column that is not grouped");
+    }
+  }
   ARROW_RETURN_NOT_OK(CoreReadable(plan, columns));
   const std::shared_ptr<arrow::Field> time_field = plan.storage->GetFieldByName(plan.contract.time_column);
   if (!time_field || time_field->type()->id() != arrow::Type::TIMESTAMP ||
@@ -662,12 +891,13 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
     return arrow::Status::NotImplemented("a time column that is not a timestamp in microseconds");
   }
 
-  Scan scan(plan, paths, folds, inputs, plan.contract.time_column, bucket ? bucket->width : 0,
+  Scan scan(plan, paths, folds, inputs, key, plan.contract.time_column, bucket ? bucket->width : 0,
             bucket ? bucket->origin : 0, cancel);
   // The files spread over the cores, each worker folding into a partial state of its own.
   const size_t workers = std::max<size_t>(
       1, std::min<size_t>(plan.files.size(), std::max(1u, std::thread::hardware_concurrency())));
-  std::vector<Partial> partials(workers);
+  const bool text_keys = key && key->physical == parquet::Type::BYTE_ARRAY;
+  std::vector<Groups> partials(workers, Groups(folds.size(), text_keys));
   std::vector<SelectionCounters> counted(workers);
   std::vector<arrow::Status> statuses(workers);
   std::atomic<size_t> next{0};
@@ -694,15 +924,22 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
   }
   for (const arrow::Status& s : statuses) ARROW_RETURN_NOT_OK(s);
 
-  Partial merged = std::move(partials[0]);
+  // The workers' groups folded into the first's.
+  Groups& merged = partials[0];
+  const size_t stride = folds.size();
   for (size_t w = 1; w < workers; ++w) {
-    for (auto& [start, state] : partials[w]) {
-      Bucketed& into = merged[start];
-      if (into.accs.empty()) into.accs.resize(folds.size());
-      into.rows += state.rows;
-      for (size_t k = 0; k < folds.size(); ++k) {
+    const Groups& other = partials[w];
+    std::vector<int32_t> key_numbers(other.keys().size());
+    for (size_t k = 0; k < key_numbers.size(); ++k) key_numbers[k] = merged.Key(other.keys()[k]);
+    for (size_t slot = 0; slot < other.size(); ++slot) {
+      if (other.rows(slot) == 0) continue;
+      const auto into = static_cast<size_t>(
+          merged.Slot(merged.Bucket(other.bucket_start(slot)), key_numbers[static_cast<size_t>(other.key_number(slot))]));
+      merged.rows(into) += other.rows(slot);
+      Acc* accs = merged.accs().data() + into * stride;
+      for (size_t k = 0; k < stride; ++k) {
         const bool floating = folds[k].input >= 0 && inputs[static_cast<size_t>(folds[k].input)].floating;
-        into.accs[k].Merge(state.accs[k], floating);
+        accs[k].Merge(other.accs(slot)[k], floating);
       }
     }
   }
@@ -712,14 +949,49 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
       counters->row_groups += c.row_groups;
     }
   }
-  std::vector<std::pair<int64_t, const Bucketed*>> order;
-  Bucketed none;
-  none.accs.resize(folds.size());
-  if (bucket == nullptr) {
-    order.emplace_back(0, merged.empty() ? &none : &merged.begin()->second);  // one row, rows or not
+
+  // The result's rows: slots that hold rows, ordered.
+  std::vector<size_t> order;
+  if (bucket == nullptr && grouped == nullptr) {
+    // One row, rows or not.
+    const int32_t slot = merged.Slot(merged.Bucket(0), merged.None());
+    order.push_back(static_cast<size_t>(slot));
   } else {
-    for (const auto& [start, state] : merged) order.emplace_back(start, &state);
-    if (descending) std::reverse(order.begin(), order.end());
+    for (size_t slot = 0; slot < merged.size(); ++slot) {
+      if (merged.rows(slot) > 0) order.push_back(slot);
+    }
+    // Keys ranked once (values in order, NULL last), so that rows compare by numbers.
+    std::vector<int32_t> by_value(merged.keys().size());
+    for (size_t k = 0; k < by_value.size(); ++k) by_value[k] = static_cast<int32_t>(k);
+    std::sort(by_value.begin(), by_value.end(),
+              [&](int32_t a, int32_t b) { return merged.keys()[static_cast<size_t>(a)] < merged.keys()[static_cast<size_t>(b)]; });
+    std::vector<int32_t> rank(by_value.size());
+    for (size_t r = 0; r < by_value.size(); ++r) rank[static_cast<size_t>(by_value[r])] = static_cast<int32_t>(r);
+    auto key_rank = [&](size_t slot) { return rank[static_cast<size_t>(merged.key_number(slot))]; };
+    std::vector<ScanOrder> keys = sort;
+    if (keys.empty()) {
+      // By bucket (`descending` if asked), then key.
+      for (size_t k = 0; k < aggregates.size(); ++k) {
+        if (&aggregates[k] == bucket) keys.push_back({k, descending});
+      }
+      for (size_t k = 0; k < aggregates.size(); ++k) {
+        if (&aggregates[k] == grouped) keys.push_back({k, false});
+      }
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      for (const ScanOrder& o : keys) {
+        if (&aggregates[o.column] == bucket) {
+          const int64_t x = merged.bucket_start(a), y = merged.bucket_start(b);
+          if (x != y) return o.descending ? x > y : x < y;
+          continue;
+        }
+        const bool x_null = merged.key(a).kind == KeyValue::kNull, y_null = merged.key(b).kind == KeyValue::kNull;
+        if (x_null != y_null) return y_null;  // NULL last, ascending or descending (DuckDB's default)
+        const int32_t x = key_rank(a), y = key_rank(b);
+        if (x != y) return o.descending ? x > y : x < y;
+      }
+      return false;
+    });
     if (limit && *limit < static_cast<int64_t>(order.size())) order.resize(static_cast<size_t>(std::max<int64_t>(0, *limit)));
   }
 
@@ -730,13 +1002,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
     std::unique_ptr<arrow::ArrayBuilder> builder;
     ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), type, &builder));
     ARROW_RETURN_NOT_OK(builder->Reserve(static_cast<int64_t>(order.size())));
-    for (const auto& [start, state] : order) {
+    for (const size_t slot : order) {
       if (&aggregates[k] == bucket) {
-        ARROW_RETURN_NOT_OK(static_cast<arrow::TimestampBuilder&>(*builder).Append(start));
-        continue;
+        ARROW_RETURN_NOT_OK(static_cast<arrow::TimestampBuilder&>(*builder).Append(merged.bucket_start(slot)));
+      } else if (&aggregates[k] == grouped) {
+        ARROW_RETURN_NOT_OK(AppendKey(builder.get(), *type, merged.key(slot)));
+      } else {
+        const Input* input = folds[k].input >= 0 ? &inputs[static_cast<size_t>(folds[k].input)] : nullptr;
+        ARROW_RETURN_NOT_OK(AppendResult(builder.get(), folds[k], input, merged.rows(slot), merged.accs(slot)[k]));
       }
-      const Input* input = folds[k].input >= 0 ? &inputs[static_cast<size_t>(folds[k].input)] : nullptr;
-      ARROW_RETURN_NOT_OK(AppendResult(builder.get(), folds[k], input, *state, state->accs[k]));
     }
     ARROW_ASSIGN_OR_RAISE(auto array, builder->Finish());
     fields.push_back(arrow::field(aggregates[k].name, type));
@@ -750,13 +1024,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
 arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregates(const ScanPlan& plan, const std::vector<std::string>& paths,
                                                             const std::vector<SelectionAggregate>& aggregates,
                                                             bool descending, std::optional<int64_t> limit,
-                                                            SelectionCounters* counters, const std::atomic<bool>* cancel) {
+                                                            SelectionCounters* counters, const std::atomic<bool>* cancel,
+                                                            const std::vector<ScanOrder>& sort) {
   if (!paths.empty() && paths.size() != plan.files.size()) {
     return arrow::Status::Invalid("ScanAggregates: ", paths.size(), " paths for ", plan.files.size(), " files");
   }
   SelectionCounters ignored;
   try {
-    return ScanAggregatesOrThrow(plan, paths, aggregates, descending, limit, counters ? counters : &ignored, cancel);
+    return ScanAggregatesOrThrow(plan, paths, aggregates, descending, limit, counters ? counters : &ignored, cancel,
+                                 sort);
   } catch (const parquet::ParquetException& e) {
     return arrow::Status::IOError("cannot read a data file of the scan: ", e.what());
   }

@@ -1,4 +1,4 @@
-// Aggregates over all series, by time bucket, read by the core without a query engine.
+// Aggregates over all series, by time bucket and/or series, read by the core without a query engine.
 //
 // A dashboard's other frequent question is the hourly (daily) average of every series together:
 // `SELECT time_bucket(INTERVAL '1 hour', time) AS hour, avg(temp) AS temp FROM t GROUP BY 1`.
@@ -38,9 +38,18 @@
 
 namespace timelake {
 
-/// Without a "time_bucket" among `aggregates`: one row, each aggregate over every admitted row.
-/// With one: a row per bucket that holds admitted rows, in bucket order (`descending` if asked),
-/// the first `limit` only. Columns in the order of `aggregates`. `paths` as for ReadSelection.
+/// One key of the result's order: result column `column` (an index into the aggregates: the
+/// bucket or the grouped column), descending or not; the NULL key last either way (DuckDB's default).
+struct ScanOrder {
+  size_t column = 0;
+  bool descending = false;
+};
+
+/// Without a "time_bucket" or "group" among `aggregates`: one row, each aggregate over every
+/// admitted row. With them: a row per group that holds admitted rows, a group being a bucket
+/// and/or a value of the "group" column (`column`: one column of text or integers; nulls form a
+/// group), ordered by `sort` when given, else by bucket (`descending` if asked) then key, the
+/// first `limit` only. Columns in the order of `aggregates`. `paths` as for ReadSelection.
 /// Status::Cancelled soon after `*cancel` turns true (checked every batch: Ctrl-C in Python).
 arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregates(const ScanPlan& plan,
                                                             const std::vector<std::string>& paths,
@@ -48,6 +57,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregates(const ScanPlan& plan
                                                             bool descending = false,
                                                             std::optional<int64_t> limit = std::nullopt,
                                                             SelectionCounters* counters = nullptr,
-                                                            const std::atomic<bool>* cancel = nullptr);
+                                                            const std::atomic<bool>* cancel = nullptr,
+                                                            const std::vector<ScanOrder>& sort = {});
 
 }  // namespace timelake
