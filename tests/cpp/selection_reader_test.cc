@@ -721,5 +721,32 @@ TEST(BucketScanTest, GroupsByBucketAndKeyAsABruteForceCount) {
   }
 }
 
+TEST(BucketScanTest, ReadsManyFilesAWindowAtATime) {
+  TempDir dir;
+  std::vector<ScanFile> files;
+  double total = 0;
+  for (int f = 0; f < 150; ++f) {  // more than one window of open files
+    std::vector<Row> rows;
+    for (int i = 0; i < 3; ++i) {
+      rows.push_back({int64_t{f} * 1000 + i, "dev-" + std::to_string(f % 7), 1, 1.0 * f, true, std::nullopt});
+      total += f;
+    }
+    const std::string path = dir.path() + "/f" + std::to_string(f) + ".parquet";
+    Write(path, rows, 100, 100, true);
+    ScanFile file;
+    file.path = path;
+    files.push_back(std::move(file));
+  }
+  SelectionCounters counters;
+  auto got = ScanAggregates(PlanOf(files, {}, {"device"}, false), {}, {{"count", "", "c"}, {"sum", "value", "s"}},
+                            false, std::nullopt, &counters);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)->column(0)->GetScalar(0).ValueOrDie()->ToString(), "450");
+  EXPECT_DOUBLE_EQ(std::static_pointer_cast<arrow::DoubleScalar>((*got)->column(1)->GetScalar(0).ValueOrDie())->value,
+                   total);
+  EXPECT_EQ(counters.files, 150);
+  EXPECT_EQ(counters.row_groups, 150);
+}
+
 }  // namespace
 }  // namespace timelake::testing

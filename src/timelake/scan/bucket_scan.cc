@@ -30,6 +30,9 @@ namespace timelake {
 namespace {
 
 constexpr int64_t kBatch = 8192;             // rows decoded at a time, per column
+// Groups one worker may hold: beyond, the query engine answers (it can spill to disk; this scan
+// keeps its groups in memory).
+constexpr size_t kMaxGroups = size_t{1} << 21;
 
 enum class Kind { kCountRows, kCount, kSum, kAvg, kMin, kMax };
 
@@ -442,40 +445,56 @@ class Scan {
        std::vector<Input> inputs, std::optional<KeyColumn> key, std::string time_column, int64_t width,
        int64_t origin, const std::atomic<bool>* cancel)
       : plan_(plan), paths_(paths), folds_(std::move(folds)), inputs_(std::move(inputs)), key_(std::move(key)),
-        time_column_(std::move(time_column)), width_(width), origin_(origin), cancel_(cancel) {}
+        time_column_(std::move(time_column)), width_(width), origin_(origin), cancel_(cancel),
+        lo_(plan.filter.min_time.value_or(std::numeric_limits<int64_t>::min())),
+        hi_(plan.filter.max_time.value_or(std::numeric_limits<int64_t>::max())) {}
 
   // Folds plan file `f` into `out`.
-  arrow::Status File(size_t f, Groups* out, SelectionCounters* counters) {
-    ARROW_ASSIGN_OR_RAISE(OpenDataFile file, OpenPlanFile(plan_, paths_, f, /*verify=*/false));
-    ++counters->files;
-    const std::shared_ptr<parquet::FileMetaData> meta = file.reader->metadata();
-    const parquet::SchemaDescriptor& schema = *meta->schema();
+  // One open data file and where its columns are.
+  struct File {
+    OpenDataFile data;
     int time_leaf = -1;
-    const parquet::ColumnDescriptor* time_descr = Leaf(schema, time_column_, &time_leaf);
+    int key_leaf = -1;
+    std::vector<int> leaves;
+    std::vector<int16_t> max_defs;
+    const std::vector<uint64_t>* deleted = nullptr;
+  };
+  // A row group to fold: its file, ordinal, rows and first row in the file.
+  struct Item {
+    const File* file;
+    int group;
+    int64_t rows, first;
+  };
+
+  // Opens plan file `f` and lists its row groups that may hold rows in the time range.
+  arrow::Result<std::unique_ptr<File>> Open(size_t f, std::vector<Item>* items, SelectionCounters* counters) {
+    auto file = std::make_unique<File>();
+    ARROW_ASSIGN_OR_RAISE(file->data, OpenPlanFile(plan_, paths_, f, /*verify=*/false));
+    ++counters->files;
+    const std::shared_ptr<parquet::FileMetaData> meta = file->data.reader->metadata();
+    const parquet::SchemaDescriptor& schema = *meta->schema();
+    const parquet::ColumnDescriptor* time_descr = Leaf(schema, time_column_, &file->time_leaf);
     if (time_descr == nullptr || !StoredAs(*time_descr, arrow::TimestampType(arrow::TimeUnit::MICRO))) {
       return arrow::Status::NotImplemented("a time column not stored as microseconds");
     }
-    std::vector<int> leaves(inputs_.size(), -1);
-    std::vector<int16_t> max_defs(inputs_.size(), 0);
+    file->leaves.assign(inputs_.size(), -1);
+    file->max_defs.assign(inputs_.size(), 0);
     for (size_t c = 0; c < inputs_.size(); ++c) {
-      const parquet::ColumnDescriptor* descr = Leaf(schema, inputs_[c].name, &leaves[c]);
+      const parquet::ColumnDescriptor* descr = Leaf(schema, inputs_[c].name, &file->leaves[c]);
       if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", inputs_[c].name, "'");
       if (!StoredAs(*descr, *inputs_[c].type)) {
         return arrow::Status::NotImplemented("column '", inputs_[c].name, "' stored as ",
                                              parquet::TypeToString(descr->physical_type()));
       }
-      max_defs[c] = descr->max_definition_level();
+      file->max_defs[c] = descr->max_definition_level();
     }
-    int key_leaf = -1;
     if (key_) {
-      const parquet::ColumnDescriptor* descr = Leaf(schema, key_->name, &key_leaf);
+      const parquet::ColumnDescriptor* descr = Leaf(schema, key_->name, &file->key_leaf);
       if (descr == nullptr || !StoredAs(*descr, *key_->type)) {
         return arrow::Status::NotImplemented("key column '", key_->name, "' stored differently");
       }
     }
-    const std::vector<uint64_t>& deleted = plan_.files[f].deleted_rows;
-    const int64_t lo = plan_.filter.min_time.value_or(std::numeric_limits<int64_t>::min());
-    const int64_t hi = plan_.filter.max_time.value_or(std::numeric_limits<int64_t>::max());
+    file->deleted = &plan_.files[f].deleted_rows;
     const bool ranged = plan_.filter.min_time || plan_.filter.max_time;
     int64_t group_first = 0;
     for (int g = 0; g < meta->num_row_groups(); ++g) {
@@ -484,7 +503,7 @@ class Scan {
       const int64_t first = group_first;
       group_first += rows;
       if (rows == 0) continue;
-      const std::unique_ptr<parquet::ColumnChunkMetaData> chunk = rg->ColumnChunk(time_leaf);
+      const std::unique_ptr<parquet::ColumnChunkMetaData> chunk = rg->ColumnChunk(file->time_leaf);
       const std::shared_ptr<parquet::Statistics> stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
       const bool no_nulls = time_descr->max_definition_level() == 0 ||
                             (stats && stats->HasNullCount() && stats->null_count() == 0);
@@ -494,15 +513,21 @@ class Scan {
       }
       if (stats && stats->HasMinMax()) {
         const auto& times = static_cast<const parquet::Int64Statistics&>(*stats);
-        if (std::max(times.min(), lo) > std::min(times.max(), hi)) continue;  // no time in the range
+        if (std::max(times.min(), lo_) > std::min(times.max(), hi_)) continue;  // no time in the range
       } else if (stats && stats->HasNullCount() && stats->null_count() == rows) {
         continue;  // every time null: none in any range
       }
-      ++counters->row_groups;
-      ARROW_RETURN_NOT_OK(
-          Group(*file.reader, g, rows, first, time_leaf, key_leaf, leaves, max_defs, deleted, lo, hi, out));
+      items->push_back({file.get(), g, rows, first});
     }
-    return arrow::Status::OK();
+    return file;
+  }
+
+  // Folds one row group into `out`.
+  arrow::Status FoldGroup(const Item& item, Groups* out, SelectionCounters* counters) {
+    ++counters->row_groups;
+    const File& f = *item.file;
+    return Group(*f.data.reader, item.group, item.rows, item.first, f.time_leaf, f.key_leaf, f.leaves, f.max_defs,
+                 *f.deleted, lo_, hi_, out);
   }
 
  private:
@@ -648,6 +673,9 @@ class Scan {
         slot[static_cast<size_t>(*deleted_at - static_cast<uint64_t>(first + done))] = -1;
         ++deleted_at;
       }
+      if (out->size() > kMaxGroups) {
+        return arrow::Status::NotImplemented("more than ", kMaxGroups, " groups");
+      }
       runs.clear();
       for (int64_t i = 0; i < n;) {
         int64_t j = i + 1;
@@ -719,6 +747,7 @@ class Scan {
   const int64_t width_;
   const int64_t origin_;
   const std::atomic<bool>* cancel_;
+  const int64_t lo_, hi_;  // the time range, inclusive
 };
 
 // Appends the final value of one aggregate.
@@ -893,31 +922,47 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
 
   Scan scan(plan, paths, folds, inputs, key, plan.contract.time_column, bucket ? bucket->width : 0,
             bucket ? bucket->origin : 0, cancel);
-  // The files spread over the cores, each worker folding into a partial state of its own.
-  const size_t workers = std::max<size_t>(
-      1, std::min<size_t>(plan.files.size(), std::max(1u, std::thread::hardware_concurrency())));
+  // Files are opened a window at a time (their footers mostly cached; a window bounds the open
+  // files and maps), and the window's row groups spread over the cores, each worker folding into
+  // groups of its own.
+  constexpr size_t kWindow = 64;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const bool text_keys = key && key->physical == parquet::Type::BYTE_ARRAY;
-  std::vector<Groups> partials(workers, Groups(folds.size(), text_keys));
-  std::vector<SelectionCounters> counted(workers);
-  std::vector<arrow::Status> statuses(workers);
-  std::atomic<size_t> next{0};
-  auto work = [&](size_t w) {
-    for (size_t f = next++; f < plan.files.size(); f = next++) {
-      try {
-        statuses[w] = scan.File(f, &partials[w], &counted[w]);
-      } catch (const parquet::ParquetException& e) {
-        statuses[w] = arrow::Status::IOError("cannot read a data file of the scan: ", e.what());
-      }
-      if (!statuses[w].ok()) {
-        next = plan.files.size();  // the others stop too
-        return;
-      }
+  std::vector<Groups> partials(cores, Groups(folds.size(), text_keys));
+  std::vector<SelectionCounters> counted(cores);
+  std::vector<arrow::Status> statuses(cores);
+  SelectionCounters opened;
+  size_t workers = 1;
+  for (size_t from = 0; from < plan.files.size() && std::all_of(statuses.begin(), statuses.end(),
+                                                                  [](const arrow::Status& st) { return st.ok(); });
+       from += kWindow) {
+    std::vector<std::unique_ptr<Scan::File>> files;
+    std::vector<Scan::Item> items;
+    for (size_t f = from; f < std::min(plan.files.size(), from + kWindow); ++f) {
+      ARROW_ASSIGN_OR_RAISE(auto file, scan.Open(f, &items, &opened));
+      files.push_back(std::move(file));
     }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : threads) t.join();
+    const size_t running = std::max<size_t>(1, std::min(items.size(), cores));
+    workers = std::max(workers, running);
+    std::atomic<size_t> next{0};
+    auto work = [&](size_t w) {
+      for (size_t i = next++; i < items.size(); i = next++) {
+        try {
+          statuses[w] = scan.FoldGroup(items[i], &partials[w], &counted[w]);
+        } catch (const parquet::ParquetException& e) {
+          statuses[w] = arrow::Status::IOError("cannot read a data file of the scan: ", e.what());
+        }
+        if (!statuses[w].ok()) {
+          next = items.size();  // the others stop too
+          return;
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < running; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (std::thread& t : threads) t.join();
+  }
   // NotImplemented before any other failure: the query engine then answers (and words errors).
   for (const arrow::Status& s : statuses) {
     if (s.IsNotImplemented()) return s;
@@ -944,10 +989,8 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
     }
   }
   if (counters != nullptr) {
-    for (const SelectionCounters& c : counted) {
-      counters->files += c.files;
-      counters->row_groups += c.row_groups;
-    }
+    counters->files += opened.files;
+    for (const SelectionCounters& c : counted) counters->row_groups += c.row_groups;
   }
 
   // The result's rows: slots that hold rows, ordered.

@@ -21,7 +21,8 @@
 // What it does not do (Status::NotImplemented, so that the caller asks its query engine): what
 // CoreReadable refuses (data_files.h; read-time dedup among them, since several series are
 // read), a key condition in the filter (ReadSelection reads those pages only), a time column
-// that may hold nulls when no time range is given.
+// that may hold nulls when no time range is given, and more than two million groups in one
+// worker (the query engine can spill them to disk).
 //
 // Thread safety: no shared state; concurrent calls are fine.
 #pragma once
