@@ -31,8 +31,8 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
 * time_bucket: widths of whole units below a month, DuckDB's origin (2000-01-03 00:00 UTC), the
   alias not a column's name (GROUP BY and ORDER BY would bind it differently).
 
-Without a series-key condition (the WHERE optional, time comparisons only), aggregate statements
-of these shapes are a scan of every series instead (scan/bucket_scan.h), and so is
+Without a series-key condition (the WHERE optional, time comparisons only), the time_bucket shape
+is a scan of every series instead (scan/bucket_scan.h), and so is
 
     SELECT [time_bucket(...) AS b,] <column> [AS name], aggregate [, …] FROM … [WHERE <time>]
         GROUP BY <b and the column, by position or name> [ORDER BY <b, the column> [ASC | DESC] …]
@@ -549,7 +549,9 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
-    if every_series and not aggregate:
+    if every_series and (not aggregate or shape.group is None):
+        # Aggregates of every row without a GROUP BY: DuckDB is faster at them (it takes counts
+        # from the files' metadata, and there is no grouping to save).
         raise _NotSimple
     buckets = [i for i, item in enumerate(shape.items) if item.function == "time_bucket"]
     if buckets or shape.group is not None:

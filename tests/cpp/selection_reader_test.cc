@@ -748,5 +748,35 @@ TEST(BucketScanTest, ReadsManyFilesAWindowAtATime) {
   EXPECT_EQ(counters.row_groups, 150);
 }
 
+TEST(BucketScanTest, SkipsPagesOutsideTheTimeRangeOfFilesSortedBySeries) {
+  TempDir dir;
+  std::vector<Row> rows;
+  for (int d = 0; d < 5; ++d) {
+    for (int i = 0; i < 2000; ++i) rows.push_back({int64_t{i} * 1000, "dev-" + std::to_string(d), d, 1.0 * i, true, std::nullopt});
+  }
+  const std::string path = dir.path() + "/f.parquet";
+  Write(path, rows, 100, 1000000, true);  // one row group, pages of 100 rows, each device's times in order
+  ScanFile file;
+  file.path = path;
+  ScanFilter filter;
+  // i in [499, 700]: the last row of page 4 and the first of page 7 are the bounds themselves.
+  filter.min_time = 499000;
+  filter.max_time = 700000;
+  SelectionCounters counters;
+  auto got = ScanAggregates(PlanOf({file}, filter, {"device"}, false), {},
+                            {{"group", "device", "d"}, {"count", "", "c"}, {"sum", "value", "s"}}, false, std::nullopt,
+                            &counters);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  auto table = (*got)->CombineChunks().ValueOrDie();
+  ASSERT_EQ(table->num_rows(), 5);
+  for (int64_t r = 0; r < 5; ++r) {
+    EXPECT_EQ(table->column(0)->GetScalar(r).ValueOrDie()->ToString(), "dev-" + std::to_string(r));
+    EXPECT_EQ(table->column(1)->GetScalar(r).ValueOrDie()->ToString(), "202");
+    EXPECT_DOUBLE_EQ(std::static_pointer_cast<arrow::DoubleScalar>(table->column(2)->GetScalar(r).ValueOrDie())->value,
+                     (499 + 700) * 101.0);
+  }
+  EXPECT_GT(counters.pages_skipped, 0);
+}
+
 }  // namespace
 }  // namespace timelake::testing

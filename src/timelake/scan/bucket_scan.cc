@@ -21,6 +21,7 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 #include <parquet/metadata.h>
+#include <parquet/page_index.h>
 #include <parquet/schema.h>
 #include <parquet/statistics.h>
 
@@ -363,44 +364,57 @@ void FoldRuns(const std::vector<Run>& runs, const T* values, const int16_t* defs
         acc.count += count;
       }
     } else {
-      // min / max, in locals (the bucket's state is written once per run).
-      int64_t count = 0;
-      bool ends = acc.ends, nan = acc.nan;
-      double dlow = acc.dlow, dhigh = acc.dhigh;
-      int64_t ilow = acc.ilow, ihigh = acc.ihigh;
-      for (int32_t i = run.begin; i < run.end; ++i) {
-        if (defs != nullptr && defs[i] != max_def) continue;
-        ++count;
-        if constexpr (kFloating) {
-          if (std::isnan(values[i])) {
-            nan = true;
-            continue;
-          }
+      // min / max, in locals (the bucket's state is written once per run): NaN counted apart, the
+      // comparisons without branches; of equal values the last one wins (-0.0 against 0.0), as
+      // in the selection reader.
+      int64_t count = 0, real = 0;
+      bool nan = false;
+      if constexpr (kFloating) {
+        double low = std::numeric_limits<double>::infinity(), high = -low;
+        for (int32_t i = run.begin; i < run.end; ++i) {
+          if (defs != nullptr && defs[i] != max_def) continue;
           const auto d = static_cast<double>(values[i]);
-          // Of equal values the last one folded wins (-0.0 against 0.0), as in the selection reader.
-          if (!ends) {
-            dlow = dhigh = d;
-            ends = true;
-          } else if constexpr (K == Kind::kMin) {
-            dlow = d <= dlow ? d : dlow;
+          const bool is_nan = std::isnan(d);
+          ++count;
+          real += is_nan ? 0 : 1;
+          nan = nan || is_nan;
+          if constexpr (K == Kind::kMin) {
+            low = d <= low ? d : low;
           } else {
-            dhigh = d >= dhigh ? d : dhigh;
+            high = d >= high ? d : high;
           }
-        } else {
-          const auto x = static_cast<int64_t>(values[i]);
-          if (!ends) {
-            ilow = ihigh = x;
-            ends = true;
+        }
+        if (real > 0) {
+          if (!acc.ends) {
+            acc.dlow = low, acc.dhigh = high;
+            acc.ends = true;
           } else if constexpr (K == Kind::kMin) {
-            ilow = std::min(ilow, x);
+            acc.dlow = low <= acc.dlow ? low : acc.dlow;
           } else {
-            ihigh = std::max(ihigh, x);
+            acc.dhigh = high >= acc.dhigh ? high : acc.dhigh;
+          }
+        }
+      } else {
+        int64_t low = std::numeric_limits<int64_t>::max(), high = std::numeric_limits<int64_t>::min();
+        for (int32_t i = run.begin; i < run.end; ++i) {
+          if (defs != nullptr && defs[i] != max_def) continue;
+          const auto x = static_cast<int64_t>(values[i]);
+          ++count;
+          low = std::min(low, x);
+          high = std::max(high, x);
+        }
+        if (count > 0) {
+          if (!acc.ends) {
+            acc.ilow = low, acc.ihigh = high;
+            acc.ends = true;
+          } else {
+            acc.ilow = std::min(acc.ilow, low);
+            acc.ihigh = std::max(acc.ihigh, high);
           }
         }
       }
       acc.count += count;
-      acc.ends = ends, acc.nan = nan;
-      acc.dlow = dlow, acc.dhigh = dhigh, acc.ilow = ilow, acc.ihigh = ihigh;
+      acc.nan = acc.nan || nan;
     }
   }
 }
@@ -439,6 +453,143 @@ void FoldBatch(const std::vector<Fold>& folds, int input, const std::vector<Run>
   }
 }
 
+// Rows of a row group as sorted, disjoint [first, end) spans.
+using Spans = std::vector<std::pair<int64_t, int64_t>>;
+
+// The row spans of a column chunk's pages from its offset index; empty unless the index is a
+// well-formed cover of the row group's rows (the first page at row 0, each after the one before).
+Spans PageSpans(const parquet::OffsetIndex* offsets, int64_t rows) {
+  if (offsets == nullptr) return {};
+  const auto& locations = offsets->page_locations();
+  if (locations.empty() || locations.front().first_row_index != 0) return {};
+  Spans spans;
+  for (size_t page = 0; page < locations.size(); ++page) {
+    const int64_t first = locations[page].first_row_index;
+    const int64_t end = page + 1 < locations.size() ? locations[page + 1].first_row_index : rows;
+    if (first >= end || end > rows) return {};
+    spans.emplace_back(first, end);
+  }
+  return spans;
+}
+
+// The rows of the row group whose time pages may hold a time in [lo, hi] (from the time
+// column's page index: each page's min and max, and its null pages); every row when the index
+// does not say.
+Spans TimeCandidates(parquet::RowGroupPageIndexReader* index, int time_leaf, int64_t rows, int64_t lo, int64_t hi) {
+  const Spans all{{0, rows}};
+  if (index == nullptr) return all;
+  const std::shared_ptr<parquet::ColumnIndex> column_index = index->GetColumnIndex(time_leaf);
+  const std::shared_ptr<parquet::OffsetIndex> offset_index = index->GetOffsetIndex(time_leaf);
+  const Spans pages = PageSpans(offset_index.get(), rows);
+  if (!column_index || pages.empty()) return all;
+  const auto& times = static_cast<const parquet::Int64ColumnIndex&>(*column_index);
+  const std::vector<bool>& null_pages = times.null_pages();
+  if (null_pages.size() != pages.size() || times.min_values().size() != pages.size() ||
+      times.max_values().size() != pages.size()) {
+    return all;
+  }
+  Spans out;
+  for (size_t page = 0; page < pages.size(); ++page) {
+    if (null_pages[page] || times.max_values()[page] < lo || times.min_values()[page] > hi) continue;
+    if (!out.empty() && out.back().second == pages[page].first) {
+      out.back().second = pages[page].second;
+    } else {
+      out.push_back(pages[page]);
+    }
+  }
+  return out;
+}
+
+// A column chunk read over the pages that hold `wanted` rows only (the others are skipped
+// undecompressed, by the offset index); reads start at SeekTo(row) for a wanted row.
+class PagedColumn {
+ public:
+  PagedColumn(parquet::RowGroupReader& group, int leaf, parquet::RowGroupPageIndexReader* index, const Spans& wanted,
+              int64_t rows)
+      : descr_(group.metadata()->schema()->Column(leaf)) {
+    const bool every_row = wanted.size() == 1 && wanted[0].first == 0 && wanted[0].second == rows;
+    const std::shared_ptr<parquet::OffsetIndex> offsets =
+        every_row || index == nullptr ? nullptr : index->GetOffsetIndex(leaf);
+    const Spans pages = PageSpans(offsets.get(), rows);
+    if (every_row || pages.empty()) {
+      reader_ = group.Column(leaf);
+      kept_ = {{0, rows}};
+      return;
+    }
+    std::vector<bool> keep;
+    size_t w = 0;
+    for (const auto& [first, end] : pages) {
+      while (w < wanted.size() && wanted[w].second <= first) ++w;
+      const bool wanted_page = w < wanted.size() && wanted[w].first < end;
+      keep.push_back(wanted_page);
+      if (wanted_page) kept_.emplace_back(first, end);
+      pages_skipped_ += wanted_page ? 0 : 1;
+    }
+    std::unique_ptr<parquet::PageReader> page_reader = group.GetColumnPageReader(leaf);
+    auto ordinal = std::make_shared<size_t>(0);
+    page_reader->set_data_page_filter([ordinal, keep = std::move(keep)](const parquet::DataPageStats&) {
+      const size_t page = (*ordinal)++;
+      return page < keep.size() && !keep[page];
+    });
+    reader_ = parquet::ColumnReader::Make(descr_, std::move(page_reader));
+  }
+
+  parquet::ColumnReader* get() const { return reader_.get(); }
+  int64_t pages_skipped() const { return pages_skipped_; }
+
+  // Positions the reader at `row` (at or after the rows read so far, inside a kept page).
+  arrow::Status SeekTo(int64_t row) {
+    int64_t target = 0;
+    bool found = false;
+    for (const auto& [first, end] : kept_) {
+      if (row < end) {
+        if (row < first) break;
+        target += row - first;
+        found = true;
+        break;
+      }
+      target += end - first;
+    }
+    if (!found || target < delivered_) {
+      return arrow::Status::IOError("a page index does not cover row ", row, " of column '", descr_->name(), "'");
+    }
+    while (delivered_ < target) {
+      const int64_t skipped = Skip(target - delivered_);
+      if (skipped <= 0) return arrow::Status::IOError("column '", descr_->name(), "' ends early");
+      delivered_ += skipped;
+    }
+    return arrow::Status::OK();
+  }
+  // Notes that `n` rows were read after a SeekTo.
+  void Read(int64_t n) { delivered_ += n; }
+
+ private:
+  int64_t Skip(int64_t n) {
+    switch (descr_->physical_type()) {
+      case parquet::Type::BOOLEAN:
+        return static_cast<parquet::BoolReader*>(reader_.get())->Skip(n);
+      case parquet::Type::INT32:
+        return static_cast<parquet::Int32Reader*>(reader_.get())->Skip(n);
+      case parquet::Type::INT64:
+        return static_cast<parquet::Int64Reader*>(reader_.get())->Skip(n);
+      case parquet::Type::FLOAT:
+        return static_cast<parquet::FloatReader*>(reader_.get())->Skip(n);
+      case parquet::Type::DOUBLE:
+        return static_cast<parquet::DoubleReader*>(reader_.get())->Skip(n);
+      case parquet::Type::BYTE_ARRAY:
+        return static_cast<parquet::ByteArrayReader*>(reader_.get())->Skip(n);
+      default:
+        return 0;
+    }
+  }
+
+  const parquet::ColumnDescriptor* descr_;
+  std::shared_ptr<parquet::ColumnReader> reader_;
+  Spans kept_;             // the rows of the kept pages, in order
+  int64_t delivered_ = 0;  // rows of the kept pages read or skipped so far
+  int64_t pages_skipped_ = 0;
+};
+
 class Scan {
  public:
   Scan(const ScanPlan& plan, const std::vector<std::string>& paths, std::vector<Fold> folds,
@@ -458,10 +609,12 @@ class Scan {
     std::vector<int> leaves;
     std::vector<int16_t> max_defs;
     const std::vector<uint64_t>* deleted = nullptr;
+    std::shared_ptr<parquet::PageIndexReader> page_index;  // null without a time range
+    std::mutex page_index_mutex;                          // its row groups are read one at a time
   };
   // A row group to fold: its file, ordinal, rows and first row in the file.
   struct Item {
-    const File* file;
+    File* file;
     int group;
     int64_t rows, first;
   };
@@ -496,6 +649,8 @@ class Scan {
     }
     file->deleted = &plan_.files[f].deleted_rows;
     const bool ranged = plan_.filter.min_time || plan_.filter.max_time;
+    // With a time range, pages outside it are skipped (files are sorted by series, then time).
+    if (ranged) file->page_index = file->data.reader->GetPageIndexReader();
     int64_t group_first = 0;
     for (int g = 0; g < meta->num_row_groups(); ++g) {
       const std::unique_ptr<parquet::RowGroupMetaData> rg = meta->RowGroup(g);
@@ -525,28 +680,43 @@ class Scan {
   // Folds one row group into `out`.
   arrow::Status FoldGroup(const Item& item, Groups* out, SelectionCounters* counters) {
     ++counters->row_groups;
-    const File& f = *item.file;
+    File& f = *item.file;
+    std::shared_ptr<parquet::RowGroupPageIndexReader> index;
+    if (f.page_index) {
+      std::lock_guard<std::mutex> lock(f.page_index_mutex);
+      index = f.page_index->RowGroup(item.group);
+    }
     return Group(*f.data.reader, item.group, item.rows, item.first, f.time_leaf, f.key_leaf, f.leaves, f.max_defs,
-                 *f.deleted, lo_, hi_, out);
+                 *f.deleted, lo_, hi_, index.get(), out, counters);
   }
 
  private:
   arrow::Status Group(parquet::ParquetFileReader& reader, int g, int64_t rows, int64_t first, int time_leaf,
                       int key_leaf, const std::vector<int>& leaves, const std::vector<int16_t>& max_defs,
-                      const std::vector<uint64_t>& deleted, int64_t lo, int64_t hi, Groups* out) {
+                      const std::vector<uint64_t>& deleted, int64_t lo, int64_t hi,
+                      parquet::RowGroupPageIndexReader* index, Groups* out, SelectionCounters* counters) {
     const bool bucketed = width_ > 0;
     const size_t stride = folds_.size();
     const int32_t no_key = key_ ? -1 : out->None();
     if (!bucketed) out->Bucket(0);
 
+    // The rows to read: those of the time column's pages that may hold a time in the range
+    // (every row without a page index), and of every other column the pages holding them.
+    const Spans wanted = TimeCandidates(index, time_leaf, rows, lo, hi);
+    if (wanted.empty()) return arrow::Status::OK();
     std::shared_ptr<parquet::RowGroupReader> group = reader.RowGroup(g);
-    std::shared_ptr<parquet::ColumnReader> time_base = group->Column(time_leaf);
-    auto* time_reader = static_cast<parquet::Int64Reader*>(time_base.get());
+    PagedColumn time_column(*group, time_leaf, index, wanted, rows);
+    auto* time_reader = static_cast<parquet::Int64Reader*>(time_column.get());
     const int16_t time_max_def = reader.metadata()->schema()->Column(time_leaf)->max_definition_level();
-    std::vector<std::shared_ptr<parquet::ColumnReader>> columns;
-    for (const int leaf : leaves) columns.push_back(leaf == time_leaf ? nullptr : group->Column(leaf));
-
-    std::shared_ptr<parquet::ColumnReader> key_base = key_ ? group->Column(key_leaf) : nullptr;
+    std::vector<std::unique_ptr<PagedColumn>> columns;
+    for (const int leaf : leaves) {
+      columns.push_back(leaf == time_leaf ? nullptr : std::make_unique<PagedColumn>(*group, leaf, index, wanted, rows));
+    }
+    std::unique_ptr<PagedColumn> key_column =
+        key_ ? std::make_unique<PagedColumn>(*group, key_leaf, index, wanted, rows) : nullptr;
+    counters->pages_skipped += time_column.pages_skipped() + (key_column ? key_column->pages_skipped() : 0);
+    for (const auto& column : columns) counters->pages_skipped += column ? column->pages_skipped() : 0;
+    parquet::ColumnReader* key_base = key_column ? key_column->get() : nullptr;
     const int16_t key_max_def = key_ ? reader.metadata()->schema()->Column(key_leaf)->max_definition_level() : 0;
     std::vector<int16_t> key_defs(kBatch);
     std::vector<parquet::ByteArray> key_texts(key_ && key_->physical == parquet::Type::BYTE_ARRAY ? kBatch : 0);
@@ -571,167 +741,182 @@ class Scan {
     std::vector<int32_t> ints(kBatch);
     auto bools = std::make_unique<bool[]>(kBatch);
     std::vector<parquet::ByteArray> bytes(kBatch);
-    auto deleted_at = std::lower_bound(deleted.begin(), deleted.end(), static_cast<uint64_t>(first));
+    auto deleted_at = deleted.begin();
     // The bucket of the row before: [bucket_lo, bucket_hi) is bucket number bucket_number.
     int64_t bucket_lo = 1, bucket_hi = 0;
     int32_t bucket_number = 0;
 
-    for (int64_t done = 0; done < rows; done += kBatch) {
-      if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
-        return arrow::Status::Cancelled("the scan was interrupted");
-      }
-      const int64_t n = std::min(kBatch, rows - done);
-      int64_t read = 0;
-      ARROW_RETURN_NOT_OK(ReadExactly(time_reader, n, time_max_def > 0 ? time_defs.data() : nullptr,
-                                      time_values.data(), &read, time_column_));
-      const int64_t times_read = read;
-      if (key_) {
-        // Each row's key number: the key of the row before again, mostly (rows come in runs of a series).
-        int16_t* kd = key_max_def > 0 ? key_defs.data() : nullptr;
-        int64_t k = 0;
-        if (key_->physical == parquet::Type::BYTE_ARRAY) {
-          // Batch by batch of the reader: a value's bytes live in its page (or the dictionary),
-          // which the next batch may replace.
-          auto* texts = static_cast<parquet::ByteArrayReader*>(key_base.get());
-          for (int64_t levels = 0; levels < n;) {
-            int64_t got_values = 0;
-            const int64_t got = texts->ReadBatch(n - levels, kd != nullptr ? kd + levels : nullptr, nullptr,
-                                                 key_texts.data(), &got_values);
-            if (got <= 0) return arrow::Status::IOError("column '", key_->name, "' ends early");
-            int64_t kv = 0;  // this batch's values, packed
-            const uint8_t* same_ptr = nullptr;  // bytes of this batch known to be the last key's
-            for (int64_t i = levels; i < levels + got; ++i) {
+    for (const auto& [span_first, span_end] : wanted) {
+      for (int64_t done = span_first; done < span_end; done += kBatch) {
+        if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+          return arrow::Status::Cancelled("the scan was interrupted");
+        }
+        const int64_t n = std::min(kBatch, span_end - done);
+        ARROW_RETURN_NOT_OK(time_column.SeekTo(done));
+        time_column.Read(n);
+        if (key_column) {
+          ARROW_RETURN_NOT_OK(key_column->SeekTo(done));
+          key_column->Read(n);
+        }
+        for (auto& column : columns) {
+          if (column) {
+            ARROW_RETURN_NOT_OK(column->SeekTo(done));
+            column->Read(n);
+          }
+        }
+        int64_t read = 0;
+        ARROW_RETURN_NOT_OK(ReadExactly(time_reader, n, time_max_def > 0 ? time_defs.data() : nullptr,
+                                        time_values.data(), &read, time_column_));
+        const int64_t times_read = read;
+        if (key_) {
+          // Each row's key number: the key of the row before again, mostly (rows come in runs of a series).
+          int16_t* kd = key_max_def > 0 ? key_defs.data() : nullptr;
+          int64_t k = 0;
+          if (key_->physical == parquet::Type::BYTE_ARRAY) {
+            // Batch by batch of the reader: a value's bytes live in its page (or the dictionary),
+            // which the next batch may replace.
+            auto* texts = static_cast<parquet::ByteArrayReader*>(key_base);
+            for (int64_t levels = 0; levels < n;) {
+              int64_t got_values = 0;
+              const int64_t got = texts->ReadBatch(n - levels, kd != nullptr ? kd + levels : nullptr, nullptr,
+                                                   key_texts.data(), &got_values);
+              if (got <= 0) return arrow::Status::IOError("column '", key_->name, "' ends early");
+              int64_t kv = 0;  // this batch's values, packed
+              const uint8_t* same_ptr = nullptr;  // bytes of this batch known to be the last key's
+              for (int64_t i = levels; i < levels + got; ++i) {
+                if (kd != nullptr && kd[i] < key_max_def) {
+                  key_of[i] = out->Null();
+                  continue;
+                }
+                const parquet::ByteArray& value = key_texts[kv++];
+                if (!(have_key && value.len == last_text.size() &&
+                      (value.ptr == same_ptr || SameBytes(value.ptr, last_text.data(), value.len)))) {
+                  last_key = out->Text(std::string_view(reinterpret_cast<const char*>(value.ptr), value.len));
+                  last_text.assign(reinterpret_cast<const char*>(value.ptr), value.len);
+                  have_key = true;
+                }
+                same_ptr = value.ptr;  // dictionary pages: equal keys share their bytes
+                key_of[i] = last_key;
+              }
+              levels += got;
+            }
+          } else {
+            const bool wide = key_->physical == parquet::Type::INT64;
+            if (wide) {
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(key_base), n, kd,
+                                              key_longs.data(), &read, key_->name));
+            } else {
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(key_base), n, kd,
+                                              key_ints.data(), &read, key_->name));
+            }
+            for (int64_t i = 0; i < n; ++i) {
               if (kd != nullptr && kd[i] < key_max_def) {
                 key_of[i] = out->Null();
                 continue;
               }
-              const parquet::ByteArray& value = key_texts[kv++];
-              if (!(have_key && value.len == last_text.size() &&
-                    (value.ptr == same_ptr || SameBytes(value.ptr, last_text.data(), value.len)))) {
-                last_key = out->Text(std::string_view(reinterpret_cast<const char*>(value.ptr), value.len));
-                last_text.assign(reinterpret_cast<const char*>(value.ptr), value.len);
+              const int64_t value = wide ? key_longs[k++] : key_ints[k++];
+              if (!(have_key && value == last_integer)) {
+                last_key = out->Integer(value);
+                last_integer = value;
                 have_key = true;
               }
-              same_ptr = value.ptr;  // dictionary pages: equal keys share their bytes
               key_of[i] = last_key;
             }
-            levels += got;
-          }
-        } else {
-          const bool wide = key_->physical == parquet::Type::INT64;
-          if (wide) {
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(key_base.get()), n, kd,
-                                            key_longs.data(), &read, key_->name));
-          } else {
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(key_base.get()), n, kd,
-                                            key_ints.data(), &read, key_->name));
-          }
-          for (int64_t i = 0; i < n; ++i) {
-            if (kd != nullptr && kd[i] < key_max_def) {
-              key_of[i] = out->Null();
-              continue;
-            }
-            const int64_t value = wide ? key_longs[k++] : key_ints[k++];
-            if (!(have_key && value == last_integer)) {
-              last_key = out->Integer(value);
-              last_integer = value;
-              have_key = true;
-            }
-            key_of[i] = last_key;
           }
         }
-      }
-      int64_t v = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        if (time_max_def > 0 && time_defs[i] < time_max_def) {
-          slot[i] = -1;  // a null time: in no range
-          continue;
+        int64_t v = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          if (time_max_def > 0 && time_defs[i] < time_max_def) {
+            slot[i] = -1;  // a null time: in no range
+            continue;
+          }
+          const int64_t t = time_values[v++];
+          if (t < lo || t > hi) {
+            slot[i] = -1;
+            continue;
+          }
+          if (bucketed && !(t >= bucket_lo && t < bucket_hi)) {
+            const int64_t start = BucketOf(t, width_, origin_);
+            bucket_number = out->Bucket(start);
+            bucket_lo = start;
+            bucket_hi = static_cast<int64_t>(std::min<__int128>(static_cast<__int128>(start) + width_,
+                                                                std::numeric_limits<int64_t>::max()));
+          }
+          const int32_t key = key_of[i];
+          if (bucket_number != last_group_bucket || key != last_group_key) {
+            last_slot = out->Slot(bucket_number, key);
+            last_group_bucket = bucket_number;
+            last_group_key = key;
+          }
+          slot[i] = last_slot;
         }
-        const int64_t t = time_values[v++];
-        if (t < lo || t > hi) {
-          slot[i] = -1;
-          continue;
+        // Rows deletion vectors delete are in no bucket.
+        const auto end_position = static_cast<uint64_t>(first + done + n);
+        deleted_at = std::lower_bound(deleted_at, deleted.end(), static_cast<uint64_t>(first + done));
+        while (deleted_at != deleted.end() && *deleted_at < end_position) {
+          slot[static_cast<size_t>(*deleted_at - static_cast<uint64_t>(first + done))] = -1;
+          ++deleted_at;
         }
-        if (bucketed && !(t >= bucket_lo && t < bucket_hi)) {
-          const int64_t start = BucketOf(t, width_, origin_);
-          bucket_number = out->Bucket(start);
-          bucket_lo = start;
-          bucket_hi = static_cast<int64_t>(std::min<__int128>(static_cast<__int128>(start) + width_,
-                                                              std::numeric_limits<int64_t>::max()));
+        if (out->size() > kMaxGroups) {
+          return arrow::Status::NotImplemented("more than ", kMaxGroups, " groups");
         }
-        const int32_t key = key_of[i];
-        if (bucket_number != last_group_bucket || key != last_group_key) {
-          last_slot = out->Slot(bucket_number, key);
-          last_group_bucket = bucket_number;
-          last_group_key = key;
+        runs.clear();
+        for (int64_t i = 0; i < n;) {
+          int64_t j = i + 1;
+          while (j < n && slot[j] == slot[i]) ++j;
+          if (slot[i] >= 0) {
+            runs.push_back({slot[i], static_cast<int32_t>(i), static_cast<int32_t>(j)});
+            out->rows(static_cast<size_t>(slot[i])) += j - i;
+          }
+          i = j;
         }
-        slot[i] = last_slot;
-      }
-      // Rows deletion vectors delete are in no bucket.
-      const auto end_position = static_cast<uint64_t>(first + done + n);
-      while (deleted_at != deleted.end() && *deleted_at < end_position) {
-        slot[static_cast<size_t>(*deleted_at - static_cast<uint64_t>(first + done))] = -1;
-        ++deleted_at;
-      }
-      if (out->size() > kMaxGroups) {
-        return arrow::Status::NotImplemented("more than ", kMaxGroups, " groups");
-      }
-      runs.clear();
-      for (int64_t i = 0; i < n;) {
-        int64_t j = i + 1;
-        while (j < n && slot[j] == slot[i]) ++j;
-        if (slot[i] >= 0) {
-          runs.push_back({slot[i], static_cast<int32_t>(i), static_cast<int32_t>(j)});
-          out->rows(static_cast<size_t>(slot[i])) += j - i;
-        }
-        i = j;
-      }
-      for (size_t c = 0; c < inputs_.size(); ++c) {
-        const int16_t max_def = max_defs[c];
-        int16_t* d = max_def > 0 ? defs.data() : nullptr;
-        const std::string& name = inputs_[c].name;
-        const int input = static_cast<int>(c);
-        if (leaves[c] == time_leaf) {
-          // min/max/count of the time column: its values are decoded already.
-          std::copy(time_values.begin(), time_values.begin() + times_read, longs.begin());
-          if (d != nullptr) std::copy(time_defs.begin(), time_defs.begin() + n, defs.begin());
-          FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), times_read, &out->accs(), stride);
-          continue;
-        }
-        switch (inputs_[c].physical) {
-          case parquet::Type::DOUBLE:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::DoubleReader*>(columns[c].get()), n, d,
-                                            doubles.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, doubles.data(), read, &out->accs(), stride);
-            break;
-          case parquet::Type::FLOAT:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::FloatReader*>(columns[c].get()), n, d,
-                                            floats.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, floats.data(), read, &out->accs(), stride);
-            break;
-          case parquet::Type::INT64:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(columns[c].get()), n, d,
-                                            longs.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), read, &out->accs(), stride);
-            break;
-          case parquet::Type::INT32:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(columns[c].get()), n, d,
-                                            ints.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, ints.data(), read, &out->accs(), stride);
-            break;
-          case parquet::Type::BOOLEAN:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::BoolReader*>(columns[c].get()), n, d, bools.get(),
-                                            &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, bools.get(), read, &out->accs(), stride);
-            break;
-          case parquet::Type::BYTE_ARRAY:
-            ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::ByteArrayReader*>(columns[c].get()), n, d,
-                                            bytes.data(), &read, name));
-            FoldBatch(folds_, input, runs, n, d, max_def, bytes.data(), read, &out->accs(), stride);
-            break;
-          default:
-            return arrow::Status::NotImplemented("column '", name, "' of physical type ",
-                                                 parquet::TypeToString(inputs_[c].physical));
+        for (size_t c = 0; c < inputs_.size(); ++c) {
+          const int16_t max_def = max_defs[c];
+          int16_t* d = max_def > 0 ? defs.data() : nullptr;
+          const std::string& name = inputs_[c].name;
+          const int input = static_cast<int>(c);
+          if (leaves[c] == time_leaf) {
+            // min/max/count of the time column: its values are decoded already.
+            std::copy(time_values.begin(), time_values.begin() + times_read, longs.begin());
+            if (d != nullptr) std::copy(time_defs.begin(), time_defs.begin() + n, defs.begin());
+            FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), times_read, &out->accs(), stride);
+            continue;
+          }
+          switch (inputs_[c].physical) {
+            case parquet::Type::DOUBLE:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::DoubleReader*>(columns[c]->get()), n, d,
+                                              doubles.data(), &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, doubles.data(), read, &out->accs(), stride);
+              break;
+            case parquet::Type::FLOAT:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::FloatReader*>(columns[c]->get()), n, d,
+                                              floats.data(), &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, floats.data(), read, &out->accs(), stride);
+              break;
+            case parquet::Type::INT64:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int64Reader*>(columns[c]->get()), n, d,
+                                              longs.data(), &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, longs.data(), read, &out->accs(), stride);
+              break;
+            case parquet::Type::INT32:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::Int32Reader*>(columns[c]->get()), n, d,
+                                              ints.data(), &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, ints.data(), read, &out->accs(), stride);
+              break;
+            case parquet::Type::BOOLEAN:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::BoolReader*>(columns[c]->get()), n, d, bools.get(),
+                                              &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, bools.get(), read, &out->accs(), stride);
+              break;
+            case parquet::Type::BYTE_ARRAY:
+              ARROW_RETURN_NOT_OK(ReadExactly(static_cast<parquet::ByteArrayReader*>(columns[c]->get()), n, d,
+                                              bytes.data(), &read, name));
+              FoldBatch(folds_, input, runs, n, d, max_def, bytes.data(), read, &out->accs(), stride);
+              break;
+            default:
+              return arrow::Status::NotImplemented("column '", name, "' of physical type ",
+                                                   parquet::TypeToString(inputs_[c].physical));
+          }
         }
       }
     }
@@ -990,7 +1175,10 @@ arrow::Result<std::shared_ptr<arrow::Table>> ScanAggregatesOrThrow(
   }
   if (counters != nullptr) {
     counters->files += opened.files;
-    for (const SelectionCounters& c : counted) counters->row_groups += c.row_groups;
+    for (const SelectionCounters& c : counted) {
+      counters->row_groups += c.row_groups;
+      counters->pages_skipped += c.pages_skipped;
+    }
   }
 
   // The result's rows: slots that hold rows, ordered.
