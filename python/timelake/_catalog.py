@@ -31,9 +31,14 @@ from ._time_weighted import install as install_time_weighted_mean
 # milliseconds to years, before and after 1970). It returns TIMESTAMPTZ for every input, so it is
 # only installed while a statement reads no table with naive timestamps or dates, whose users
 # expect DuckDB's own result types. Calls with an offset, origin or time zone use the built-in.
+# Buckets of whole seconds go through to_timestamp(seconds as a double), which is exact for them;
+# finer ones through make_timestamptz(microseconds), since a double of seconds loses microseconds
+# more than 2^53 of them (285 years) from 1970.
 _FAST_TIME_BUCKET = (
     "CREATE OR REPLACE TEMP MACRO time_bucket(w, t) AS "
-    "to_timestamp(epoch_us(system.main.time_bucket(w, make_timestamp(epoch_us(t)))) / 1000000), "
+    "CASE WHEN w >= INTERVAL 1 second "
+    "THEN to_timestamp(epoch_us(system.main.time_bucket(w, make_timestamp(epoch_us(t)))) / 1000000) "
+    "ELSE make_timestamptz(epoch_us(system.main.time_bucket(w, make_timestamp(epoch_us(t))))) END, "
     "(w, t, o) AS system.main.time_bucket(w, t, o)"
 )
 

@@ -76,9 +76,19 @@ _RESERVED = frozenset(
     "references returning select show some summarize symmetric table then to trailing true union "
     "unique unpivot using variadic when where window with".split()
 )
+# DuckDB's type_function keywords (duckdb_keywords(), duckdb 2.0.1): names of functions and
+# types, never a bare column or table name (DuckDB refuses `max(left)`).
+_TYPE_FUNCTION = frozenset(
+    "anti asof at authorization binary by collation columns concurrently cross freeze full generated "
+    "glob ilike inner is isnull join left like map natural notnull outer overlaps positional right semi "
+    "similar struct tablesample try_cast tuple unpack verbose".split()
+)
 _AGGREGATES = frozenset({"count", "min", "max", "avg", "sum"})
+# ASCII digits only (DuckDB refuses others), a zone suffix only after a time of day (DuckDB
+# refuses '2026-03-01Z'), nothing after (fullmatch: no trailing newline).
 _TIME_TEXT = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?(?:Z|[+-]00(?::?00)?)?$"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[ T]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,6}))?)?"
+    r"(?:Z|[+-]00(?::?00)?)?)?"
 )
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _INT64_MAX = 2**63 - 1
@@ -149,7 +159,8 @@ class _Tokens:
             kind = m.lastgroup
             text = m.group(kind)
             if kind == "word":
-                kind = "keyword" if text.lower() in _RESERVED else "identifier"
+                folded = text.lower()
+                kind = "keyword" if folded in _RESERVED or folded in _TYPE_FUNCTION else "identifier"
             elif kind == "quoted":
                 kind = "identifier"
             elif kind == "string":
@@ -210,7 +221,7 @@ def _string(token: Tuple[str, str]) -> str:
 
 def _micros(text: str) -> int:
     """A timestamp string as DuckDB reads it in a UTC session, in microseconds since the epoch."""
-    m = _TIME_TEXT.match(text)
+    m = _TIME_TEXT.fullmatch(text)
     if m is None:
         raise _NotSimple
     year, month, day, hour, minute, second, fraction = m.groups()
@@ -293,12 +304,13 @@ def _key(tokens: _Tokens) -> str:
 # 2000-01-03 00:00 UTC, a Monday).
 _UNITS = {"microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
           "hour": 3_600_000_000, "day": 86_400_000_000, "week": 604_800_000_000}
-_WIDTH = re.compile(r"^\s*([0-9]{1,9})\s+([a-z]+?)s?\s*$")
+# Spaces, tabs and newlines only: DuckDB refuses other white space in an interval's text.
+_WIDTH = re.compile(r"[ \t\n]*([0-9]{1,9})[ \t\n]+([a-z]+?)s?[ \t\n]*")
 _BUCKET_ORIGIN = 946_857_600_000_000
 
 
 def _width(text: str) -> int:
-    m = _WIDTH.match(text.lower())
+    m = _WIDTH.fullmatch(text.lower())
     if m is None or m.group(2) not in _UNITS or int(m.group(1)) == 0:
         raise _NotSimple
     return int(m.group(1)) * _UNITS[m.group(2)]
@@ -642,9 +654,11 @@ def _by_key(lake: Any, handle: Any, shape: _Shape, declared: pa.Schema, time_nam
     for i, item in enumerate(shape.items):
         if item.function is not None and item.function != "time_bucket" and item.alias is None:
             raise _NotSimple  # DuckDB's own names for it depend on its keyword list
-        if item.alias is not None and any(_fold(f.name) == _fold(item.alias) and f.name != key_field.name
+        if item.alias is not None and any(_fold(f.name) == _fold(item.alias) and (i not in plain or f.name != key_field.name)
                                           for f in declared):
-            raise _NotSimple  # an alias that is another column's name binds differently
+            # An alias that is a column's name binds differently in GROUP BY (the column) and
+            # ORDER BY (the alias): left to DuckDB (only the grouped column may keep its own name).
+            raise _NotSimple
         if i in plain:
             names[i] = {_fold(key_item.alias or key_field.name), _fold(key_field.name)}
         elif i in buckets:

@@ -600,6 +600,13 @@ TEST(BucketScanTest, RefusesWhatItDoesNotHandle) {
   ScanPlan remote = PlanOf({file}, {}, {"device"}, false);
   remote.files[0].path = "s3://bucket/f.parquet";
   EXPECT_TRUE(refused(remote, avg));
+  // Times at the ends of the int64 range, in buckets (DuckDB reads them as infinities).
+  const std::string far = dir.path() + "/far.parquet";
+  Write(far, {{std::numeric_limits<int64_t>::max(), "a", 1, 1.0, true, std::nullopt}}, 100, 100, true);
+  ScanFile far_file;
+  far_file.path = far;
+  EXPECT_TRUE(refused(PlanOf({far_file}, {}, {"device"}, false), {{"time_bucket", "time", "b", 1000000, 0}, {"count", "", "c"}}));
+  EXPECT_FALSE(refused(PlanOf({far_file}, {}, {"device"}, false), {{"group", "device", "d"}, {"count", "", "c"}}));
 }
 
 TEST(BucketScanTest, StopsWhenCancelled) {

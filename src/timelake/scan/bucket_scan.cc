@@ -34,6 +34,9 @@ constexpr int64_t kBatch = 8192;             // rows decoded at a time, per colu
 // Groups one worker may hold: beyond, the query engine answers (it can spill to disk; this scan
 // keeps its groups in memory).
 constexpr size_t kMaxGroups = size_t{1} << 21;
+// Times this far from 1970 (146,000 years) are bucketed by the query engine: it reads the ends of
+// the int64 range as infinities.
+constexpr int64_t kFarTime = int64_t{1} << 62;
 
 enum class Kind { kCountRows, kCount, kSum, kAvg, kMin, kMax };
 
@@ -836,6 +839,10 @@ class Scan {
             continue;
           }
           if (bucketed && !(t >= bucket_lo && t < bucket_hi)) {
+            if (t <= -kFarTime || t >= kFarTime) {
+              // DuckDB reads the ends of the range as -infinity and infinity (a NULL bucket).
+              return arrow::Status::NotImplemented("a time more than 2^62 microseconds from 1970");
+            }
             const int64_t start = BucketOf(t, width_, origin_);
             bucket_number = out->Bucket(start);
             bucket_lo = start;

@@ -987,6 +987,10 @@ arrow::Result<std::shared_ptr<arrow::Table>> AggregateByBucket(const arrow::Tabl
   std::map<int64_t, std::vector<int64_t>> groups;  // bucket -> rows, in row order
   for (int64_t i = 0; i < time_array.length(); ++i) {
     if (time_array.IsNull(i)) return arrow::Status::NotImplemented("time buckets of null times");
+    if (time_array.Value(i) <= -(int64_t{1} << 62) || time_array.Value(i) >= (int64_t{1} << 62)) {
+      // DuckDB reads the ends of the int64 range as -infinity and infinity (a NULL bucket).
+      return arrow::Status::NotImplemented("a time more than 2^62 microseconds from 1970");
+    }
     groups[BucketOf(time_array.Value(i), bucket.width, bucket.origin)].push_back(i);
   }
   std::vector<const std::pair<const int64_t, std::vector<int64_t>>*> order;
