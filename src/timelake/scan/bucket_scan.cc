@@ -222,17 +222,6 @@ int64_t BucketOf(int64_t t, int64_t width, int64_t origin) {
   return static_cast<int64_t>(q * width + origin);
 }
 
-const parquet::ColumnDescriptor* Leaf(const parquet::SchemaDescriptor& schema, const std::string& name, int* leaf) {
-  for (int i = 0; i < schema.num_columns(); ++i) {
-    const parquet::ColumnDescriptor* descr = schema.Column(i);
-    if (descr->max_repetition_level() == 0 && descr->path()->ToDotVector().size() == 1 && descr->name() == name) {
-      *leaf = i;
-      return descr;
-    }
-  }
-  return nullptr;
-}
-
 // Does the file store the column as the declared type reads it (the selection reader's rule)?
 bool StoredAs(const parquet::ColumnDescriptor& descr, const arrow::DataType& type) {
   const parquet::Type::type physical = descr.physical_type();
@@ -629,14 +618,14 @@ class Scan {
     ++counters->files;
     const std::shared_ptr<parquet::FileMetaData> meta = file->data.reader->metadata();
     const parquet::SchemaDescriptor& schema = *meta->schema();
-    const parquet::ColumnDescriptor* time_descr = Leaf(schema, time_column_, &file->time_leaf);
+    const parquet::ColumnDescriptor* time_descr = TopLevelLeaf(schema, time_column_, &file->time_leaf);
     if (time_descr == nullptr || !StoredAs(*time_descr, arrow::TimestampType(arrow::TimeUnit::MICRO))) {
       return arrow::Status::NotImplemented("a time column not stored as microseconds");
     }
     file->leaves.assign(inputs_.size(), -1);
     file->max_defs.assign(inputs_.size(), 0);
     for (size_t c = 0; c < inputs_.size(); ++c) {
-      const parquet::ColumnDescriptor* descr = Leaf(schema, inputs_[c].name, &file->leaves[c]);
+      const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, inputs_[c].name, &file->leaves[c]);
       if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", inputs_[c].name, "'");
       if (!StoredAs(*descr, *inputs_[c].type)) {
         return arrow::Status::NotImplemented("column '", inputs_[c].name, "' stored as ",
@@ -645,7 +634,7 @@ class Scan {
       file->max_defs[c] = descr->max_definition_level();
     }
     if (key_) {
-      const parquet::ColumnDescriptor* descr = Leaf(schema, key_->name, &file->key_leaf);
+      const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, key_->name, &file->key_leaf);
       if (descr == nullptr || !StoredAs(*descr, *key_->type)) {
         return arrow::Status::NotImplemented("key column '", key_->name, "' stored differently");
       }

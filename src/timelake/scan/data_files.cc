@@ -8,6 +8,7 @@
 #include <arrow/io/file.h>
 #include <parquet/file_reader.h>
 #include <parquet/metadata.h>
+#include <parquet/schema.h>
 
 #include "timelake/store/parquet_object.h"
 
@@ -60,6 +61,19 @@ FooterCache& Footers() {
 }
 
 }  // namespace
+
+const parquet::ColumnDescriptor* TopLevelLeaf(const parquet::SchemaDescriptor& schema,
+                                              const std::string& name, int* leaf) {
+  for (int i = 0; i < schema.num_columns(); ++i) {
+    const parquet::ColumnDescriptor* descr = schema.Column(i);
+    if (descr->max_repetition_level() == 0 && descr->path()->ToDotVector().size() == 1 &&
+        descr->name() == name) {
+      *leaf = i;
+      return descr;
+    }
+  }
+  return nullptr;
+}
 
 arrow::Result<OpenDataFile> OpenPlanFile(const ScanPlan& plan, const std::vector<std::string>& paths, size_t f,
                                          bool verify) {

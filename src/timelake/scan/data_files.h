@@ -12,7 +12,9 @@
 #include "timelake/scan/scan_planner.h"
 
 namespace parquet {
+class ColumnDescriptor;
 class ParquetFileReader;
+class SchemaDescriptor;
 }
 
 namespace timelake {
@@ -30,6 +32,11 @@ struct OpenDataFile {
 /// NotImplemented for a path that is not local.
 arrow::Result<OpenDataFile> OpenPlanFile(const ScanPlan& plan, const std::vector<std::string>& paths, size_t f,
                                          bool verify = true);
+
+/// The flat top-level column `name` of a file's schema and its leaf index (`*leaf`); null when
+/// the file has no such column.
+const parquet::ColumnDescriptor* TopLevelLeaf(const parquet::SchemaDescriptor& schema, const std::string& name,
+                                              int* leaf);
 
 /// OK when the core's readers can read `columns` of the plan as the query engine would:
 /// NotImplemented for tables without a time column, column mapping, differing files, partition

@@ -98,19 +98,6 @@ struct Condition {
   }
 };
 
-const parquet::ColumnDescriptor* TopLevelLeaf(const parquet::SchemaDescriptor& schema,
-                                              const std::string& name, int* leaf) {
-  for (int i = 0; i < schema.num_columns(); ++i) {
-    const parquet::ColumnDescriptor* descr = schema.Column(i);
-    if (descr->max_repetition_level() == 0 && descr->path()->ToDotVector().size() == 1 &&
-        descr->name() == name) {
-      *leaf = i;
-      return descr;
-    }
-  }
-  return nullptr;
-}
-
 // Does the column chunk's statistics allow a value the condition admits? (true when unknown)
 bool ChunkMayMatch(const parquet::ColumnChunkMetaData& chunk, const Condition& cond) {
   if (!chunk.is_stats_set()) return true;
