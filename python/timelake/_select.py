@@ -122,6 +122,7 @@ class _Shape:
     namespace: Optional[str]
     table: str
     keys: List[Tuple[str, Any]] = field(default_factory=list)  # (column as written, str | int)
+    key_sets: List[Tuple[str, List[Any]]] = field(default_factory=list)  # IN lists of several values
     values: List[Tuple[str, str, str]] = field(default_factory=list)  # (column, op, number as written)
     times: List[Tuple[str, str, int]] = field(default_factory=list)  # (column, op, microseconds)
     order: Optional[Tuple[str, bool]] = None  # (column as written or "#<position>", descending)
@@ -361,9 +362,15 @@ def _condition(tokens: _Tokens, shape: _Shape) -> None:
     if tokens.word("in"):
         if not tokens.symbol("("):
             raise _NotSimple
-        shape.keys.append((column, _literal(tokens)))
+        values = [_literal(tokens)]
+        while tokens.symbol(","):
+            values.append(_literal(tokens))
         if not tokens.symbol(")"):
             raise _NotSimple
+        if len(set(values)) == 1:
+            shape.keys.append((column, values[0]))
+        else:
+            shape.key_sets.append((column, values))
         return
     op, kind = tokens.take()
     if kind != "operator" or op not in ("=", "<", "<=", ">", ">=", "<>", "!="):
@@ -502,6 +509,19 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
         if key_equals.get(f.name, value) != value:
             raise _NotSimple  # contradicting equalities: left to DuckDB
         key_equals[f.name] = value
+    key_in: Dict[str, set] = {}  # IN lists of several values: the column's value is one of them
+    for written, values in shape.key_sets:
+        f = _column(declared, written)
+        if f.name not in series_key:
+            raise _NotSimple
+        for value in values:
+            if isinstance(value, str) != pa.types.is_string(f.type):
+                raise _NotSimple
+            if isinstance(value, int):
+                bounds = _INTEGER_RANGES.get(f.type)
+                if bounds is None or not bounds[0] <= value <= bounds[1]:
+                    raise _NotSimple
+        key_in[f.name] = key_in.get(f.name, set(values)) & set(values)
     where = []  # (column, op, number, integer, is_integer) for the core
     for written, op, text in shape.values:
         f = _column(declared, written)
@@ -520,7 +540,16 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
             where.append((f.name, op, 0.0, int(text), True))
         else:
             raise _NotSimple  # float32 against a decimal, an integer against a fraction, ...
-    every_series = not key_equals
+    for name in list(key_in):
+        if name in key_equals:
+            if key_equals[name] not in key_in[name]:
+                raise _NotSimple  # contradicting conditions: left to DuckDB
+            del key_in[name]
+        elif not key_in[name]:
+            raise _NotSimple
+        elif len(key_in[name]) == 1:
+            key_equals[name] = key_in.pop(name).pop()
+    every_series = not key_equals and not key_in
     for written, op, micros in times:
         if _column(declared, written).name != time_name:
             raise _NotSimple
@@ -627,7 +656,8 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
          _BUCKET_ORIGIN)
         for name, f, function in outputs
     ] if aggregate else []
-    rows = _read(lake, plan, columns, folds, shape.limit, [], order=order, where=where)
+    rows = _read(lake, plan, columns, folds, shape.limit, [], order=order, where=where,
+                 key_in={name: sorted(values) for name, values in key_in.items()})
     if aggregate:
         return rows
     fields = [pa.field(name, f.type) for name, f, _ in outputs]
@@ -707,7 +737,7 @@ def _by_key(lake: Any, handle: Any, shape: _Shape, declared: pa.Schema, time_nam
 
 
 def _read(lake: Any, plan: Any, columns: List[str], folds: list, limit: Optional[int], sort: list,
-          order: str = "file", where: Optional[list] = None) -> pa.Table:
+          order: str = "file", where: Optional[list] = None, key_in: Optional[dict] = None) -> pa.Table:
     """The core's answer for a plan (the files copied locally first on an object store)."""
     pin = None
     paths: List[str] = []
@@ -715,7 +745,7 @@ def _read(lake: Any, plan: Any, columns: List[str], folds: list, limit: Optional
         paths, pin = lake._core.local_copies(plan)
     try:
         got = _core.read_selection(plan, paths, columns, order=order, limit=limit, aggregates=folds,
-                                   where=where or [], sort=sort)
+                                   where=where or [], sort=sort, key_in=key_in or {})
     finally:
         if pin is not None:
             pin.release()

@@ -457,8 +457,10 @@ NB_MODULE(_core, m) {
          const std::string& order, std::optional<int64_t> limit,
          const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates,
          const std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>& where,
-         const std::vector<std::tuple<size_t, bool>>& sort) -> nb::object {
+         const std::vector<std::tuple<size_t, bool>>& sort,
+         std::map<std::string, std::vector<ScanKeyValue>> key_in) -> nb::object {
         SelectionShape shape;
+        shape.key_in = std::move(key_in);
         if (order == "asc") {
           shape.order = SelectionShape::Order::kTimeAscending;
         } else if (order == "desc") {
@@ -494,7 +496,8 @@ NB_MODULE(_core, m) {
         bool interrupted = false;
         {
           nb::gil_scoped_release release;
-          const bool scanned = !folds.empty() && plan.filter.key_equals.empty() && shape.where.empty();
+          const bool scanned = !folds.empty() && plan.filter.key_equals.empty() && shape.key_in.empty() &&
+                               shape.where.empty();
           if (by_key && !scanned) {
             rows = arrow::Status::NotImplemented("grouping by a column with a key condition");
           } else if (scanned) {
@@ -540,7 +543,8 @@ NB_MODULE(_core, m) {
       "plan"_a, "paths"_a, "columns"_a, "order"_a = "file", "limit"_a = nb::none(),
       "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{},
       "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{},
-      "sort"_a = std::vector<std::tuple<size_t, bool>>{});
+      "sort"_a = std::vector<std::tuple<size_t, bool>>{},
+      "key_in"_a = std::map<std::string, std::vector<ScanKeyValue>>{});
 
   // The plan with only the files at `store_paths` (in the plan's order; paths it does not list are
   // ignored): a rollup refresh reads just the files a diff of two versions found changed.

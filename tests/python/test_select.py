@@ -91,8 +91,14 @@ def random_query(rng: random.Random, table: str, by_site: bool) -> tuple[str, bo
     """A statement of the simple shape: (text, rows come ordered)."""
     device = rng.choice(DEVICES + ["dev-99"])
     conds = [rng.choice([f"device_id = '{device}'", f"device_id IN ('{device}')", f"\"device_id\" = '{device}'"])]
+    if by_site and rng.random() < 0.35:
+        # An IN list of several series (one absent, one named twice): read by the core when no
+        # file needs read-time dedup (here: dedup "none").
+        some = rng.sample(DEVICES + ["dev-99"], rng.randrange(2, 6))
+        conds = [f"device_id IN ({', '.join(repr(d) for d in some + some[:1])})"]
     if by_site and rng.random() < 0.3:
-        conds.append(f"site = {int(device[-2:]) % 3 if rng.random() < 0.8 else 2}")
+        conds.append(rng.choice([f"site = {int(device[-2:]) % 3 if rng.random() < 0.8 else 2}",
+                                 "site IN (0, 2)", "site IN (2, 1, 2)", "site IN (-1, 7)"]))
     lo = T0 + timedelta(minutes=rng.randrange(0, 600))
     hi = lo + timedelta(minutes=rng.choice([1, 30, 90, 600, 3000]))
     form = rng.choice(["ts", "tz", "str"])
@@ -103,7 +109,7 @@ def random_query(rng: random.Random, table: str, by_site: bool) -> tuple[str, bo
         conds.append(f"time BETWEEN {ts(lo, form)} AND {ts(hi, form)}")
     elif shape < 0.85:
         conds.append(f"time = {ts(T0 + timedelta(minutes=rng.randrange(0, 300)), form)}")
-    if rng.random() < 0.3:  # a condition on a value (DuckDB's NaN and NULL rules)
+    for _ in range(rng.choice([0, 0, 1, 1, 2])):  # conditions on values (DuckDB's NaN and NULL rules)
         conds.append(rng.choice(["temp > 20", "temp <= 15.5", "temp >= -1.25", "temp = 12.5", "temp <> 3",
                                  "temp != 20.0", "n >= 100", "n < -500", "n <> 7", "n = 3", "temp < 30"]))
     rng.shuffle(conds)
@@ -184,6 +190,61 @@ def test_a_one_series_read_decodes_few_pages(lake_path):
     same(fast, slow, True)
     assert _select.LAST_READ["files"] == 1
     assert _select.LAST_READ["pages_skipped"] > _select.LAST_READ["pages"]
+
+
+def test_an_in_list_of_several_series_reads_their_pages_only(lake_path):
+    lake = timelake.Lake(str(lake_path))
+    table = lake.create_table("p.r", SCHEMA, time_column="time", series_key=["device_id"], chunk="day",
+                              dedup="none")
+    rng = random.Random(4)
+    devices = [f"dev-{i:03d}" for i in range(200)]
+    table.append(batch(rng, T0, 600, devices))
+    window = f"time >= {ts(T0, 'ts')} AND time < {ts(T0 + timedelta(hours=1), 'ts')}"
+    for query in (
+        f"SELECT time_bucket(INTERVAL '1 minute', time) AS m, max(temp) AS hi, count(*) AS c FROM p.r "
+        f"WHERE device_id IN ('dev-007', 'dev-123', 'dev-190', 'dev-999') AND {window} GROUP BY 1 ORDER BY 1",
+        f"SELECT * FROM p.r WHERE device_id IN ('dev-190', 'dev-007') AND temp > 20 AND {window} ORDER BY time",
+        f"SELECT avg(temp) AS a FROM p.r WHERE device_id IN ('dev-007', 'dev-123') AND n >= 0 AND temp < 30",
+    ):
+        fast, slow = both(lake, query)
+        same(fast, slow, True)
+        assert _select.LAST_READ["pages_skipped"] > _select.LAST_READ["pages"]
+    # Conditions that contradict or name one series are read as such.
+    fast, slow = both(lake, f"SELECT count(*) AS c FROM p.r WHERE device_id IN ('dev-007', 'dev-008') "
+                            f"AND device_id = 'dev-008' AND {window}")
+    same(fast, slow, True)
+    assert fast.column("c").to_pylist() == [60]
+
+
+@pytest.mark.parametrize("dedup", ["last", "first"])
+def test_a_value_condition_holds_for_the_row_dedup_keeps(lake_path, dedup):
+    """The WHERE applies to the row dedup keeps: a dropped duplicate that passes it never answers
+    for a kept one that does not."""
+    lake = timelake.Lake(str(lake_path))
+    table = lake.create_table("d.r", SCHEMA, time_column="time", series_key=["device_id"], chunk="day", dedup=dedup)
+    rng = random.Random(5)
+    first = batch(rng, T0, 30, DEVICES[:3])
+    table.append(first.set_column(3, "temp", pa.array([30.0] * first.num_rows)))
+    table.append(first.set_column(3, "temp", pa.array([10.0] * first.num_rows)))  # the same rows re-sent
+    kept = 10.0 if dedup == "last" else 30.0
+    for cond in ("temp > 20", "temp < 20"):
+        query = f"SELECT time, temp FROM d.r WHERE device_id = 'dev-01' AND {cond} ORDER BY time"
+        fast, slow = both(lake, query)
+        same(fast, slow, True)
+        assert fast.column("temp").to_pylist() == ([kept] * 30 if eval(f"{kept} {cond[4:]}") else [])
+
+
+def test_an_in_list_over_files_marked_for_dedup_is_duckdbs(lake_path):
+    lake = timelake.Lake(str(lake_path))
+    table = lake.create_table("d.r", SCHEMA, time_column="time", series_key=["device_id"], chunk="day", dedup="last")
+    rng = random.Random(6)
+    rows = batch(rng, T0, 30, DEVICES[:3])
+    table.append(rows)
+    table.append(rows)  # re-sent: the two files need read-time dedup
+    before = _select.ANSWERED
+    got = lake.sql("SELECT count(*) AS c FROM d.r WHERE device_id IN ('dev-00', 'dev-02')")
+    assert _select.ANSWERED == before
+    assert got.column("c").to_pylist() == [60]
 
 
 @pytest.mark.parametrize(

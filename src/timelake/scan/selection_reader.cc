@@ -68,33 +68,52 @@ struct Condition {
   std::string column;
   int leaf = -1;
   parquet::Type::type physical = parquet::Type::UNDEFINED;
-  // Integers (keys) and times: lo <= v <= hi. Strings: v == text.
+  // Integers (keys) and times: lo <= v <= hi, and v one of `ints` when that is not empty (an IN
+  // list: sorted, lo and hi its ends). Strings: v one of `texts` (sorted, distinct).
   int64_t lo = std::numeric_limits<int64_t>::min();
   int64_t hi = std::numeric_limits<int64_t>::max();
-  std::optional<std::string> text;
+  std::vector<int64_t> ints;
+  std::vector<std::string> texts;
 
-  bool Admits(int64_t v) const { return v >= lo && v <= hi; }
+  bool Admits(int64_t v) const {
+    if (v < lo || v > hi) return false;
+    return ints.size() <= 1 || std::binary_search(ints.begin(), ints.end(), v);
+  }
   bool Admits(const parquet::ByteArray& v) const {
-    if (!text || v.len != text->size()) return false;
+    if (texts.size() == 1) return Equal(v, texts.front());
+    const std::string_view value(reinterpret_cast<const char*>(v.ptr), v.len);
+    // Parquet orders UTF-8 and binary values as unsigned bytes, as string_view compares.
+    const auto at = std::lower_bound(texts.begin(), texts.end(), value,
+                                     [](const std::string& a, std::string_view b) { return std::string_view(a) < b; });
+    return at != texts.end() && std::string_view(*at) == value;
+  }
+  // Could a page or row group whose values lie in [min, max] hold an admitted value?
+  bool Overlaps(int64_t min, int64_t max) const {
+    if (max < lo || min > hi) return false;
+    if (ints.size() <= 1) return true;
+    const auto at = std::lower_bound(ints.begin(), ints.end(), min);
+    return at != ints.end() && *at <= max;
+  }
+  bool Overlaps(const parquet::ByteArray& min, const parquet::ByteArray& max) const {
+    const std::string_view a(reinterpret_cast<const char*>(min.ptr), min.len);
+    const std::string_view b(reinterpret_cast<const char*>(max.ptr), max.len);
+    const auto at = std::lower_bound(texts.begin(), texts.end(), a,
+                                     [](const std::string& x, std::string_view y) { return std::string_view(x) < y; });
+    return at != texts.end() && std::string_view(*at) <= b;
+  }
+
+ private:
+  static bool Equal(const parquet::ByteArray& v, const std::string& text) {
+    if (v.len != text.size()) return false;
     const size_t n = v.len;
     if (n >= 8) {
       // Keys of one table mostly differ at the end ("dev-00333"): compare the last 8 bytes first.
       uint64_t a, b;
       std::memcpy(&a, v.ptr + n - 8, 8);
-      std::memcpy(&b, text->data() + n - 8, 8);
+      std::memcpy(&b, text.data() + n - 8, 8);
       if (a != b) return false;
     }
-    return std::memcmp(v.ptr, text->data(), n) == 0;
-  }
-  // Could a page or row group whose values lie in [min, max] hold an admitted value?
-  bool Overlaps(int64_t min, int64_t max) const { return max >= lo && min <= hi; }
-  bool Overlaps(const parquet::ByteArray& min, const parquet::ByteArray& max) const {
-    if (!text) return false;
-    const std::string_view v(*text);
-    const std::string_view a(reinterpret_cast<const char*>(min.ptr), min.len);
-    const std::string_view b(reinterpret_cast<const char*>(max.ptr), max.len);
-    // Parquet orders UTF-8 and binary statistics as unsigned bytes, as string_view compares.
-    return a <= v && v <= b;
+    return std::memcmp(v.ptr, text.data(), n) == 0;
   }
 };
 
@@ -234,8 +253,8 @@ std::unique_ptr<parquet::PageReader> PagesFrom(const Group& group, int leaf, con
 // Reads a flat column's values at `runs` (rows of the row group), decoding only the pages that
 // hold them: visit(row, value*) for every row of the runs in order, a null pointer for nulls.
 template <typename DType, typename Visit>
-arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, SelectionCounters* counters,
-                       Visit&& visit) {
+arrow::Status ReadEveryRun(const Group& group, int leaf, const Runs& runs, SelectionCounters* counters,
+                           Visit&& visit) {
   using T = typename DType::c_type;
   if (runs.empty()) return arrow::Status::OK();
   const parquet::ColumnDescriptor* descr = group.file->metadata()->schema()->Column(leaf);
@@ -330,6 +349,28 @@ arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, Selection
     }
   }
   return arrow::Status::OK();
+}
+
+// ReadEveryRun, for runs with gaps between them (rows a value condition left out): a gap of a
+// few rows is read through and its values dropped, as skipping it costs more than decoding it.
+template <typename DType, typename Visit>
+arrow::Status ReadRuns(const Group& group, int leaf, const Runs& runs, SelectionCounters* counters,
+                       Visit&& visit) {
+  constexpr int64_t kGap = 256;  // rows
+  Runs cover;
+  for (const auto& run : runs) {
+    if (!cover.empty() && run.first - cover.back().second <= kGap) {
+      cover.back().second = run.second;
+    } else {
+      cover.push_back(run);
+    }
+  }
+  if (cover.size() == runs.size()) return ReadEveryRun<DType>(group, leaf, runs, counters, visit);
+  size_t r = 0;
+  return ReadEveryRun<DType>(group, leaf, cover, counters, [&](int64_t row, const auto* value) {
+    while (runs[r].second <= row) ++r;  // the cover ends with the last run: r stays in range
+    if (runs[r].first <= row) visit(row, value);
+  });
 }
 
 // Keeps the rows of `runs` whose value of the condition's column it admits; `times`, when
@@ -520,30 +561,53 @@ struct Matches {
   std::vector<int64_t> times;
 };
 
-// Builds the conditions of the filter for one file's schema.
-arrow::Result<std::vector<Condition>> ConditionsFor(const ScanPlan& plan, const parquet::SchemaDescriptor& schema,
-                                                    int* time_leaf) {
-  std::vector<Condition> out;
-  for (const auto& [column, value] : plan.filter.key_equals) {
-    Condition cond;
-    cond.column = column;
-    const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, column, &cond.leaf);
-    if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", column, "'");
-    cond.physical = descr->physical_type();
-    const auto& logical = descr->logical_type();
-    if (std::holds_alternative<std::string>(value)) {
+// A series-key column's condition: its value one of `values` (one for an equality).
+arrow::Result<Condition> KeyCondition(const parquet::SchemaDescriptor& schema, const std::string& column,
+                                      const std::vector<ScanKeyValue>& values) {
+  Condition cond;
+  cond.column = column;
+  const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, column, &cond.leaf);
+  if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", column, "'");
+  if (values.empty()) return arrow::Status::Invalid("no value for column '", column, "'");
+  cond.physical = descr->physical_type();
+  const auto& logical = descr->logical_type();
+  const bool signed_int = !logical || logical->is_none() ||
+                          (logical->is_int() && static_cast<const parquet::IntLogicalType&>(*logical).is_signed());
+  for (const ScanKeyValue& value : values) {
+    if (const auto* text = std::get_if<std::string>(&value)) {
       if (cond.physical != parquet::Type::BYTE_ARRAY) {
         return arrow::Status::NotImplemented("a text value for column '", column, "'");
       }
-      cond.text = std::get<std::string>(value);
+      cond.texts.push_back(*text);
     } else {
-      const bool signed_int = !logical || logical->is_none() ||
-                              (logical->is_int() && static_cast<const parquet::IntLogicalType&>(*logical).is_signed());
       if ((cond.physical != parquet::Type::INT32 && cond.physical != parquet::Type::INT64) || !signed_int) {
         return arrow::Status::NotImplemented("an integer value for column '", column, "'");
       }
-      cond.lo = cond.hi = std::get<int64_t>(value);
+      cond.ints.push_back(std::get<int64_t>(value));
     }
+  }
+  std::sort(cond.texts.begin(), cond.texts.end());
+  cond.texts.erase(std::unique(cond.texts.begin(), cond.texts.end()), cond.texts.end());
+  std::sort(cond.ints.begin(), cond.ints.end());
+  cond.ints.erase(std::unique(cond.ints.begin(), cond.ints.end()), cond.ints.end());
+  if (!cond.ints.empty()) {
+    cond.lo = cond.ints.front();
+    cond.hi = cond.ints.back();
+  }
+  return cond;
+}
+
+// Builds the conditions of the filter (the plan's and the selection's key lists) for one file's
+// schema; the time column's comes last.
+arrow::Result<std::vector<Condition>> ConditionsFor(const ScanPlan& plan, const SelectionShape& shape,
+                                                    const parquet::SchemaDescriptor& schema, int* time_leaf) {
+  std::vector<Condition> out;
+  for (const auto& [column, value] : plan.filter.key_equals) {
+    ARROW_ASSIGN_OR_RAISE(Condition cond, KeyCondition(schema, column, {value}));
+    out.push_back(std::move(cond));
+  }
+  for (const auto& [column, values] : shape.key_in) {
+    ARROW_ASSIGN_OR_RAISE(Condition cond, KeyCondition(schema, column, values));
     out.push_back(std::move(cond));
   }
   Condition time;
@@ -628,53 +692,83 @@ int Compare(T a, T b) {
   return a < b ? -1 : (a > b ? 1 : 0);
 }
 
-bool Passes(int c, const std::string& op) {
-  if (op == "=") return c == 0;
-  if (op == "<>") return c != 0;
-  if (op == "<") return c < 0;
-  if (op == "<=") return c <= 0;
-  if (op == ">") return c > 0;
-  return c >= 0;  // ">="
+// A comparison's operator, resolved once.
+enum class Op { kEq, kNe, kLt, kLe, kGt, kGe };
+
+arrow::Result<Op> OpOf(const std::string& op) {
+  if (op == "=") return Op::kEq;
+  if (op == "<>") return Op::kNe;
+  if (op == "<") return Op::kLt;
+  if (op == "<=") return Op::kLe;
+  if (op == ">") return Op::kGt;
+  if (op == ">=") return Op::kGe;
+  return arrow::Status::Invalid("unknown comparison '", op, "'");
 }
 
-template <typename ArrowType, typename Constant>
-void HoldsTyped(const arrow::Array& values, const ValueCondition& cond, Constant constant, std::vector<bool>* pass) {
-  using ArrayType = typename arrow::TypeTraits<ArrowType>::ArrayType;
-  const auto& array = static_cast<const ArrayType&>(values);
-  for (int64_t i = 0; i < array.length(); ++i) {
-    if (!(*pass)[static_cast<size_t>(i)]) continue;
-    (*pass)[static_cast<size_t>(i)] =
-        array.IsValid(i) && Passes(Compare<Constant>(static_cast<Constant>(array.Value(i)), constant), cond.op);
+bool Passes(int c, Op op) {
+  switch (op) {
+    case Op::kEq: return c == 0;
+    case Op::kNe: return c != 0;
+    case Op::kLt: return c < 0;
+    case Op::kLe: return c <= 0;
+    case Op::kGt: return c > 0;
+    case Op::kGe: return c >= 0;
   }
+  return false;
 }
 
-// Clears `pass` for the rows of `values` the condition does not hold for.
-arrow::Status Holds(const arrow::Array& values, const ValueCondition& cond, std::vector<bool>* pass) {
-  switch (values.type_id()) {
-    case arrow::Type::DOUBLE:
-      if (cond.is_integer) return arrow::Status::NotImplemented("a double column against an integer");
-      HoldsTyped<arrow::DoubleType, double>(values, cond, cond.number, pass);
-      return arrow::Status::OK();
-    case arrow::Type::INT8:
-      if (!cond.is_integer) break;
-      HoldsTyped<arrow::Int8Type, int64_t>(values, cond, cond.integer, pass);
-      return arrow::Status::OK();
-    case arrow::Type::INT16:
-      if (!cond.is_integer) break;
-      HoldsTyped<arrow::Int16Type, int64_t>(values, cond, cond.integer, pass);
-      return arrow::Status::OK();
-    case arrow::Type::INT32:
-      if (!cond.is_integer) break;
-      HoldsTyped<arrow::Int32Type, int64_t>(values, cond, cond.integer, pass);
-      return arrow::Status::OK();
-    case arrow::Type::INT64:
-      if (!cond.is_integer) break;
-      HoldsTyped<arrow::Int64Type, int64_t>(values, cond, cond.integer, pass);
-      return arrow::Status::OK();
-    default:
-      break;
+// Keeps the rows of `found` whose value of the condition's column passes it (NULL never does),
+// reading that column's pages at those rows only.
+arrow::Status FilterValues(const arrow::Schema& storage, const ValueCondition& cond, Matches* found,
+                           SelectionCounters* counters) {
+  const auto field = storage.GetFieldByName(cond.column);
+  if (!field) return arrow::Status::KeyError("no column '", cond.column, "'");
+  ARROW_ASSIGN_OR_RAISE(const Op op, OpOf(cond.op));
+  const parquet::SchemaDescriptor& schema = *found->group.file->metadata()->schema();
+  int leaf = -1;
+  const parquet::ColumnDescriptor* descr = TopLevelLeaf(schema, cond.column, &leaf);
+  if (descr == nullptr) return arrow::Status::NotImplemented("a file without column '", cond.column, "'");
+  const arrow::Type::type id = field->type()->id();
+  const parquet::Type::type physical = descr->physical_type();
+  const auto& logical = descr->logical_type();
+  const bool plain_int = !logical || logical->is_none() || logical->is_int();
+  std::vector<bool> pass;
+  pass.reserve(found->rows.size());
+  const Runs runs = RunsOf(found->rows);
+  if (id == arrow::Type::DOUBLE && physical == parquet::Type::DOUBLE && !cond.is_integer) {
+    ARROW_RETURN_NOT_OK(ReadRuns<parquet::DoubleType>(found->group, leaf, runs, counters,
+                                                      [&](int64_t, const double* v) {
+                                                        pass.push_back(v && Passes(Compare(*v, cond.number), op));
+                                                      }));
+  } else if ((id == arrow::Type::INT8 || id == arrow::Type::INT16 || id == arrow::Type::INT32) &&
+             physical == parquet::Type::INT32 && plain_int && cond.is_integer) {
+    ARROW_RETURN_NOT_OK(ReadRuns<parquet::Int32Type>(
+        found->group, leaf, runs, counters, [&](int64_t, const int32_t* v) {
+          pass.push_back(v && Passes(Compare<int64_t>(*v, cond.integer), op));
+        }));
+  } else if (id == arrow::Type::INT64 && physical == parquet::Type::INT64 && plain_int && cond.is_integer) {
+    ARROW_RETURN_NOT_OK(ReadRuns<parquet::Int64Type>(
+        found->group, leaf, runs, counters, [&](int64_t, const int64_t* v) {
+          pass.push_back(v && Passes(Compare<int64_t>(*v, cond.integer), op));
+        }));
+  } else {
+    return arrow::Status::NotImplemented("a condition on column '", cond.column, "' of type ",
+                                         field->type()->ToString());
   }
-  return arrow::Status::NotImplemented("a condition on column '", cond.column, "' of type ", values.type()->ToString());
+  if (pass.size() != found->rows.size()) {
+    return arrow::Status::IOError("column '", cond.column, "' gave ", pass.size(), " values for ",
+                                  found->rows.size(), " rows");
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < found->rows.size(); ++i) {
+    if (!pass[i]) continue;
+    found->rows[out] = found->rows[i];
+    found->times[out] = found->times[i];
+    ++out;
+  }
+  found->rows.resize(out);
+  found->times.resize(out);
+  return arrow::Status::OK();
 }
 
 arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan& plan,
@@ -701,7 +795,7 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
     parquet::ParquetFileReader* file = files.back().get();
     const std::shared_ptr<parquet::FileMetaData> meta = file->metadata();
     int time_leaf = -1;
-    ARROW_ASSIGN_OR_RAISE(std::vector<Condition> conditions, ConditionsFor(plan, *meta->schema(), &time_leaf));
+    ARROW_ASSIGN_OR_RAISE(std::vector<Condition> conditions, ConditionsFor(plan, shape, *meta->schema(), &time_leaf));
     std::shared_ptr<parquet::PageIndexReader> index = file->GetPageIndexReader();
     const std::vector<uint64_t>& deleted = plan.files[f].deleted_rows;
     int64_t group_first = 0;
@@ -756,6 +850,17 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
     }
   }
   Deduplicate(plan, &matches);
+  // The value conditions hold or not for the rows that dedup kept (a duplicate it dropped never
+  // answers for them), read only at those rows.
+  if (!shape.where.empty()) {
+    for (Matches& found : matches) {
+      for (const ValueCondition& cond : shape.where) {
+        if (found.rows.empty()) break;
+        ARROW_RETURN_NOT_OK(FilterValues(*plan.storage, cond, &found, counters));
+      }
+    }
+    std::erase_if(matches, [](const Matches& found) { return found.rows.empty(); });
+  }
 
   std::vector<Output> outputs;
   std::vector<std::shared_ptr<arrow::Array>> arrays;
@@ -792,28 +897,6 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
   std::vector<int64_t> times;
   for (const Matches& found : matches) times.insert(times.end(), found.times.begin(), found.times.end());
   auto total = static_cast<int64_t>(times.size());
-  if (!shape.where.empty()) {
-    std::vector<bool> pass(static_cast<size_t>(total), true);
-    for (const ValueCondition& cond : shape.where) {
-      auto at = std::find(columns.begin(), columns.end(), cond.column);
-      if (at == columns.end()) return arrow::Status::Invalid("a condition on column '", cond.column, "', not read");
-      ARROW_RETURN_NOT_OK(Holds(*arrays[static_cast<size_t>(at - columns.begin())], cond, &pass));
-    }
-    std::vector<int64_t> kept;
-    std::vector<int64_t> kept_times;
-    for (int64_t i = 0; i < total; ++i) {
-      if (!pass[static_cast<size_t>(i)]) continue;
-      kept.push_back(i);
-      kept_times.push_back(times[static_cast<size_t>(i)]);
-    }
-    if (static_cast<int64_t>(kept.size()) != total) {
-      for (auto& array : arrays) {
-        ARROW_ASSIGN_OR_RAISE(array, Permute(*array, kept));
-      }
-      times = std::move(kept_times);
-      total = static_cast<int64_t>(times.size());
-    }
-  }
   const bool by_time = shape.order != SelectionShape::Order::kFile;
   if (by_time || (shape.limit && *shape.limit < total)) {
     std::vector<int64_t> order(times.size());
@@ -824,8 +907,15 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return times[a] > times[b]; });
     }
     if (shape.limit && *shape.limit < total) order.resize(static_cast<size_t>(std::max<int64_t>(0, *shape.limit)));
+    // Rows already in that order (one series read file after file) are only cut, not copied.
+    bool identity = true;
+    for (size_t i = 0; i < order.size() && identity; ++i) identity = order[i] == static_cast<int64_t>(i);
     for (auto& array : arrays) {
-      ARROW_ASSIGN_OR_RAISE(array, Permute(*array, order));
+      if (identity) {
+        array = array->Slice(0, static_cast<int64_t>(order.size()));
+      } else {
+        ARROW_ASSIGN_OR_RAISE(array, Permute(*array, order));
+      }
     }
     total = static_cast<int64_t>(order.size());
   }

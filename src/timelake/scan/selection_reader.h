@@ -23,6 +23,7 @@
 // Thread safety: no shared state; concurrent calls are fine.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,9 @@ struct ValueCondition {
 };
 
 struct SelectionShape {
+  /// Only rows whose series-key column (by name) holds one of the values (an IN list; the plan's
+  /// filter.key_equals holds the equalities). The plan's files are not pruned by these.
+  std::map<std::string, std::vector<ScanKeyValue>> key_in;
   /// Only rows for which every condition holds (the columns must be among those read).
   std::vector<ValueCondition> where;
   enum class Order { kFile, kTimeAscending, kTimeDescending };
