@@ -99,13 +99,15 @@ arrow::Result<std::shared_ptr<Lake>> Lake::Open(
     return arrow::Status::Invalid("storage options 'timelake_cache*' do not apply to a local lake (",
                                   location, "): its files are read where they are");
   }
-  // Object stores: a table opens from its head, and reads check the log at most once per
-  // interval. Local lakes (and memory://) open from the log, which costs no round trips there,
-  // and check it at every read unless the option says otherwise.
+  // A table opens from its head. Object stores: a head after every commit, and reads check the
+  // log at most once per interval. Local disks: a head every kLocalHeadInterval appends (the
+  // commits after it are read from the log, which costs no round trips there), and reads check
+  // the log every time unless the option says otherwise. memory:// (tests) opens from the log.
   const std::string url = store->RootUrl();
   TableOpenOptions open;
-  open.heads = url.rfind("file://", 0) != 0 && url.rfind("memory://", 0) != 0;
-  open.check_interval_ms = interval_ms.value_or(open.heads ? kDefaultCheckIntervalMs : 0);
+  open.heads = url.rfind("memory://", 0) != 0;
+  open.head_interval = local ? kLocalHeadInterval : 1;
+  open.check_interval_ms = interval_ms.value_or(local || !open.heads ? 0 : kDefaultCheckIntervalMs);
   auto lake = OverStore(store, open);
   if (!local) {
     ARROW_ASSIGN_OR_RAISE(lake->cache_, FileCache::Make(store, cache_options));

@@ -78,9 +78,11 @@ struct TableContext {
   std::shared_ptr<Spool> spool;
   bool spool_checked = false;
   int spool_expected = 0;  // requests the last commit led here took in: worth waiting for
-  /// Whether commits write the table head (table/head.h): on object stores (stores without
-  /// LocalFiles), where opening from the log takes many requests.
+  /// Whether commits write the table head (table/head.h), and after which appends: those whose
+  /// version is a multiple of `head_interval` (1 on object stores, where opening from the log
+  /// takes many requests; kLocalHeadInterval on local disks). Other commits write it every time.
   bool heads = false;
+  int64_t head_interval = 1;
   /// Reads (Refresh, Latest) skip the log check within this many ms of the last one, unless this
   /// process committed a newer version (the `version_check_interval` storage option; 0: always).
   int64_t check_interval_ms = 0;

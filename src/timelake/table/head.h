@@ -48,6 +48,11 @@ namespace timelake {
 /// 4,000 at ~500 bytes of add action each) opens from its log.
 inline constexpr int64_t kMaxHeadBytes = int64_t{2} << 20;
 
+/// Appends between table heads on a local disk, where opening from the log costs no round trips
+/// but a file read per commit since the checkpoint: a reader opens from the head and reads the
+/// few commits after it (and latest() their files), and a small append seldom pays for a head.
+inline constexpr int64_t kLocalHeadInterval = 8;
+
 /// The default of the `version_check_interval` storage option on object stores.
 inline constexpr int64_t kDefaultCheckIntervalMs = 1000;
 

@@ -11,7 +11,7 @@ namespace timelake {
 namespace {
 
 // Like checkpoints for the log: every kIndexFoldInterval commits the index records are folded.
-constexpr int64_t kIndexFoldInterval = 32;
+constexpr int64_t kIndexFoldInterval = 8;
 constexpr int64_t kIndexFoldRows = 32 * 1024;
 
 }  // namespace

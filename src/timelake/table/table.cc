@@ -35,6 +35,7 @@ arrow::Result<std::shared_ptr<Table>> Table::Open(std::shared_ptr<ObjectStore> s
                                          std::move(runtime)));
   TableContext& t = table->ctx_;
   t.heads = options.heads;
+  t.head_interval = std::max<int64_t>(1, options.head_interval);
   t.check_interval_ms = options.check_interval_ms;
   if (t.heads && table->OpenFromHead()) return table;
   t.checked_at_ms = SteadyMillis();

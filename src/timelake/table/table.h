@@ -53,8 +53,10 @@ struct TableInfo {
 
 /// How a Lake opens its tables (table/head.h).
 struct TableOpenOptions {
-  /// Open from the table head when it can be trusted, and write it after every commit.
+  /// Open from the table head when it can be trusted, and write it after commits (appends: those
+  /// at a multiple of `head_interval`).
   bool heads = false;
+  int64_t head_interval = 1;
   /// The version check interval of reads (TableContext::check_interval_ms).
   int64_t check_interval_ms = 0;
 };

@@ -180,9 +180,10 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
   const bool indexed = t.contract.is_time_series() && !files.empty();
   const bool record = indexed && RecordWorthWriting(file_rows);
   const bool fold = indexed && version % FoldInterval(record_rows) == 0;
+  const bool head = t.heads && version % t.head_interval == 0;
   // The snapshot of the commit, for the tasks that need all of it (copied only then).
   std::shared_ptr<const Snapshot> snapshot;
-  if (checkpoint || fold || t.heads) snapshot = std::make_shared<Snapshot>(t.snapshot);
+  if (checkpoint || fold || head) snapshot = std::make_shared<Snapshot>(t.snapshot);
   if (checkpoint) {
     t.upkeep.Post("checkpoint", [store = t.store, path = t.table_path, snapshot,
                                   checkpointed = t.checkpointed] {
@@ -211,7 +212,7 @@ void QueueAfterAppend(TableContext& t, const std::vector<WrittenFile>& files, in
       return RecordAndFold(*index, version, paths, rows, snapshot.get());
     });
   }
-  if (t.heads) {
+  if (head) {
     std::vector<std::shared_ptr<arrow::Table>> newest;
     for (const auto& f : files) newest.push_back(f.newest);
     t.upkeep.Post("table head", [store = t.store, path = t.table_path, snapshot, index = t.index,
