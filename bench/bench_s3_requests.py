@@ -229,7 +229,7 @@ def md(report: dict) -> str:
             stats = system.get("measure", {}).get(step, {}).get("cache_stats")
             if stats:
                 lines.append(f"  * cache_stats() after {step}: `{json.dumps(stats)}`")
-        for step in ("open", "repeat"):
+        for step in ("open", "query", "repeat", "new_lake"):
             listed = system.get("measure", {}).get(step, {}).get("non_data")
             if listed:
                 shown = ", ".join(f"`{r.split(' ', 1)[0]} {_short(r)}`" for r in listed[:14])

@@ -22,7 +22,8 @@ DuckDB's (no DuckDB needed, so a new process's first such query waits for no dat
   count(*), count(col), min/max(col) of numbers and times, avg(col) of numbers up to 32-bit
   integers and floats, sum(col) of doubles, each with an alias (`AS name`; DuckDB's own names
   for unaliased aggregates quote the column when it is one of its keywords).
-* conds: at least one series-key column `= 'text'` or `= integer` (or `IN` with one value) and
+* conds: at least one series-key column `= 'text'` or `= integer`, or `IN (v, ...)` (several
+  values: the reader's key_in, refused by the core when a file needs read-time dedup), and
   comparisons of the time column with timestamp strings (`TIMESTAMP '2026-11-03 10:00'`, `'…'`,
   `TIMESTAMPTZ '…'`; dates and times without an offset or with a zero one, read as UTC as the
   sessions are), `BETWEEN` included.

@@ -9,7 +9,8 @@
 // page or two of each column.
 //
 // Semantics are the scan's (scan_planner.h): the rows of the plan's files whose series-key
-// columns equal the filter's values (null never equals) and whose time lies in the filter's
+// columns equal the filter's values, or one of an IN list's (SelectionShape::key_in; null never
+// equals), and whose time lies in the filter's
 // range (both ends inclusive, microseconds), minus the rows deletion vectors delete, and among
 // the files marked `dedup` one row per (series key, time), ranked as `plan.dedup_order` says.
 // Every page read is checked against its CRC where the writer stored one.
