@@ -499,29 +499,15 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
         if f.name == time_name and isinstance(value, str):
             times.append((written, "=", _micros(value)))
             continue
-        if f.name not in series_key:
-            raise _NotSimple
-        if isinstance(value, str) != pa.types.is_string(f.type):
-            raise _NotSimple
-        if isinstance(value, int):
-            bounds = _INTEGER_RANGES.get(f.type)
-            if bounds is None or not bounds[0] <= value <= bounds[1]:
-                raise _NotSimple
+        _check_key_value(f, series_key, value)
         if key_equals.get(f.name, value) != value:
             raise _NotSimple  # contradicting equalities: left to DuckDB
         key_equals[f.name] = value
     key_in: Dict[str, set] = {}  # IN lists of several values: the column's value is one of them
     for written, values in shape.key_sets:
         f = _column(declared, written)
-        if f.name not in series_key:
-            raise _NotSimple
         for value in values:
-            if isinstance(value, str) != pa.types.is_string(f.type):
-                raise _NotSimple
-            if isinstance(value, int):
-                bounds = _INTEGER_RANGES.get(f.type)
-                if bounds is None or not bounds[0] <= value <= bounds[1]:
-                    raise _NotSimple
+            _check_key_value(f, series_key, value)
         key_in[f.name] = key_in.get(f.name, set(values)) & set(values)
     where = []  # (column, op, number, integer, is_integer) for the core
     for written, op, text in shape.values:
@@ -663,6 +649,17 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
         return rows
     fields = [pa.field(name, f.type) for name, f, _ in outputs]
     return pa.Table.from_arrays([rows.column(f.name) for _, f, _ in outputs], schema=pa.schema(fields))
+
+
+def _check_key_value(f: pa.Field, series_key: List[str], value: Any) -> None:
+    """A series-key column compared with a value of its kind (text with text, an integer within
+    the column's range): else left to DuckDB, which converts or words the error."""
+    if f.name not in series_key or isinstance(value, str) != pa.types.is_string(f.type):
+        raise _NotSimple
+    if isinstance(value, int):
+        bounds = _INTEGER_RANGES.get(f.type)
+        if bounds is None or not bounds[0] <= value <= bounds[1]:
+            raise _NotSimple
 
 
 def _by_key(lake: Any, handle: Any, shape: _Shape, declared: pa.Schema, time_name: str, low: Optional[int],
