@@ -149,7 +149,8 @@ def test_a_handle_opened_after_a_check_of_the_log_trusts_the_head_of_that_versio
     one_series = "SELECT time, temp FROM readings WHERE device_id = 'b' ORDER BY time"
     got: dict = {}
     sent = requests_of(proxy, lambda: got.update(rows=sql_rows(reader, one_series)))
-    assert [p for _, p in sent if "/data/" not in p] == [f"/{bucket}/{HEAD_KEY}"], sent
+    # It starts from the state Lake.table() opened with: not even the head is read again.
+    assert [p for _, p in sent if "/data/" not in p] == [], sent
     assert got["rows"] == sql_rows(timelake.Lake(url, storage_options=dict(direct, version_check_interval="0")),
                                    one_series)
     # After a commit of this process, the next handle sees it (from the log, or from a head of
@@ -158,6 +159,22 @@ def test_a_handle_opened_after_a_check_of_the_log_trusts_the_head_of_that_versio
     assert reader.table("readings").version == t.version
     assert sql_rows(reader, one_series)[-1] == {"time": batch(9).to_pylist()[-1]["time"], "temp": [
         r["temp"] for r in batch(9).to_pylist() if r["device_id"] == "b"][-1]}
+
+
+def test_a_table_this_process_drops_and_creates_again_is_not_opened_from_the_state_kept(s3):
+    """A handle opened after Lake.table() starts from that handle's state, unless the process
+    dropped or created a table since: then it reads the head (or the log) again."""
+    url, via_proxy, direct, proxy, client, bucket = s3
+    written_table(url, direct, 3)
+    reader = timelake.Lake(url, storage_options=dict(via_proxy, version_check_interval=LONG))
+    assert reader.table("readings").version == 3  # its state kept
+    other = timelake.Lake(url, storage_options=direct)
+    other.drop_table("readings")
+    again = other.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
+    again.append(batch(7))
+    again.info()
+    assert sql_rows(reader, "SELECT count(*) AS n FROM readings") == [{"n": batch(7).num_rows}]
+    assert latest_rows(reader) == newest_per_device([batch(7)])
 
 
 def test_a_commit_whose_head_was_never_written_is_seen_after_the_interval(s3):
@@ -367,12 +384,44 @@ def test_maintain_writes_the_head_of_its_commit(s3):
     assert reader.table("readings").info()["size"] == t.info()["size"]
 
 
-def test_a_local_lake_has_no_head(tmp_path):
+def test_a_local_lake_writes_a_head_every_eighth_append_and_opens_past_it(tmp_path):
     lake = timelake.Lake(tmp_path / "lake")
-    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"])
-    t.append(batch(1))
+    t = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
+    head = tmp_path / "lake/default/readings/_timelake/head"
+    batches = []
+    for i in range(7):
+        batches.append(batch(i))
+        t.append(batches[-1])
+    t.info()  # the upkeep done
+    assert not head.exists()  # versions 1..7
+    batches.append(batch(7))
+    t.append(batches[-1])  # version 8
     t.info()
-    assert not (tmp_path / "lake/default/readings/_timelake/head").exists()
+    assert head.exists()
+    assert json.loads(head.read_bytes().split(b"\n")[1])["version"] == 8
+    for i in range(8, 11):  # versions 9..11: after the head
+        batches.append(batch(i))
+        t.append(batches[-1])
+    t.info()
+    # A new Lake opens from the head and reads the commits after it; the same answers as a
+    # lake whose head is gone.
+    fresh = timelake.Lake(tmp_path / "lake")
+    assert fresh.table("readings").version == 11
+    assert latest_rows(fresh) == newest_per_device(batches)
+    one_series = "SELECT time, temp FROM readings WHERE device_id = 'b' ORDER BY time"
+    got = sql_rows(fresh, one_series)
+    head.unlink()
+    from_log = timelake.Lake(tmp_path / "lake")
+    assert from_log.table("readings").version == 11
+    assert latest_rows(from_log) == latest_rows(fresh)
+    assert sql_rows(from_log, one_series) == got
+    assert len(got) == sum(1 for b in batches for r in b.to_pylist() if r["device_id"] == "b")
+    # Another process's append after the head is seen by the next read at once (a local lake
+    # checks the log at every read).
+    before = latest_rows(fresh)
+    append_in_child(str(tmp_path / "lake"), {}, 11)
+    assert latest_rows(fresh) != before
+    assert fresh.table("readings").version == 12
 
 
 def test_a_repeated_query_asks_nothing_of_the_log_or_the_listing(s3):

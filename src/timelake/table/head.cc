@@ -5,6 +5,7 @@
 #include <atomic>
 #include <exception>
 #include <map>
+#include <list>
 #include <mutex>
 #include <utility>
 
@@ -60,6 +61,17 @@ struct SeenVersions {
 SeenVersions& Seen() {
   static auto* seen = new PerProcess<SeenVersions>();  // never destroyed: used until exit
   return seen->Get();
+}
+
+// The state of the tables this process opened from a head lately, by location, newest last.
+struct RecentHeads {
+  std::mutex mutex;
+  std::list<std::pair<std::string, HeadContents>> entries;  // GUARDED_BY(mutex)
+};
+
+RecentHeads& Recent() {
+  static auto* recent = new PerProcess<RecentHeads>();  // never destroyed: used until exit
+  return recent->Get();
 }
 
 }  // namespace
@@ -254,6 +266,23 @@ std::atomic<uint64_t>& CatalogChangeCount() {
 }  // namespace
 
 uint64_t CatalogChanges() { return CatalogChangeCount().load(); }
+
+void RememberHead(const std::string& location, HeadContents contents) {
+  RecentHeads& recent = Recent();
+  std::lock_guard<std::mutex> lock(recent.mutex);
+  recent.entries.remove_if([&](const auto& entry) { return entry.first == location; });
+  recent.entries.emplace_back(location, std::move(contents));
+  while (recent.entries.size() > kRecentHeads) recent.entries.pop_front();
+}
+
+std::optional<HeadContents> RecentHead(const std::string& location) {
+  RecentHeads& recent = Recent();
+  std::lock_guard<std::mutex> lock(recent.mutex);
+  for (const auto& [where, contents] : recent.entries) {
+    if (where == location) return contents;
+  }
+  return std::nullopt;
+}
 
 void NoteCatalogChange() { ++CatalogChangeCount(); }
 

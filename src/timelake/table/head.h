@@ -117,6 +117,17 @@ void NoteVersionChecked(const std::string& location, const std::string& table_id
 /// handle that checked does (so a query's handle, opened after `Lake.table()`, asks nothing).
 int64_t CheckedAsNewest(const std::string& location, const std::string& table_id, int64_t version);
 
+/// Tables whose state RememberHead keeps (the least recently opened goes first).
+inline constexpr size_t kRecentHeads = 16;
+/// Keeps the state a handle of the table at `location` opened from a head with (brought up to
+/// date with the log when it was older than the interval): the snapshot without checkpoint
+/// history, and its newest rows when known at that version (else null). Another handle opened
+/// within the version check interval of the check that found that version the newest
+/// (CheckedAsNewest) starts from it without a request, as the handle itself would answer.
+void RememberHead(const std::string& location, HeadContents contents);
+/// The state RememberHead kept for `location` (a copy), if any.
+std::optional<HeadContents> RecentHead(const std::string& location);
+
 /// How many table creations and drops any Lake of this process has finished (whatever their
 /// outcome). A read that may skip the version check skips it only while this is unchanged since
 /// its last check: a table this process dropped and created again is seen at once, as its own

@@ -56,6 +56,31 @@ bool Table::OpenFromHead() {
   TableContext& t = ctx_;
   const int64_t started = SteadyMillis();
   const uint64_t changes = CatalogChanges();
+  if (t.check_interval_ms > 0) {
+    // Another handle of this process opened the table lately, and a check of the log found its
+    // version the newest within the interval (no commit or drop of the process since): start
+    // where it did, without a request (the handle `Lake.table()` opened, then a query's).
+    if (std::optional<HeadContents> recent = RecentHead(location())) {
+      const int64_t version = recent->snapshot.version;
+      const std::string id = recent->snapshot.metadata.id;
+      const int64_t checked = CheckedAsNewest(location(), id, version);
+      if (checked >= 0 && started - checked <= t.check_interval_ms &&
+          NewestVersionSeen(location(), id) <= version) {
+        t.snapshot = std::move(recent->snapshot);
+        if (LoadDerived(t).ok()) {
+          t.partial = true;
+          if (recent->latest) {
+            t.latest.rows = std::move(recent->latest);
+            t.latest.version = version;
+          }
+          t.checked_at_ms = checked;
+          t.checked_changes = changes;
+          return true;
+        }
+        t.snapshot = Snapshot{};
+      }
+    }
+  }
   // A store that cannot be read now fails the normal open too, with its own message.
   auto read = ReadHead(*t.store, t.table_path);
   if (!read.ok() || !*read) return false;
@@ -80,6 +105,7 @@ bool Table::OpenFromHead() {
     t.checked_at_ms = newest_check;
     t.checked_changes = changes;
     NoteVersionSeen(location(), t.snapshot.metadata.id, version);
+    Remember();
     return true;
   }
   // Too old to trust alone: the head's commit must still be there (the same bytes: not a dropped
@@ -92,7 +118,17 @@ bool Table::OpenFromHead() {
   t.checked_at_ms = started;
   t.checked_changes = changes;
   NoteVersionChecked(location(), t.snapshot.metadata.id, t.snapshot.version, started, changes);
+  Remember();
   return true;
+}
+
+void Table::Remember() {
+  const TableContext& t = ctx_;
+  if (t.check_interval_ms <= 0) return;  // every read checks the log: nothing to start from
+  HeadContents contents;
+  contents.snapshot = t.snapshot;
+  if (t.latest.rows && t.latest.version == t.snapshot.version) contents.latest = t.latest.rows;
+  RememberHead(location(), std::move(contents));
 }
 
 std::string Table::location() const { return ctx_.store->RootUrl() + "/" + ctx_.table_path; }

@@ -155,6 +155,8 @@ class Table {
                                             const std::string& call);
   /// Opens the handle from the table head (see Open); false when it must open from the log.
   bool OpenFromHead();
+  // Keeps the handle's state for other handles of the process opened soon after (RememberHead).
+  void Remember();
   /// `st` with the table's folder replaced by its name in a KeyError's message.
   arrow::Status TableMessage(const arrow::Status& st) const;
 
