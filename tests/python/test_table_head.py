@@ -126,11 +126,11 @@ def test_a_head_older_than_the_interval_is_checked_against_the_log(s3):
     reader = timelake.Lake(url, storage_options=via_proxy)
     got: dict = {}
     sent = requests_of(proxy, lambda: got.update(rows=latest_rows(reader)))
-    log = "/lake/default/readings/_delta_log/"
     assert sent == [
         ("GET", f"/{bucket}/{HEAD_KEY}"),
-        ("GET", f"/{bucket}{log}{t.version:020d}.json"),  # its commit is still the one it read
-        ("GET", f"/{bucket}{log}{t.version + 1:020d}.json"),  # and nothing came after
+        # One listing of the log from the head's version: its commit is still there with the tag
+        # the head names (the same object), and nothing came after.
+        ("GET", f"/{bucket}"),
     ], sent
     assert got["rows"] == newest_per_device(batches)
 
@@ -142,10 +142,8 @@ def test_a_handle_opened_after_a_check_of_the_log_trusts_the_head_of_that_versio
     _, t, batches = written_table(url, direct, 5)
     time.sleep(5 + 1.1)  # older than the reader's interval
     reader = timelake.Lake(url, storage_options=dict(via_proxy, version_check_interval="5s"))
-    log = f"/{bucket}/lake/default/readings/_delta_log/"
     opened = requests_of(proxy, lambda: reader.table("readings"))
-    assert [p for _, p in opened] == [f"/{bucket}/{HEAD_KEY}", f"{log}{t.version:020d}.json",
-                                      f"{log}{t.version + 1:020d}.json"], opened
+    assert [p for _, p in opened] == [f"/{bucket}/{HEAD_KEY}", f"/{bucket}"], opened  # the head, a listing
     one_series = "SELECT time, temp FROM readings WHERE device_id = 'b' ORDER BY time"
     got: dict = {}
     sent = requests_of(proxy, lambda: got.update(rows=sql_rows(reader, one_series)))
@@ -286,6 +284,29 @@ def test_the_head_of_a_dropped_table_never_answers_for_the_new_one(s3):
     t2.info()
     assert head_header(client, bucket)["version"] == t2.version
 
+
+
+def test_the_head_of_a_dropped_table_at_the_new_tables_version_is_told_apart_by_its_commit(s3):
+    """The new table has reached the dropped table's head version: the listing shows a commit of
+    that version, but not the object the head names (another tag), so the head is not trusted."""
+    url, via_proxy, direct, proxy, client, bucket = s3
+    lake, t, _ = written_table(url, direct, 4)
+    old_head = client.get_object(Bucket=bucket, Key=HEAD_KEY)["Body"].read()
+    assert json.loads(old_head.split(b"\n")[1])["commitEtag"]
+    lake.drop_table("readings")
+    t2 = lake.create_table("readings", IOT_SCHEMA, series_key=["device_id"], properties=NO_BACKGROUND)
+    fresh = [batch(80 + i) for i in range(t.version)]
+    for b in fresh:
+        t2.append(b)
+    t2.info()
+    assert t2.version == t.version
+    client.put_object(Bucket=bucket, Key=HEAD_KEY, Body=old_head)  # a late writer of the old table
+    time.sleep(SHORT_S + 1.1)
+    reader = timelake.Lake(url, storage_options=via_proxy)
+    sent = requests_of(proxy, lambda: reader.table("readings"))
+    assert len(sent) > 2, sent  # the listing did not settle it: the log was read
+    assert latest_rows(reader) == newest_per_device(fresh)
+    assert reader.table("readings").info()["size"] == t2.info()["size"]
 
 CHILD_APPEND = (
     "import json, sys, timelake\n"

@@ -65,6 +65,7 @@ class ForwardingStore : public ObjectStore {
       const std::string& path) override {
     return target_->OpenInput(path);
   }
+  bool ListsFromName() const override { return target_->ListsFromName(); }
   arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) override {
     return target_->ListPage(request);
   }

@@ -251,6 +251,10 @@ class ObjectStore {
   /// `request.start_after`, in path order. The store decides the page boundaries; callers that
   /// want the whole listing use ListAfter.
   virtual arrow::Result<ObjectPage> ListPage(const ListPageRequest& request) = 0;
+  /// Whether ListPage starts at `start_after` on the store's side, so that one short page shows
+  /// what follows a name; false when the store lists from the prefix's start and the names up to
+  /// `start_after` are dropped afterwards (Azure).
+  virtual bool ListsFromName() const { return true; }
   /// Every object whose path starts with `prefix` and is greater than `start_after` (byte-wise;
   /// "" for all), sorted by path: ListPage followed page by page. A store that can list more
   /// cheaply in one go overrides it.

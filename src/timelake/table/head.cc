@@ -17,6 +17,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "timelake/log/file_tags.h"
 #include "timelake/util/encoding.h"
 #include "timelake/util/per_process.h"
 #include "timelake/util/status.h"
@@ -79,7 +80,8 @@ RecentHeads& Recent() {
 std::string HeadPath(const std::string& table_path) { return table_path + "/_timelake/head"; }
 
 arrow::Result<std::string> EncodeHead(const Snapshot& snapshot,
-                                      const std::shared_ptr<arrow::Table>& latest) {
+                                      const std::shared_ptr<arrow::Table>& latest,
+                                      const std::string& commit_etag) {
   Commit state;
   state.protocol = snapshot.protocol;
   state.metadata = snapshot.metadata;
@@ -103,6 +105,10 @@ arrow::Result<std::string> EncodeHead(const Snapshot& snapshot,
   w.Int64(static_cast<int64_t>(actions.size()));
   w.Key("latestBytes");
   w.Int64(static_cast<int64_t>(rows.size()));
+  if (!commit_etag.empty()) {
+    w.Key("commitEtag");
+    w.String(commit_etag.c_str(), static_cast<rapidjson::SizeType>(commit_etag.size()));
+  }
   w.EndObject();
 
   std::string out;
@@ -150,6 +156,11 @@ arrow::Result<HeadContents> DecodeHead(std::string_view bytes, const std::string
     return Damaged(origin, "its parts do not add up to its size");
   }
   HeadContents out;
+  if (doc.HasMember("commitEtag")) {
+    const auto tag = text_field("commitEtag");
+    if (!tag || tag->empty()) return Damaged(origin, "bad commit tag");
+    out.commit_etag = *tag;
+  }
   ARROW_ASSIGN_OR_RAISE(auto state, ParseCommit(rest.substr(0, *state_bytes), origin));
   if (!state.metadata || !state.protocol || state.metadata->id != *table_id) {
     return Damaged(origin, "its state is not of the table it names");
@@ -232,7 +243,15 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
     }
 
     ARROW_ASSIGN_OR_RAISE(auto rows, latest(previous, snapshot));
-    ARROW_ASSIGN_OR_RAISE(std::string bytes, EncodeHead(snapshot, rows));
+    // The commit's tag, for readers that check the head with one listing (HeadStillNewest): on
+    // stores that list from a name. On a local disk readers check the log by reading it (no
+    // round trips), and Azure lists from the start of a prefix: no tag there.
+    std::string commit_etag;
+    if (store.RootUrl().rfind("file://", 0) != 0 && store.ListsFromName()) {
+      auto commit = store.Head(log.LogPath(CommitFileName(snapshot.version)));
+      if (commit.ok()) commit_etag = commit->etag;
+    }
+    ARROW_ASSIGN_OR_RAISE(std::string bytes, EncodeHead(snapshot, rows, commit_etag));
     if (static_cast<int64_t>(bytes.size()) > kMaxHeadBytes) {
       // Too large to inline: readers open from the log, not from an older head.
       if (!etag.empty()) return store.Delete(path);
@@ -256,6 +275,35 @@ arrow::Status WriteHead(ObjectStore& store, DeltaLog& log, Snapshot snapshot,
     return head;
   }
   return arrow::Status::OK();  // writers kept racing: one of them wrote a head
+}
+
+bool HeadStillNewest(ObjectStore& store, const std::string& table_path, int64_t version,
+                     const std::string& commit_etag) {
+  if (commit_etag.empty() || !store.ListsFromName()) return false;
+  const std::string log = table_path + "/_delta_log/";
+  const std::string commit = log + CommitFileName(version);
+  // Every name of the head's version sorts after "<version>." (".checkpoint…", ".crc", ".json"),
+  // a newer version's after those, and the log's other names ("_last_checkpoint", "_commits/")
+  // after every version: a short page shows whether anything newer exists.
+  ListPageRequest request;
+  request.prefix = log;
+  request.start_after = commit.substr(0, commit.size() - std::string_view("json").size());
+  request.max_keys = 8;
+  auto page = store.ListPage(request);
+  if (!page.ok()) return false;
+  bool found = false;
+  for (const ObjectMeta& meta : page->objects) {
+    const std::string name = meta.path.substr(std::min(meta.path.size(), log.size()));
+    if (name.empty() || name[0] == '_') return found;  // past every version
+    const size_t dot = name.find('.');
+    auto listed = ParseInt64(name.substr(0, dot));
+    if (!listed || *listed != version) return false;  // a newer version (or a name not a version's)
+    if (meta.path == commit) {
+      if (meta.etag != commit_etag) return false;  // rewritten: not the head's commit
+      found = true;
+    }
+  }
+  return found && page->continuation.empty();
 }
 
 namespace {

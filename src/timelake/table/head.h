@@ -66,11 +66,23 @@ struct HeadContents {
   /// The newest row of every series at that version, with the sequence column; null for a plain
   /// table.
   std::shared_ptr<arrow::Table> latest;
+  /// The entity tag of the version's JSON commit as its writer saw it ("" when unknown): a
+  /// reader checks the head against one listing of the log (HeadStillNewest) instead of reading
+  /// the commit and the version after it.
+  std::string commit_etag;
 };
 
-/// The head of `snapshot` with `latest` (null for a plain table).
+/// The head of `snapshot` with `latest` (null for a plain table) and the commit's tag.
 arrow::Result<std::string> EncodeHead(const Snapshot& snapshot,
-                                      const std::shared_ptr<arrow::Table>& latest);
+                                      const std::shared_ptr<arrow::Table>& latest,
+                                      const std::string& commit_etag = "");
+
+/// Whether the head's version is still the newest of the table, from one listing of its log
+/// that starts at the head's version: true when the head's JSON commit is listed with the tag
+/// the head names and no newer version follows it; false otherwise (a newer commit, another tag,
+/// no tag, a store that cannot say: the caller then checks the way a refresh does).
+bool HeadStillNewest(ObjectStore& store, const std::string& table_path, int64_t version,
+                     const std::string& commit_etag);
 /// Decodes a head; IOError naming `origin` when the bytes are damaged (bad checksum, truncated,
 /// malformed parts) or the state does not match the header (no metaData, another table id).
 arrow::Result<HeadContents> DecodeHead(std::string_view bytes, const std::string& origin);

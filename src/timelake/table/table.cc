@@ -86,6 +86,7 @@ bool Table::OpenFromHead() {
   if (!read.ok() || !*read) return false;
   HeadRead& head = **read;
   const int64_t version = head.contents.snapshot.version;
+  const std::string commit_etag = head.contents.commit_etag;
   t.snapshot = std::move(head.contents.snapshot);
   if (!LoadDerived(t).ok()) return false;  // the normal open says why
   t.partial = true;
@@ -109,7 +110,17 @@ bool Table::OpenFromHead() {
     return true;
   }
   // Too old to trust alone: the head's commit must still be there (the same bytes: not a dropped
-  // table's), and the commits after it are read as a refresh reads them.
+  // table's), and the commits after it are read as a refresh reads them. One listing of the log
+  // from the head's version settles it when it shows the head's commit with the tag its writer
+  // saw and nothing newer (object stores; a local lake reads the log, which costs no round trip).
+  if (NewestVersionSeen(location(), t.snapshot.metadata.id) <= version &&
+      HeadStillNewest(*t.store, t.table_path, version, commit_etag)) {
+    t.checked_at_ms = started;
+    t.checked_changes = changes;
+    NoteVersionChecked(location(), t.snapshot.metadata.id, version, started, changes);
+    Remember();
+    return true;
+  }
   if (!Update(t).ok()) {
     t.partial = false;
     t.latest = LatestState{};

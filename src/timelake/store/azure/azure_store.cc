@@ -230,6 +230,8 @@ class AzureStore : public CloudStore {
     return WriteFailure(ReplyError(what, reply), outcome);
   }
 
+  bool ListsFromName() const override { return false; }
+
   CloudCall ListCall(const ListQuery& query) const override {
     // The service cannot start a listing after a name: the base filters by start_after.
     CloudCall call;
