@@ -547,15 +547,21 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
             bound = micros - 1 if op == "<" else micros
             high = bound if high is None else min(high, bound)
 
-    if every_series:
-        # Aggregates over every series are a scan of a few columns (scan/bucket_scan.h); rows of
-        # every series, or value conditions over them, are DuckDB's. A query a rollup of the
-        # table may answer is left to the routing (_route), which reads far less.
-        if shape.star or where or (rollups and lake._rollups.rollups_of(lake, f"{ns}.{shape.table}", max_age=5.0)):
+    rows_wanted = shape.star or all(item.function is None for item in shape.items)
+    if every_series and rows_wanted:
+        # Rows of every series: a window of time (both ends given), read as one series is; a
+        # whole table is DuckDB's to stream.
+        if low is None or high is None or shape.group is not None:
+            raise _NotSimple
+    elif every_series:
+        # Aggregates over every series are a scan of a few columns (scan/bucket_scan.h); value
+        # conditions over them are DuckDB's. A query a rollup of the table may answer is left to
+        # the routing (_route), which reads far less.
+        if where or (rollups and lake._rollups.rollups_of(lake, f"{ns}.{shape.table}", max_age=5.0)):
             raise _NotSimple
         if any(item.function is None for item in shape.items):
             return _by_key(lake, handle, shape, declared, time_name, low, high)
-    if len(shape.groups) > 1 or len(shape.orders) > 1:
+    if len(shape.groups) > 1 or len(shape.orders) > (2 if rows_wanted else 1):
         raise _NotSimple
 
     # What to read and give back.
@@ -577,7 +583,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
     if len({name.lower() for name, _, _ in outputs}) != len(outputs):
         raise _NotSimple
     aggregate = any(function is not None for _, _, function in outputs)
-    if every_series and (not aggregate or shape.group is None):
+    if every_series and aggregate and shape.group is None:
         # Aggregates of every row without a GROUP BY: DuckDB is faster at them (it takes counts
         # from the files' metadata, and there is no grouping to save).
         raise _NotSimple
@@ -612,6 +618,20 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
                 raise _NotSimple
         if _column(declared, shape.order[0]).name != time_name:
             raise _NotSimple
+    then_by = None
+    if len(shape.orders) == 2:
+        # ORDER BY time, <column>: rows of equal time by a column of text or integers given back
+        # under its own name (an alias named like another column would bind differently).
+        key, descending = shape.orders[1]
+        if key.startswith("#"):
+            raise _NotSimple
+        f = _column(declared, key)
+        named = [(name, g) for name, g, _ in outputs if _fold(name) == _fold(key)]
+        if len(named) != 1 or named[0][1] is None or named[0][1].name != f.name or f.name == time_name:
+            raise _NotSimple
+        if not (pa.types.is_string(f.type) or f.type in _INTEGER_RANGES):
+            raise _NotSimple
+        then_by = (f.name, descending)
     for _, f, function in outputs:
         if function == "time_bucket":
             continue
@@ -644,7 +664,7 @@ def _answer(lake: Any, shape: _Shape, namespace: str, rollups: bool) -> Optional
         for name, f, function in outputs
     ] if aggregate else []
     rows = _read(lake, plan, columns, folds, shape.limit, [], order=order, where=where,
-                 key_in={name: sorted(values) for name, values in key_in.items()})
+                 key_in={name: sorted(values) for name, values in key_in.items()}, then_by=then_by)
     if aggregate:
         return rows
     fields = [pa.field(name, f.type) for name, f, _ in outputs]
@@ -735,7 +755,8 @@ def _by_key(lake: Any, handle: Any, shape: _Shape, declared: pa.Schema, time_nam
 
 
 def _read(lake: Any, plan: Any, columns: List[str], folds: list, limit: Optional[int], sort: list,
-          order: str = "file", where: Optional[list] = None, key_in: Optional[dict] = None) -> pa.Table:
+          order: str = "file", where: Optional[list] = None, key_in: Optional[dict] = None,
+          then_by: Optional[Tuple[str, bool]] = None) -> pa.Table:
     """The core's answer for a plan (the files copied locally first on an object store)."""
     pin = None
     paths: List[str] = []
@@ -743,7 +764,7 @@ def _read(lake: Any, plan: Any, columns: List[str], folds: list, limit: Optional
         paths, pin = lake._core.local_copies(plan)
     try:
         got = _core.read_selection(plan, paths, columns, order=order, limit=limit, aggregates=folds,
-                                   where=where or [], sort=sort, key_in=key_in or {})
+                                   where=where or [], sort=sort, key_in=key_in or {}, then_by=then_by)
     finally:
         if pin is not None:
             pin.release()

@@ -287,6 +287,9 @@ def run_latest(lake: Any, name: str) -> pa.Table:
     try:
         rows = read_stream(handle.latest())
         declared = pa.schema(SchemaCapsule(handle.schema_capsule()))
+        selected = rows.select(declared.names)
+        if selected.schema.equals(declared, check_metadata=True):
+            return selected  # stored as declared (the usual case): nothing to restore, per column
         columns = [restore_declared(rows.column(field.name), field.type) for field in declared]
         schema = pa.schema(
             [field.with_type(column.type) for field, column in zip(declared, columns)], declared.metadata

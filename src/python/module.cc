@@ -458,9 +458,11 @@ NB_MODULE(_core, m) {
          const std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>& aggregates,
          const std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>& where,
          const std::vector<std::tuple<size_t, bool>>& sort,
-         std::map<std::string, std::vector<ScanKeyValue>> key_in) -> nb::object {
+         std::map<std::string, std::vector<ScanKeyValue>> key_in,
+         std::optional<std::tuple<std::string, bool>> then_by) -> nb::object {
         SelectionShape shape;
         shape.key_in = std::move(key_in);
+        if (then_by) shape.then_by = std::make_pair(std::get<0>(*then_by), std::get<1>(*then_by));
         if (order == "asc") {
           shape.order = SelectionShape::Order::kTimeAscending;
         } else if (order == "desc") {
@@ -544,7 +546,7 @@ NB_MODULE(_core, m) {
       "aggregates"_a = std::vector<std::tuple<std::string, std::string, std::string, int64_t, int64_t>>{},
       "where"_a = std::vector<std::tuple<std::string, std::string, double, int64_t, bool>>{},
       "sort"_a = std::vector<std::tuple<size_t, bool>>{},
-      "key_in"_a = std::map<std::string, std::vector<ScanKeyValue>>{});
+      "key_in"_a = std::map<std::string, std::vector<ScanKeyValue>>{}, "then_by"_a = nb::none());
 
   // The plan with only the files at `store_paths` (in the plan's order; paths it does not list are
   // ignored): a rollup refresh reads just the files a diff of two versions found changed.

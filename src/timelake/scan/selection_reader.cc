@@ -18,6 +18,8 @@
 #include <arrow/array/builder_primitive.h>
 #include <arrow/array/concatenate.h>
 #include <arrow/array/util.h>
+#include <arrow/compute/api_vector.h>
+#include <arrow/compute/cast.h>
 #include <arrow/scalar.h>
 #include <arrow/buffer.h>
 #include <arrow/io/file.h>
@@ -32,9 +34,13 @@
 
 #include "timelake/scan/data_files.h"
 #include "timelake/store/parquet_object.h"
+#include "timelake/util/parallel.h"
 
 namespace timelake {
 namespace {
+
+// Selections of at least this many rows read their columns on several threads.
+constexpr int64_t kParallelRows = 32 * 1024;
 
 // Rows of a row group, as sorted disjoint [first, end) runs.
 using Runs = std::vector<std::pair<int64_t, int64_t>>;
@@ -672,14 +678,67 @@ void Deduplicate(const ScanPlan& plan, std::vector<Matches>* matches) {
   }
 }
 
-// The rows of `array` at `order`, in that order.
-arrow::Result<std::shared_ptr<arrow::Array>> Permute(const arrow::Array& array, const std::vector<int64_t>& order) {
-  std::unique_ptr<arrow::ArrayBuilder> builder;
-  ARROW_RETURN_NOT_OK(arrow::MakeBuilder(arrow::default_memory_pool(), array.type(), &builder));
-  ARROW_RETURN_NOT_OK(builder->Reserve(static_cast<int64_t>(order.size())));
-  const arrow::ArraySpan span(*array.data());
-  for (const int64_t row : order) ARROW_RETURN_NOT_OK(builder->AppendArraySlice(span, row, 1));
-  return builder->Finish();
+// The rows of `arrays` at `order`, in that order.
+arrow::Result<std::vector<std::shared_ptr<arrow::Array>>> Permute(const std::vector<std::shared_ptr<arrow::Array>>& arrays,
+                                                                   const std::vector<int64_t>& order) {
+  const auto indices = std::make_shared<arrow::Int64Array>(
+      static_cast<int64_t>(order.size()),
+      arrow::Buffer::Wrap(order.data(), static_cast<int64_t>(order.size())));
+  std::vector<std::shared_ptr<arrow::Array>> out;
+  out.reserve(arrays.size());
+  for (const auto& array : arrays) {
+    ARROW_ASSIGN_OR_RAISE(arrow::Datum taken, arrow::compute::Take(array, indices));
+    out.push_back(taken.make_array());
+  }
+  return out;
+}
+
+// How rows of equal time compare when `shape.then_by` names a column (a strict "a before b"), or
+// null: by that column's values as DuckDB orders them (bytes for text; NULL last either way).
+arrow::Result<std::function<bool(int64_t, int64_t)>> TieBreak(
+    const SelectionShape& shape, const std::vector<std::shared_ptr<arrow::Field>>& fields,
+    const std::vector<std::shared_ptr<arrow::Array>>& arrays) {
+  if (!shape.then_by) return std::function<bool(int64_t, int64_t)>{};
+  const auto& [column, descending] = *shape.then_by;
+  std::shared_ptr<arrow::Array> values;
+  for (size_t c = 0; c < fields.size(); ++c) {
+    if (fields[c]->name() == column) values = arrays[c];
+  }
+  if (!values) return arrow::Status::Invalid("ordering by column '", column, "', which is not read");
+  auto nulls_last = [values](int64_t a, int64_t b, int* c) {
+    const bool an = values->IsNull(a), bn = values->IsNull(b);
+    if (!an && !bn) return false;
+    *c = an == bn ? 0 : (an ? 1 : -1);
+    return true;
+  };
+  const bool desc = descending;
+  switch (values->type_id()) {
+    case arrow::Type::STRING:
+    case arrow::Type::BINARY: {
+      auto text = std::static_pointer_cast<arrow::BinaryArray>(values);
+      return std::function<bool(int64_t, int64_t)>([text, nulls_last, desc](int64_t a, int64_t b) {
+        int c = 0;
+        if (nulls_last(a, b, &c)) return c < 0;
+        const int order = text->GetView(a).compare(text->GetView(b));
+        return desc ? order > 0 : order < 0;
+      });
+    }
+    case arrow::Type::INT8:
+    case arrow::Type::INT16:
+    case arrow::Type::INT32:
+    case arrow::Type::INT64: {
+      ARROW_ASSIGN_OR_RAISE(auto wide, arrow::compute::Cast(values, arrow::int64()));
+      auto ints = std::static_pointer_cast<arrow::Int64Array>(wide.make_array());
+      return std::function<bool(int64_t, int64_t)>([ints, nulls_last, desc](int64_t a, int64_t b) {
+        int c = 0;
+        if (nulls_last(a, b, &c)) return c < 0;
+        return desc ? ints->Value(a) > ints->Value(b) : ints->Value(a) < ints->Value(b);
+      });
+    }
+    default:
+      return arrow::Status::NotImplemented("ordering by column '", column, "' of type ",
+                                           values->type()->ToString());
+  }
 }
 
 // Three-way comparison as DuckDB orders numbers: NaN above all, equal to itself.
@@ -862,17 +921,30 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
     std::erase_if(matches, [](const Matches& found) { return found.rows.empty(); });
   }
 
-  std::vector<Output> outputs;
-  std::vector<std::shared_ptr<arrow::Array>> arrays;
-  for (size_t c = 0; c < fields.size(); ++c) {
+  // The columns, each read over every match. Many rows (a window of every series): the columns
+  // are read on several threads (the page index of each row group read first, on this one).
+  int64_t matched = 0;
+  for (const Matches& found : matches) matched += static_cast<int64_t>(found.rows.size());
+  const bool parallel = matched >= kParallelRows && fields.size() > 1 && CpuParallelism() > 1;
+  if (parallel) {
+    for (const Matches& found : matches) {
+      if (!found.group.index) continue;
+      for (int leaf = 0; leaf < found.group.file->metadata()->num_columns(); ++leaf) {
+        (void)found.group.index->GetOffsetIndex(leaf);
+      }
+    }
+  }
+  std::vector<std::shared_ptr<arrow::Array>> arrays(fields.size());
+  std::vector<SelectionCounters> read(fields.size());
+  auto read_column = [&](size_t c) -> arrow::Status {
     if (fields[c]->name() == plan.contract.time_column && fields[c]->type()->id() == arrow::Type::TIMESTAMP &&
         static_cast<const arrow::TimestampType&>(*fields[c]->type()).unit() == arrow::TimeUnit::MICRO) {
       // The time column's values were read by the filter (checked as microseconds there).
       arrow::TimestampBuilder times(fields[c]->type(), arrow::default_memory_pool());
+      ARROW_RETURN_NOT_OK(times.Reserve(matched));
       for (const Matches& found : matches) ARROW_RETURN_NOT_OK(times.AppendValues(found.times));
-      ARROW_ASSIGN_OR_RAISE(auto array, times.Finish());
-      arrays.push_back(std::move(array));
-      continue;
+      ARROW_ASSIGN_OR_RAISE(arrays[c], times.Finish());
+      return arrow::Status::OK();
     }
     std::optional<Output> output;
     for (const Matches& found : matches) {
@@ -884,38 +956,51 @@ arrow::Result<std::shared_ptr<arrow::Table>> ReadSelectionOrThrow(const ScanPlan
         ARROW_ASSIGN_OR_RAISE(auto made, Output::Make(fields[c], *descr));
         output.emplace(std::move(made));
       }
-      ARROW_RETURN_NOT_OK(output->Read(found.group, leaf, RunsOf(found.rows), counters));
+      ARROW_RETURN_NOT_OK(output->Read(found.group, leaf, RunsOf(found.rows), &read[c]));
     }
     if (!output) {
-      ARROW_ASSIGN_OR_RAISE(auto empty, arrow::MakeEmptyArray(fields[c]->type()));
-      arrays.push_back(std::move(empty));
+      ARROW_ASSIGN_OR_RAISE(arrays[c], arrow::MakeEmptyArray(fields[c]->type()));
     } else {
-      ARROW_ASSIGN_OR_RAISE(auto array, output->Finish());
-      arrays.push_back(std::move(array));
+      ARROW_ASSIGN_OR_RAISE(arrays[c], output->Finish());
+    }
+    return arrow::Status::OK();
+  };
+  if (parallel) {
+    ARROW_RETURN_NOT_OK(RunParallel(fields.size(), CpuParallelism(), read_column));
+  } else {
+    for (size_t c = 0; c < fields.size(); ++c) ARROW_RETURN_NOT_OK(read_column(c));
+  }
+  if (counters != nullptr) {
+    for (const SelectionCounters& r : read) {
+      counters->pages += r.pages;
+      counters->pages_skipped += r.pages_skipped;
     }
   }
   std::vector<int64_t> times;
+  times.reserve(static_cast<size_t>(matched));
   for (const Matches& found : matches) times.insert(times.end(), found.times.begin(), found.times.end());
   auto total = static_cast<int64_t>(times.size());
   const bool by_time = shape.order != SelectionShape::Order::kFile;
   if (by_time || (shape.limit && *shape.limit < total)) {
     std::vector<int64_t> order(times.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-    if (shape.order == SelectionShape::Order::kTimeAscending) {
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return times[a] < times[b]; });
-    } else if (shape.order == SelectionShape::Order::kTimeDescending) {
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return times[a] > times[b]; });
+    if (by_time) {
+      const bool descending = shape.order == SelectionShape::Order::kTimeDescending;
+      // Rows of equal time: by the then_by column's values (NULL last), else in file order.
+      ARROW_ASSIGN_OR_RAISE(auto tie, TieBreak(shape, fields, arrays));
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        if (times[a] != times[b]) return descending ? times[a] > times[b] : times[a] < times[b];
+        return tie ? tie(a, b) : false;
+      });
     }
     if (shape.limit && *shape.limit < total) order.resize(static_cast<size_t>(std::max<int64_t>(0, *shape.limit)));
     // Rows already in that order (one series read file after file) are only cut, not copied.
     bool identity = true;
     for (size_t i = 0; i < order.size() && identity; ++i) identity = order[i] == static_cast<int64_t>(i);
-    for (auto& array : arrays) {
-      if (identity) {
-        array = array->Slice(0, static_cast<int64_t>(order.size()));
-      } else {
-        ARROW_ASSIGN_OR_RAISE(array, Permute(*array, order));
-      }
+    if (identity) {
+      for (auto& array : arrays) array = array->Slice(0, static_cast<int64_t>(order.size()));
+    } else {
+      ARROW_ASSIGN_OR_RAISE(arrays, Permute(arrays, order));
     }
     total = static_cast<int64_t>(order.size());
   }

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <arrow/result.h>
@@ -61,11 +62,15 @@ struct SelectionShape {
   /// Only rows whose series-key column (by name) holds one of the values (an IN list; the plan's
   /// filter.key_equals holds the equalities). The plan's files are not pruned by these.
   std::map<std::string, std::vector<ScanKeyValue>> key_in;
-  /// Only rows for which every condition holds (the columns must be among those read).
+  /// Only rows for which every condition holds (read first, at the rows the filter and dedup
+  /// kept; the conditions' columns need not be among those given back).
   std::vector<ValueCondition> where;
   enum class Order { kFile, kTimeAscending, kTimeDescending };
+  /// Ordered by time: rows of equal time ordered by this column's values (a column read, of text
+  /// or integers; descending if `second`), NULL last either way, as DuckDB orders them.
+  std::optional<std::pair<std::string, bool>> then_by;
   /// kFile: file by file in the plan's order, row by row in each file's order. By time: rows of
-  /// equal time keep that order (a stable sort).
+  /// equal time keep that order (a stable sort) unless `then_by` orders them.
   Order order = Order::kFile;
   std::optional<int64_t> limit;  // the first rows only (after ordering)
 };
