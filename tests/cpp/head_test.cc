@@ -67,7 +67,7 @@ TEST_F(HeadTest, WrittenAfterEveryCommitAndDecodesToTheSnapshotAndLatest) {
 TEST_F(HeadTest, EncodeDecodeRoundTripsTheLiveState) {
   AppendSome();
   auto head = DecodeHead(HeadBytes(), kHead).ValueOrDie();
-  auto again = EncodeHead(head.snapshot, head.latest).ValueOrDie();
+  auto again = EncodeHead(head.snapshot, head.latest, head.commit_etag).ValueOrDie();
   EXPECT_EQ(again, HeadBytes());
   auto decoded = DecodeHead(again, kHead).ValueOrDie();
   EXPECT_EQ(decoded.snapshot.files.size(), head.snapshot.files.size());
@@ -80,6 +80,25 @@ TEST_F(HeadTest, EncodeDecodeRoundTripsTheLiveState) {
   EXPECT_EQ(decoded.snapshot.head_fingerprint, head.snapshot.head_fingerprint);
   EXPECT_EQ(decoded.snapshot.checkpoint_version, head.snapshot.checkpoint_version);
   EXPECT_TRUE(decoded.snapshot.recent_txns.empty());  // no history: writers load it
+}
+
+TEST_F(HeadTest, OneListingTellsWhetherTheHeadIsStillTheNewest) {
+  AppendSome();
+  auto head = DecodeHead(HeadBytes(), kHead).ValueOrDie();
+  ASSERT_FALSE(head.commit_etag.empty());  // a store that lists from a name: the commit's tag
+  const int64_t version = head.snapshot.version;
+  EXPECT_TRUE(HeadStillNewest(*store_, "default/t", version, head.commit_etag));
+  // No tag, or another object's tag (the commit rewritten: a dropped table's head): not settled.
+  EXPECT_FALSE(HeadStillNewest(*store_, "default/t", version, ""));
+  EXPECT_FALSE(HeadStillNewest(*store_, "default/t", version, head.commit_etag + "x"));
+  // A commit after it.
+  Append(R"(["c"])", "[9500]", "[7.0]");
+  EXPECT_FALSE(HeadStillNewest(*store_, "default/t", version, head.commit_etag));
+  auto newer = DecodeHead(HeadBytes(), kHead).ValueOrDie();
+  EXPECT_EQ(newer.snapshot.version, version + 1);
+  EXPECT_TRUE(HeadStillNewest(*store_, "default/t", newer.snapshot.version, newer.commit_etag));
+  // A version the log does not hold.
+  EXPECT_FALSE(HeadStillNewest(*store_, "default/t", newer.snapshot.version + 5, newer.commit_etag));
 }
 
 TEST_F(HeadTest, DamagedBytesNeverDecode) {
