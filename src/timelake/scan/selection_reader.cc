@@ -240,15 +240,14 @@ std::unique_ptr<parquet::PageReader> PagesFrom(const Group& group, int leaf, con
   if (!size.ok() || data_start < dictionary_end || data_end <= data_start || data_end > *size) return nullptr;
   auto buffer = arrow::AllocateResizableBuffer((dictionary_end - dictionary_start) + (data_end - data_start));
   if (!buffer.ok()) return nullptr;
+  // Both ranges read straight into the one buffer (no copy of the pages' bytes).
   uint8_t* out = (*buffer)->mutable_data();
-  auto dictionary = group.source->ReadAt(dictionary_start, dictionary_end - dictionary_start);
-  auto data = group.source->ReadAt(data_start, data_end - data_start);
-  if (!dictionary.ok() || !data.ok() || (*dictionary)->size() != dictionary_end - dictionary_start ||
-      (*data)->size() != data_end - data_start) {
+  const int64_t dictionary_size = dictionary_end - dictionary_start;
+  auto dictionary = group.source->ReadAt(dictionary_start, dictionary_size, out);
+  auto data = group.source->ReadAt(data_start, data_end - data_start, out + dictionary_size);
+  if (!dictionary.ok() || !data.ok() || *dictionary != dictionary_size || *data != data_end - data_start) {
     return nullptr;
   }
-  std::memcpy(out, (*dictionary)->data(), (*dictionary)->size());
-  std::memcpy(out + (*dictionary)->size(), (*data)->data(), (*data)->size());
   const int64_t end_row = last + 1 < locations.size() ? locations[last + 1].first_row_index : group.rows;
   *values = end_row - locations[first].first_row_index;
   auto stream = std::make_shared<arrow::io::BufferReader>(std::shared_ptr<arrow::Buffer>(std::move(*buffer)));
