@@ -683,11 +683,16 @@ arrow::Result<std::vector<std::shared_ptr<arrow::Array>>> Permute(const std::vec
   const auto indices = std::make_shared<arrow::Int64Array>(
       static_cast<int64_t>(order.size()),
       arrow::Buffer::Wrap(order.data(), static_cast<int64_t>(order.size())));
-  std::vector<std::shared_ptr<arrow::Array>> out;
-  out.reserve(arrays.size());
-  for (const auto& array : arrays) {
-    ARROW_ASSIGN_OR_RAISE(arrow::Datum taken, arrow::compute::Take(array, indices));
-    out.push_back(taken.make_array());
+  std::vector<std::shared_ptr<arrow::Array>> out(arrays.size());
+  auto take = [&](size_t c) -> arrow::Status {
+    ARROW_ASSIGN_OR_RAISE(arrow::Datum taken, arrow::compute::Take(arrays[c], indices));
+    out[c] = taken.make_array();
+    return arrow::Status::OK();
+  };
+  if (static_cast<int64_t>(order.size()) >= kParallelRows && arrays.size() > 1) {
+    ARROW_RETURN_NOT_OK(RunParallel(arrays.size(), CpuParallelism(), take));
+  } else {
+    for (size_t c = 0; c < arrays.size(); ++c) ARROW_RETURN_NOT_OK(take(c));
   }
   return out;
 }
