@@ -406,6 +406,8 @@ class Lake:
         self._core_lake = _core.Lake.open(location, options)
         self._pid = os.getpid()
         self._handles: dict = {}
+        # Per table: (handle, version, rollup spec, declared schema) for latest() (_sql.run_latest).
+        self._declared: dict = {}
         self._rollups = _rollup.Registry()
         self._refresher = _rollup.Refresher(interval)
         self._local = threading.local()
@@ -426,6 +428,9 @@ class Lake:
             self._core_lake = _core.Lake.open(*self._opened_with)
         for handle in self._handles.values():
             _abandon(handle)
+        for known in self._declared.values():
+            _abandon(known[0])
+        self._declared = {}
         self._refresher = _rollup.Refresher(self._refresher.interval_text)
         _abandon(getattr(self._local, "catalog", None))
         self._handles = {}

@@ -136,3 +136,23 @@ def test_latest_on_plain_table_is_value_error(lake):
 def test_latest_on_missing_table_is_key_error(lake):
     with pytest.raises(KeyError):
         lake.latest("nope")
+
+
+def test_latest_follows_a_schema_change_made_through_another_handle(lake):
+    """latest() converts what a table declares once per version: a column added through another
+    handle (and a table dropped and created again under the name) is in the next answer."""
+    t = lake.create_table("evolving", IOT_SCHEMA, series_key=["device_id"])
+    t.append(iot_table([(T0, "a", 1.0)]))
+    assert lake.latest("evolving").column_names == IOT_SCHEMA.names
+    other_table = lake.table("evolving")
+    other_table.add_columns({"site": pa.string()})
+    other_table.append(pa.table({"time": [T0 + dt.timedelta(minutes=1)], "device_id": ["a"], "temp": [2.0],
+                                 "site": ["s1"]}, schema=other_table.schema))
+    got = lake.latest("evolving")
+    assert got.column_names == IOT_SCHEMA.names + ["site"]
+    assert got.column("site").to_pylist() == ["s1"]
+    lake.drop_table("evolving")
+    again = lake.create_table("evolving", pa.schema([("time", pa.timestamp("us", tz="UTC")), ("host", pa.string()),
+                                                     ("load", pa.float64())]), series_key=["host"])
+    again.append(pa.table({"time": [T0], "host": ["h"], "load": [0.5]}, schema=again.schema))
+    assert lake.latest("evolving").to_pylist() == [{"time": T0, "host": "h", "load": 0.5}]
