@@ -39,7 +39,10 @@ is a scan of every series instead (scan/bucket_scan.h), and so is
         GROUP BY <b and the column, by position or name> [ORDER BY <b, the column> [ASC | DESC] …]
         [LIMIT n] [;]
 
-unless a rollup of the table may answer the statement (routing, _route, reads far less).
+unless a rollup of the table may answer the statement (routing, _route, reads far less). Rows of
+every series are read too over a window of time (both ends given), with value conditions, and
+`ORDER BY <time column> [ASC|DESC] [, <a column of text or integers> [ASC|DESC]]` (NULL last, as
+DuckDB orders): TSBS's high-cpu-all.
 
 The results are those DuckDB gives: the same column names and types, NULL aggregates over no
 rows (count 0), NaN ordered above every number in min/max as DuckDB orders it. Sums and averages
