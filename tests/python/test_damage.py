@@ -59,10 +59,23 @@ def test_a_truncated_checkpoint_is_replaced_by_the_json_commits(lake, lake_path,
 
 def test_a_checkpoint_nothing_can_replace_is_a_runtime_error_naming_it(lake, lake_path, readings):
     _appends(readings, 10)
+    readings.refresh()  # the upkeep done: the table head written
     tdir = table_dir(readings)
+    expected = sorted_rows(lake.sql("SELECT * FROM readings"))
     _truncate(_checkpoint(tdir, 10))
     log_path(tdir, 0).unlink()  # as if log expiry had removed the commits before the checkpoint
 
+    # The table head (a local lake writes one every eighth append) holds the state the checkpoint
+    # held: opened from it and the commits after it, the table is whole. Never a shorter one.
+    try:
+        fresh = timelake.Lake(str(lake_path))
+        assert fresh.table("readings").version == 10
+        assert sorted_rows(fresh.sql("SELECT * FROM readings")) == expected
+    except RuntimeError as err:
+        assert "00000000000000000010.checkpoint.parquet" in str(err)
+    # Without the head, nothing can replace the checkpoint: the error names it.
+    for head in (tdir / "_timelake").glob("head"):
+        head.unlink()
     with pytest.raises(RuntimeError, match=r"00000000000000000010\.checkpoint\.parquet") as info:
         timelake.Lake(str(lake_path)).table("readings")
     assert "damaged" in str(info.value)
